@@ -1,0 +1,74 @@
+//! Slow, obviously-correct implementations used as test oracles. Never optimised, never used by the provider.
+
+use crate::format::Weights;
+use crate::pack::quantize_block;
+
+/// Dequantizes B to f64, row-major [N, K]: w[n, k] = (code − zp) · scale of the block k belongs to.
+pub fn dequantize(w: &Weights<'_>) -> Vec<f64> {
+    let p = w.params;
+    let mut out = vec![0f64; p.n * p.k];
+    for n in 0..p.n {
+        for k in 0..p.k {
+            let blk = w.block_of(k);
+            let q = w.code(n, k) as f64;
+            out[n * p.k + k] = (q - w.zero_point(n, blk) as f64) * w.scale(n, blk) as f64;
+        }
+    }
+    out
+}
+
+/// Y[m, n] = Σ_k A[m, k] · w[n, k] (+ bias[n]) in f64. `a` is row-major [M, K].
+pub fn matmul(a: &[f32], m: usize, w: &Weights<'_>, bias: Option<&[f32]>) -> Vec<f64> {
+    let p = w.params;
+    let wd = dequantize(w);
+    let mut y = vec![0f64; m * p.n];
+    for i in 0..m {
+        for n in 0..p.n {
+            let dot: f64 = (0..p.k).map(|k| a[i * p.k + k] as f64 * wd[n * p.k + k]).sum();
+            y[i * p.n + n] = dot + bias.map_or(0.0, |b| b[n] as f64);
+        }
+    }
+    y
+}
+
+/// The int8-activation numerics without g_idx reordering: A quantized per block of block_size (zero-padded
+/// past K), integer dot products with the codes, then Σ_b sa·s·(Σ q_a·q_w − zp·Σ q_a). f64 epilogue.
+///
+/// # Panics
+/// If `w` has a reordering g_idx (the int8 path regroups K first; compare those against [`matmul`] with the
+/// quantization error bound instead).
+pub fn matmul_int8(a: &[f32], m: usize, w: &Weights<'_>, bias: Option<&[f32]>) -> Vec<f64> {
+    assert!(!w.has_reordering_g_idx(), "matmul_int8 does not model g_idx regrouping");
+    let p = w.params;
+    let bl = p.block_size;
+    let mut y = vec![0f64; m * p.n];
+    let mut row = vec![0f32; bl];
+    let mut q = vec![0i8; bl];
+    for i in 0..m {
+        for b in 0..p.k_blocks() {
+            for (o, r) in row.iter_mut().enumerate() {
+                let k = b * bl + o;
+                *r = if k < p.k { a[i * p.k + k] } else { 0.0 };
+            }
+            let (sa, qsum) = quantize_block(&row, &mut q);
+            for n in 0..p.n {
+                let isum: i64 = (0..bl.min(p.k - b * bl)).map(|o| q[o] as i64 * w.code(n, b * bl + o) as i64).sum();
+                let corr = w.zero_point(n, b) as f64 * qsum as f64;
+                y[i * p.n + n] += sa as f64 * w.scale(n, b) as f64 * (isum as f64 - corr);
+            }
+        }
+        if let Some(bias) = bias {
+            for n in 0..p.n {
+                y[i * p.n + n] += bias[n] as f64;
+            }
+        }
+    }
+    y
+}
+
+/// A rigorous bound on |int8 path − exact| for row `i`, column `n`: each activation moves by at most half a
+/// quantization step (≤ amax_row/254), so the error is ≤ amax_row/254 · Σ_k |w[n, k]|.
+pub fn int8_error_bound(a_row: &[f32], w_row_dequant: &[f64]) -> f64 {
+    let amax = a_row.iter().fold(0f32, |m, &x| m.max(x.abs())) as f64;
+    amax / 254.0 * w_row_dequant.iter().map(|v| v.abs()).sum::<f64>()
+}
