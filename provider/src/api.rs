@@ -1,0 +1,471 @@
+//! Safe wrappers over the parts of the ORT C API the op uses. Every call goes through `ort!`, which turns a
+//! returned `OrtStatus` into an [`Error`] (and releases it).
+//!
+//! Bindings: `ort-sys` with `disable-linking` (hand-maintained, layout-checked Rust declarations of
+//! `onnxruntime_c_api.h`). Chosen over bindgen because it needs no libclang and no C header at build time
+//! (no registry ships the header; Debian's is 1.23), cross-compiles unchanged, and links nothing: the only
+//! `OrtApi` we ever touch is the one ORT hands to `RegisterCustomOps`. The struct layout we fill
+//! (`OrtCustomOp`) is pinned by our own `CUSTOM_OP_VERSION`, never by `ort_sys::ORT_API_VERSION`, which cargo
+//! feature unification may raise.
+
+use crate::status::{Error, Result};
+use ort_sys::{
+    ONNXTensorElementDataType as Ty, OrtApi, OrtKernelContext, OrtKernelInfo, OrtLogger, OrtLoggingLevel,
+    OrtShapeInferContext, OrtStatus, OrtStatusPtr, OrtTensorTypeAndShapeInfo, OrtValue,
+};
+use std::borrow::Cow;
+use std::ffi::{CStr, CString, c_char, c_void};
+use std::ptr::{null, null_mut};
+use std::sync::OnceLock;
+
+/// The ORT API version we request and the `OrtCustomOp` layout we fill (fields up to `GetEndVersion`).
+/// 17 = ORT 1.17: the first with `KernelContext_ParallelFor`, `InferOutputShapeFn` and opset ranges.
+pub const API_VERSION: u32 = 17;
+
+struct ApiPtr(&'static OrtApi);
+
+static API: OnceLock<ApiPtr> = OnceLock::new();
+
+/// Installs the API table ORT handed to `RegisterCustomOps` (first call wins: one ORT per process).
+pub fn init(api: &'static OrtApi) {
+    let _ = API.set(ApiPtr(api));
+}
+
+/// The API table. Only reachable after `RegisterCustomOps` succeeded, which is before ORT can call anything
+/// else of ours.
+pub fn api() -> &'static OrtApi {
+    API.get().expect("nibble: ORT API used before RegisterCustomOps").0
+}
+
+/// Calls an `OrtApi` function and converts its status.
+macro_rules! ort {
+    ($f:ident ( $($arg:expr),* $(,)? )) => {{
+        let api = $crate::api::api();
+        // SAFETY: every call site passes pointers obtained from ORT for this call (or valid locals), as the
+        // C API documents for this function.
+        let status: ort_sys::OrtStatusPtr = unsafe { (api.$f)($($arg),*) };
+        $crate::api::check(status, stringify!($f))
+    }};
+}
+pub(crate) use ort;
+
+/// Converts a status into `Result`, releasing it.
+pub fn check(status: OrtStatusPtr, what: &str) -> Result<()> {
+    if status.0.is_null() {
+        return Ok(());
+    }
+    let api = api();
+    // SAFETY: non-null status from ORT; the message lives until ReleaseStatus, and we copy it first.
+    let msg = unsafe { CStr::from_ptr((api.GetErrorMessage)(status.0)) }.to_string_lossy().into_owned();
+    // SAFETY: we own the status and release it exactly once.
+    unsafe { (api.ReleaseStatus)(status.0) };
+    Err(Error::fail(format!("ORT {what} failed: {msg}")))
+}
+
+/// Creates an `OrtStatus` for ORT from an error (null for Ok).
+pub fn to_status(r: Result<()>) -> *mut OrtStatus {
+    match r {
+        Ok(()) => null_mut(),
+        Err(e) => make_status(api(), &e),
+    }
+}
+
+/// Creates an `OrtStatus` with `api` (also usable before `init`).
+pub fn make_status(api: &OrtApi, e: &Error) -> *mut OrtStatus {
+    let code = match e.code {
+        crate::status::ErrorCode::InvalidArgument => ort_sys::OrtErrorCode::ORT_INVALID_ARGUMENT,
+        crate::status::ErrorCode::Fail => ort_sys::OrtErrorCode::ORT_FAIL,
+    };
+    let msg = CString::new(e.message.replace('\0', " ")).expect("NULs replaced");
+    // SAFETY: CreateStatus copies the message.
+    unsafe { (api.CreateStatus)(code, msg.as_ptr()) }.0
+}
+
+/// Element types the op deals with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dtype {
+    F32,
+    F16,
+    U8,
+    I32,
+    /// Declared type "any" (UNDEFINED): we check the actual type ourselves, with a better message than ORT's.
+    Any,
+    Other(i32),
+}
+
+impl Dtype {
+    pub fn from_ort(t: Ty) -> Dtype {
+        match t {
+            Ty::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT => Dtype::F32,
+            Ty::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 => Dtype::F16,
+            Ty::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 => Dtype::U8,
+            Ty::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32 => Dtype::I32,
+            other => Dtype::Other(other as i32),
+        }
+    }
+
+    pub fn to_ort(self) -> Ty {
+        match self {
+            Dtype::F32 => Ty::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
+            Dtype::F16 => Ty::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16,
+            Dtype::U8 => Ty::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
+            Dtype::I32 => Ty::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32,
+            Dtype::Any | Dtype::Other(_) => Ty::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED,
+        }
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            Dtype::F32 => "float".into(),
+            Dtype::F16 => "float16".into(),
+            Dtype::U8 => "uint8".into(),
+            Dtype::I32 => "int32".into(),
+            Dtype::Any => "any".into(),
+            Dtype::Other(t) => format!("ONNX element type {t}"),
+        }
+    }
+
+    fn size(self) -> usize {
+        match self {
+            Dtype::F32 | Dtype::I32 => 4,
+            Dtype::F16 => 2,
+            Dtype::U8 => 1,
+            Dtype::Any | Dtype::Other(_) => 0,
+        }
+    }
+}
+
+/// Type and shape of a tensor info; releases it if `owned` (GetTensorTypeAndShape hands out an info the
+/// caller owns; ShapeInferContext_GetInputTypeShape one the context owns).
+fn type_and_shape(info: *mut OrtTensorTypeAndShapeInfo, owned: bool) -> Result<(Dtype, Vec<i64>)> {
+    struct Guard(*mut OrtTensorTypeAndShapeInfo, bool);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            if self.1 {
+                // SAFETY: we own the info (from GetTensorTypeAndShape) and release it once.
+                unsafe { (api().ReleaseTensorTypeAndShapeInfo)(self.0) }
+            }
+        }
+    }
+    let g = Guard(info, owned);
+    let mut ty = Ty::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    ort!(GetTensorElementType(g.0, &mut ty))?;
+    let mut n = 0usize;
+    ort!(GetDimensionsCount(g.0, &mut n))?;
+    let mut dims = vec![0i64; n];
+    ort!(GetDimensions(g.0, dims.as_mut_ptr(), n))?;
+    Ok((Dtype::from_ort(ty), dims))
+}
+
+/// A read-only view of an ORT tensor, valid for `'a` (the callback that handed it out).
+#[derive(Debug, Clone)]
+pub struct Tensor<'a> {
+    pub dtype: Dtype,
+    pub shape: Vec<i64>,
+    data: &'a [u8],
+}
+
+impl<'a> Tensor<'a> {
+    /// # Safety
+    /// `value` is a tensor OrtValue alive for `'a`.
+    unsafe fn from_value(value: *const OrtValue) -> Result<Tensor<'a>> {
+        let mut info = null_mut();
+        ort!(GetTensorTypeAndShape(value, &mut info))?;
+        let (dtype, shape) = type_and_shape(info, true)?;
+        let count = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?));
+        let count = count.ok_or_else(|| Error::fail(format!("tensor with invalid shape {shape:?}")))?;
+        let bytes = count * dtype.size();
+        let data: &'a [u8] = if bytes == 0 {
+            &[]
+        } else {
+            let mut p: *mut c_void = null_mut();
+            ort!(GetTensorMutableData(value.cast_mut(), &mut p))?;
+            // SAFETY: ORT tensors hold `count` contiguous elements of `dtype` at `p`, alive for 'a.
+            unsafe { std::slice::from_raw_parts(p.cast::<u8>(), bytes) }
+        };
+        Ok(Tensor { dtype, shape, data })
+    }
+
+    pub fn f32s(&self) -> Cow<'a, [f32]> {
+        assert_eq!(self.dtype, Dtype::F32);
+        cast_slice(self.data, f32::from_le_bytes)
+    }
+
+    pub fn f16s(&self) -> Cow<'a, [half::f16]> {
+        assert_eq!(self.dtype, Dtype::F16);
+        cast_slice(self.data, half::f16::from_le_bytes)
+    }
+
+    pub fn u8s(&self) -> &'a [u8] {
+        assert_eq!(self.dtype, Dtype::U8);
+        self.data
+    }
+
+    pub fn i32s(&self) -> Cow<'a, [i32]> {
+        assert_eq!(self.dtype, Dtype::I32);
+        cast_slice(self.data, i32::from_le_bytes)
+    }
+
+    /// The values as f32, for float and float16 tensors.
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        match self.dtype {
+            Dtype::F32 => self.f32s().into_owned(),
+            Dtype::F16 => self.f16s().iter().map(|x| x.to_f32()).collect(),
+            other => panic!("to_f32_vec on {}", other.name()),
+        }
+    }
+}
+
+/// Views the bytes of an ORT tensor as its element type: borrowed when aligned (ORT's allocations always
+/// are), copied otherwise (an initializer could in principle sit unaligned in a mapped file).
+fn cast_slice<T: Copy, const N: usize>(bytes: &[u8], from_le: fn([u8; N]) -> T) -> Cow<'_, [T]> {
+    debug_assert_eq!(N, std::mem::size_of::<T>());
+    if bytes.is_empty() {
+        return Cow::Borrowed(&[]);
+    }
+    if bytes.len() % N == 0 && bytes.as_ptr().align_offset(std::mem::align_of::<T>()) == 0 {
+        // SAFETY: length and alignment checked; T is a plain number type (f32, f16, i32) valid for any bits,
+        // and ORT only runs on little-endian hosts here, so the in-memory order is the tensor's.
+        return Cow::Borrowed(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), bytes.len() / N) });
+    }
+    Cow::Owned(bytes.chunks_exact(N).map(|c| from_le(c.try_into().expect("chunk of N"))).collect())
+}
+
+/// Reads a string through ORT's two-call (size, then fill) convention.
+fn read_string(mut f: impl FnMut(*mut c_char, *mut usize) -> Result<()>) -> Result<String> {
+    let mut size = 0usize;
+    f(null_mut(), &mut size)?;
+    let mut buf = vec![0u8; size.max(1)];
+    f(buf.as_mut_ptr().cast(), &mut size)?;
+    let s = CStr::from_bytes_until_nul(&buf).map_err(|_| Error::fail("ORT string not NUL-terminated"))?;
+    Ok(s.to_string_lossy().into_owned())
+}
+
+/// What ORT knows about a node while its kernel is being created.
+#[derive(Clone, Copy)]
+pub struct KernelInfo<'a> {
+    raw: *const OrtKernelInfo,
+    _life: std::marker::PhantomData<&'a OrtKernelInfo>,
+}
+
+impl<'a> KernelInfo<'a> {
+    /// # Safety
+    /// `raw` is the kernel info of the current CreateKernel call.
+    pub unsafe fn new(raw: *const OrtKernelInfo) -> Self {
+        KernelInfo { raw, _life: std::marker::PhantomData }
+    }
+
+    pub fn node_name(&self) -> Result<String> {
+        read_string(|buf, size| ort!(KernelInfo_GetNodeName(self.raw, buf, size)))
+    }
+
+    /// An int attribute, or None if the node does not have it.
+    pub fn attr_i64(&self, name: &str) -> Option<i64> {
+        let cname = CString::new(name).expect("attribute names have no NUL");
+        let mut v = 0i64;
+        ort!(KernelInfoGetAttribute_int64(self.raw, cname.as_ptr(), &mut v)).ok().map(|_| v)
+    }
+
+    pub fn input_count(&self) -> Result<usize> {
+        let mut n = 0usize;
+        ort!(KernelInfo_GetInputCount(self.raw, &mut n))?;
+        Ok(n)
+    }
+
+    /// Whether input `i` exists (optional inputs may be absent or given as an empty name).
+    pub fn has_input(&self, i: usize) -> Result<bool> {
+        if i >= self.input_count()? {
+            return Ok(false);
+        }
+        Ok(!read_string(|buf, size| ort!(KernelInfo_GetInputName(self.raw, i, buf, size)))?.is_empty())
+    }
+
+    /// Input `i` if it is a constant initializer (one a graph input cannot override), else None.
+    pub fn constant_input(&self, i: usize) -> Result<Option<Tensor<'a>>> {
+        let mut is_constant = 0;
+        let mut value: *const OrtValue = null();
+        ort!(KernelInfoGetConstantInput_tensor(self.raw, i, &mut is_constant, &mut value))?;
+        if is_constant == 0 || value.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: ORT keeps constant initializers alive for the whole kernel creation ('a).
+        unsafe { Tensor::from_value(value) }.map(Some)
+    }
+
+    /// Logs at INFO severity through the session's logger (ORT filters by the session's level).
+    pub fn log_info(&self, message: &str) -> Result<()> {
+        let mut logger: *const OrtLogger = null();
+        ort!(KernelInfo_GetLogger(self.raw, &mut logger))?;
+        let msg = CString::new(message.replace('\0', " ")).expect("NULs replaced");
+        ort!(Logger_LogMessage(
+            logger,
+            OrtLoggingLevel::ORT_LOGGING_LEVEL_INFO,
+            msg.as_ptr(),
+            c"nibble-ort/src/matmul_nbits.rs".as_ptr(),
+            0,
+            c"MatMulNBits::create".as_ptr()
+        ))
+    }
+}
+
+/// The context of one Compute call.
+#[derive(Clone, Copy)]
+pub struct KernelContext<'a> {
+    raw: *mut OrtKernelContext,
+    _life: std::marker::PhantomData<&'a mut OrtKernelContext>,
+}
+
+impl<'a> KernelContext<'a> {
+    /// # Safety
+    /// `raw` is the context of the current Compute call.
+    pub unsafe fn new(raw: *mut OrtKernelContext) -> Self {
+        KernelContext { raw, _life: std::marker::PhantomData }
+    }
+
+    /// Input `i`, or None if the optional input is absent.
+    pub fn input(&self, i: usize) -> Result<Option<Tensor<'a>>> {
+        let mut n = 0usize;
+        ort!(KernelContext_GetInputCount(self.raw, &mut n))?;
+        if i >= n {
+            return Ok(None);
+        }
+        let mut value: *const OrtValue = null();
+        ort!(KernelContext_GetInput(self.raw, i, &mut value))?;
+        if value.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: inputs live for the whole Compute call ('a).
+        unsafe { Tensor::from_value(value) }.map(Some)
+    }
+
+    /// Allocates output `i` with `shape` and element type `dtype` (the op variant's: f32 or f16).
+    pub fn output(&self, i: usize, shape: &[i64], dtype: Dtype) -> Result<Output<'a>> {
+        let mut value: *mut OrtValue = null_mut();
+        ort!(KernelContext_GetOutput(self.raw, i, shape.as_ptr(), shape.len(), &mut value))?;
+        let count: usize = shape.iter().map(|&d| d.max(0) as usize).product();
+        let mut p: *mut c_void = null_mut();
+        if count > 0 {
+            ort!(GetTensorMutableData(value, &mut p))?;
+            assert!(p.align_offset(4) == 0, "ORT output buffer misaligned");
+        }
+        // SAFETY: ORT allocated `count` elements of the output's declared type (`dtype`, fixed by the op
+        // variant) at `p`, aligned (checked); nothing else accesses them during this Compute.
+        unsafe {
+            Ok(match dtype {
+                _ if count == 0 => Output::F32(&mut []),
+                Dtype::F32 => Output::F32(std::slice::from_raw_parts_mut(p.cast(), count)),
+                Dtype::F16 => Output::F16(std::slice::from_raw_parts_mut(p.cast(), count)),
+                other => return Err(Error::fail(format!("output of type {} not supported", other.name()))),
+            })
+        }
+    }
+
+    /// Runs `f(0..total)` on the session's intra-op thread pool (serially if it has none) and waits. A panic
+    /// in `f` is caught on the worker and returned as an error after all tasks finish.
+    pub fn parallel_for(&self, total: usize, f: &(dyn Fn(usize) + Sync)) -> Result<()> {
+        if total <= 1 {
+            return std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (0..total).for_each(f)))
+                .map_err(|p| Error::panic("MatMulNBits tile", p));
+        }
+        struct Job<'f> {
+            f: &'f (dyn Fn(usize) + Sync),
+            panic: std::sync::Mutex<Option<Error>>,
+        }
+        unsafe extern "C" fn trampoline(data: *mut c_void, i: usize) {
+            // SAFETY: `data` is the `Job` below, alive until ParallelFor returns.
+            let job = unsafe { &*data.cast::<Job<'_>>() };
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (job.f)(i))) {
+                let mut slot = job.panic.lock().unwrap_or_else(|e| e.into_inner());
+                slot.get_or_insert_with(|| Error::panic("MatMulNBits tile", p));
+            }
+        }
+        let job = Job { f, panic: std::sync::Mutex::new(None) };
+        let data = (&job as *const Job<'_>).cast_mut().cast::<c_void>();
+        ort!(KernelContext_ParallelFor(self.raw, trampoline, total, 0, data))?;
+        match job.panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// An output tensor's elements.
+pub enum Output<'a> {
+    F32(&'a mut [f32]),
+    F16(&'a mut [half::f16]),
+}
+
+/// A session config entry, or None if not set.
+///
+/// # Safety
+/// `options` is the session options ORT passed to `RegisterCustomOps`.
+pub unsafe fn session_config(options: *const ort_sys::OrtSessionOptions, key: &str) -> Result<Option<String>> {
+    let ckey = CString::new(key).expect("config keys have no NUL");
+    let mut has = 0;
+    ort!(HasSessionConfigEntry(options, ckey.as_ptr(), &mut has))?;
+    if has == 0 {
+        return Ok(None);
+    }
+    read_string(|buf, size| ort!(GetSessionConfigEntry(options, ckey.as_ptr(), buf, size))).map(Some)
+}
+
+/// Shape inference context (InferOutputShapeFn).
+pub struct ShapeInfer {
+    raw: *mut OrtShapeInferContext,
+}
+
+impl ShapeInfer {
+    /// # Safety
+    /// `raw` is the context of the current InferOutputShapeFn call.
+    pub unsafe fn new(raw: *mut OrtShapeInferContext) -> Self {
+        ShapeInfer { raw }
+    }
+
+    /// Element type, dims (−1 = unknown) and symbolic dim names of input `i`.
+    pub fn input(&self, i: usize) -> Result<(Dtype, Vec<i64>, Vec<String>)> {
+        let mut info = null_mut();
+        ort!(ShapeInferContext_GetInputTypeShape(self.raw, i, &mut info))?;
+        let mut n = 0usize;
+        // The info belongs to the context: read it, never release it.
+        ort!(GetDimensionsCount(info, &mut n))?;
+        let mut names: Vec<*const c_char> = vec![null(); n];
+        ort!(GetSymbolicDimensions(info, names.as_mut_ptr(), n))?;
+        let names = names
+            .into_iter()
+            // SAFETY: ORT returns NUL-terminated strings (possibly empty) owned by `info`, alive for this call.
+            .map(|p| if p.is_null() { String::new() } else { unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned() })
+            .collect();
+        let (dtype, dims) = type_and_shape(info, false)?;
+        Ok((dtype, dims, names))
+    }
+
+    /// An int attribute, or None if absent.
+    pub fn attr_i64(&self, name: &str) -> Option<i64> {
+        let cname = CString::new(name).ok()?;
+        let mut attr = null();
+        ort!(ShapeInferContext_GetAttribute(self.raw, cname.as_ptr(), &mut attr)).ok()?;
+        if attr.is_null() {
+            return None;
+        }
+        let (mut v, mut out) = (0i64, 0usize);
+        let p = (&mut v as *mut i64).cast::<c_void>();
+        ort!(ReadOpAttr(attr, ort_sys::OrtOpAttrType::ORT_OP_ATTR_INT, p, 8, &mut out)).ok().map(|_| v)
+    }
+
+    /// Sets output `i` to `dtype` with `dims` (−1 = unknown, keeping `names` for symbolic dims).
+    pub fn set_output(&self, i: usize, dtype: Dtype, dims: &[i64], names: &[String]) -> Result<()> {
+        let mut info = null_mut();
+        ort!(CreateTensorTypeAndShapeInfo(&mut info))?;
+        let cnames: Vec<CString> = names.iter().map(|s| CString::new(s.as_str()).unwrap_or_default()).collect();
+        let mut ptrs: Vec<*const c_char> = cnames.iter().map(|c| c.as_ptr()).collect();
+        let r = (|| {
+            ort!(SetTensorElementType(info, dtype.to_ort()))?;
+            ort!(SetDimensions(info, dims.as_ptr(), dims.len()))?;
+            ort!(SetSymbolicDimensions(info, ptrs.as_mut_ptr(), ptrs.len()))?;
+            ort!(ShapeInferContext_SetOutputTypeShape(self.raw, i, info))
+        })();
+        // SAFETY: we created `info`; SetOutputTypeShape copies it.
+        unsafe { (api().ReleaseTensorTypeAndShapeInfo)(info) };
+        r
+    }
+}

@@ -1,0 +1,105 @@
+//! nibble-ort: an ONNX Runtime custom-op library with `MatMulNBits` on nibble's kernels.
+//!
+//! Exports one symbol, [`RegisterCustomOps`], and links nothing from ONNX Runtime: the API table comes from the
+//! `OrtApiBase` ORT passes in. It registers `MatMulNBits` (float and float16 variants) in domain `nibble` and,
+//! unless the session config entry `nibble.override_com_microsoft` is "0", in `com.microsoft`, where it
+//! replaces ORT's own kernel for existing models. `nibble.accuracy_level_default` ("4" default, or "1")
+//! chooses the compute path of nodes without accuracy_level. Both entries are read when the library is
+//! registered, so set them on the session options first.
+//!
+//! Walk: `RegisterCustomOps` (here) → `custom_op` trampolines (panic fences, FFI) → `matmul_nbits` (safe:
+//! attributes, validation, packing at creation; tiling at compute) → `nibble_kernels`.
+
+mod api;
+mod custom_op;
+pub mod domain;
+mod matmul_nbits;
+mod status;
+
+use api::Dtype;
+use custom_op::OpDef;
+use ort_sys::{OrtApiBase, OrtCustomOpDomain, OrtSessionOptions, OrtStatus};
+use status::{Error, Result};
+use std::ffi::{CStr, CString};
+
+/// Prefix of every message we produce.
+pub const OP_PREFIX: &str = "[MatMulNBits]";
+
+/// Entry point called by ORT's `RegisterCustomOpsLibrary*` / `register_custom_ops_library`.
+///
+/// # Safety
+/// Called by ONNX Runtime with valid `options` and `api_base`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn RegisterCustomOps(options: *mut OrtSessionOptions, api_base: *const OrtApiBase) -> *mut OrtStatus {
+    if api_base.is_null() {
+        return std::ptr::null_mut(); // nothing to report through
+    }
+    // SAFETY: ORT passes a valid OrtApiBase whose function pointers live for the process.
+    let base = unsafe { &*api_base };
+    let r = std::panic::catch_unwind(|| {
+        // SAFETY: as above; the version string is static in ORT.
+        let version = unsafe { CStr::from_ptr((base.GetVersionString)()) }.to_string_lossy().into_owned();
+        let minor = runtime_minor(&version);
+        if minor < api::API_VERSION {
+            return Err(Error::fail(format!(
+                "{OP_PREFIX} nibble needs ONNX Runtime >= 1.{}, this is {version}",
+                api::API_VERSION
+            )));
+        }
+        // SAFETY: GetApi returns null or a table valid for the process; version ≤ runtime's.
+        let table = unsafe { (base.GetApi)(api::API_VERSION) };
+        // SAFETY: checked non-null; ORT's API tables are static.
+        let table = unsafe { table.as_ref() }
+            .ok_or_else(|| Error::fail(format!("{OP_PREFIX} ONNX Runtime {version} returned no API {}", api::API_VERSION)))?;
+        api::init(table);
+        // SAFETY: `options` is the session options ORT is registering us into.
+        register(options, minor.min(api::API_VERSION))
+    });
+    let r = r.unwrap_or_else(|p| Err(Error::panic("RegisterCustomOps", p)));
+    match r {
+        Ok(()) => std::ptr::null_mut(),
+        Err(e) => {
+            // Report with the runtime's API if we could not install ours (API 1 has CreateStatus).
+            // SAFETY: GetApi(1) is supported by every runtime.
+            let table = unsafe { (base.GetApi)(1).as_ref() };
+            table.map_or(std::ptr::null_mut(), |t| api::make_status(t, &e))
+        }
+    }
+}
+
+/// "1.20.1" → 20 (0 if unparsable, which fails the version check with the string in the message).
+fn runtime_minor(version: &str) -> u32 {
+    version.split('.').nth(1).and_then(|m| m.parse().ok()).unwrap_or(0)
+}
+
+fn register(options: *mut OrtSessionOptions, op_version: u32) -> Result<()> {
+    // SAFETY: `options` comes from ORT (see RegisterCustomOps).
+    let (ov, acc) = unsafe {
+        (api::session_config(options, domain::KEY_OVERRIDE)?, api::session_config(options, domain::KEY_ACCURACY_DEFAULT)?)
+    };
+    let plan = domain::plan(ov.as_deref(), acc.as_deref())?;
+    for name in plan.domains {
+        let cname = CString::new(name).expect("domain names have no NUL");
+        let mut dom: *mut OrtCustomOpDomain = std::ptr::null_mut();
+        api::ort!(CreateCustomOpDomain(cname.as_ptr(), &mut dom))?;
+        for dtype in [Dtype::F32, Dtype::F16] {
+            // ORT keeps the pointer for the life of every session made from these options: leak it (a few
+            // hundred bytes per registration).
+            let def: &'static OpDef = Box::leak(Box::new(OpDef::new(dtype, plan.config, op_version)));
+            api::ort!(CustomOpDomain_Add(dom, def.raw()))?;
+        }
+        // The domain is owned by the options from here on (and, like the ops, must outlive the sessions).
+        api::ort!(AddCustomOpDomain(options, dom))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_runtime_minor() {
+        assert_eq!(super::runtime_minor("1.20.1"), 20);
+        assert_eq!(super::runtime_minor("1.31.1"), 31);
+        assert_eq!(super::runtime_minor("garbage"), 0);
+    }
+}

@@ -1,0 +1,306 @@
+//! The MatMulNBits kernel: reads attributes and constant initializers at session creation, validates them,
+//! selects kernels and packs the weights once; at each call packs A once, cuts the output into tiles and runs
+//! them on ORT's intra-op thread pool. No unsafe code and no SIMD here: FFI is in `api`, math in
+//! `nibble_kernels`.
+#![deny(unsafe_code)]
+
+use crate::OP_PREFIX;
+use crate::api::{Dtype, KernelContext, KernelInfo, Output, ShapeInfer, Tensor};
+use crate::status::{Error, Result};
+use nibble_kernels::format::fmt_shape;
+use nibble_kernels::{ComputePath, LhsSource, OutTiles, PackedRhs, Params, Selected, Weights, ZeroPoints};
+
+/// Inputs: A, B, scales, zero_points?, g_idx?, bias?
+pub const INPUT_COUNT: usize = 6;
+const IN_A: usize = 0;
+const IN_B: usize = 1;
+const IN_SCALES: usize = 2;
+const IN_ZP: usize = 3;
+const IN_G_IDX: usize = 4;
+const IN_BIAS: usize = 5;
+
+/// Declared input types of the variant for A's type `dtype`. Only A is typed (it picks the variant); the
+/// others are declared "any" so that a wrong type gets our error, which names the input, rather than ORT's
+/// "could not find an implementation".
+pub fn input_type(dtype: Dtype, i: usize) -> Dtype {
+    if i == IN_A { dtype } else { Dtype::Any }
+}
+
+pub fn input_is_optional(i: usize) -> bool {
+    i >= IN_ZP
+}
+
+/// Settings that come from the session config at registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpConfig {
+    /// What accuracy_level 0 (unset) means: 4 = int8 path, 1..3 = fp32 path.
+    pub default_accuracy: i64,
+}
+
+/// One node's kernel: immutable after creation, so concurrent Compute calls share it freely.
+#[derive(Debug)]
+pub struct MatMulNBits {
+    node: String,
+    params: Params,
+    dtype: Dtype,
+    sel: Selected,
+    rhs: PackedRhs,
+    bias: Bias,
+}
+
+#[derive(Debug)]
+enum Bias {
+    None,
+    Constant(Vec<f32>),
+    /// A graph input: read at each call.
+    PerCall,
+}
+
+fn required_attr(info: &KernelInfo<'_>, name: &str) -> Result<i64> {
+    info.attr_i64(name).ok_or_else(|| Error::invalid(format!("required attribute {name} is missing")))
+}
+
+/// A constant initializer input, or an error saying why it must be one.
+fn constant<'a>(info: &KernelInfo<'a>, i: usize, name: &str) -> Result<Tensor<'a>> {
+    info.constant_input(i)?.ok_or_else(|| {
+        Error::invalid(format!(
+            "input {name} must be a constant initializer, but it is a graph input (or an initializer that a graph \
+             input can override); nibble packs the weights once, at session creation"
+        ))
+    })
+}
+
+fn expect_type(t: &Tensor<'_>, name: &str, want: Dtype, why: &str) -> Result<()> {
+    if t.dtype != want {
+        return Err(Error::invalid(format!(
+            "input {name} has type {} but must be {}{why}",
+            t.dtype.name(),
+            want.name()
+        )));
+    }
+    Ok(())
+}
+
+impl MatMulNBits {
+    /// Kernel creation (session creation time). Every error names the node.
+    pub fn create(info: &KernelInfo<'_>, dtype: Dtype, config: &OpConfig) -> Result<Self> {
+        let node = info.node_name()?;
+        Self::create_in(info, dtype, config, node.clone()).map_err(|e| e.in_node(&node))
+    }
+
+    fn create_in(info: &KernelInfo<'_>, dtype: Dtype, config: &OpConfig, node: String) -> Result<Self> {
+        let params = Params::new(
+            required_attr(info, "K")?,
+            required_attr(info, "N")?,
+            info.attr_i64("bits").unwrap_or(4),
+            required_attr(info, "block_size")?,
+        )?;
+        let accuracy = info.attr_i64("accuracy_level").unwrap_or(0);
+        let effective = match accuracy {
+            0 => config.default_accuracy,
+            1..=4 => accuracy,
+            _ => {
+                return Err(Error::invalid(format!(
+                    "attribute accuracy_level={accuracy} is invalid (0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8)"
+                )));
+            }
+        };
+        let path = if effective == 4 { ComputePath::Int8 } else { ComputePath::Fp32 };
+        if let Some(w) = info.attr_i64("weight_prepacked").filter(|&w| w != 0) {
+            return Err(Error::invalid(format!(
+                "attribute weight_prepacked={w} is not supported (CUDA-only layouts); only 0"
+            )));
+        }
+        let n_inputs = info.input_count()?;
+        if n_inputs < 3 {
+            return Err(Error::invalid(format!("has {n_inputs} inputs; A, B and scales are required")));
+        }
+        let a_type = format!(" (the type of A, {})", dtype.name());
+
+        let b = constant(info, IN_B, "B")?;
+        expect_type(&b, "B", Dtype::U8, "")?;
+        params.check_b_shape(&b.shape)?;
+
+        let scales_t = constant(info, IN_SCALES, "scales")?;
+        expect_type(&scales_t, "scales", dtype, &a_type)?;
+        params.check_scales_shape(&scales_t.shape)?;
+        let scales = scales_t.to_f32_vec();
+
+        let zp_t = if info.has_input(IN_ZP)? { Some(constant(info, IN_ZP, "zero_points")?) } else { None };
+        let zp_f32;
+        let zero_points = match &zp_t {
+            None => ZeroPoints::Default,
+            Some(t) if t.dtype == Dtype::U8 => {
+                params.check_zero_points_shape(&t.shape, true)?;
+                ZeroPoints::Packed(t.u8s())
+            }
+            Some(t) if t.dtype == dtype => {
+                params.check_zero_points_shape(&t.shape, false)?;
+                zp_f32 = t.to_f32_vec();
+                ZeroPoints::Float(&zp_f32)
+            }
+            Some(t) => {
+                return Err(Error::invalid(format!(
+                    "input zero_points has type {} but must be uint8 (packed) or {}",
+                    t.dtype.name(),
+                    dtype.name()
+                )));
+            }
+        };
+
+        let g_idx_t = if info.has_input(IN_G_IDX)? { Some(constant(info, IN_G_IDX, "g_idx")?) } else { None };
+        if let Some(t) = &g_idx_t {
+            expect_type(t, "g_idx", Dtype::I32, "")?;
+            params.check_g_idx_shape(&t.shape)?;
+        }
+        let g_idx = g_idx_t.as_ref().map(|t| t.i32s());
+
+        let bias = if !info.has_input(IN_BIAS)? {
+            Bias::None
+        } else {
+            match info.constant_input(IN_BIAS)? {
+                Some(t) => {
+                    expect_type(&t, "bias", dtype, &a_type)?;
+                    params.check_bias_shape(&t.shape)?;
+                    Bias::Constant(t.to_f32_vec())
+                }
+                None => Bias::PerCall,
+            }
+        };
+
+        let weights = Weights::new(params, b.u8s(), &scales, zero_points, g_idx.as_deref())?;
+        let sel = nibble_kernels::select(path, params.bits, params.block_size)?;
+        let rhs = sel.pack_rhs(&weights);
+        let zp_kind = match zero_points {
+            ZeroPoints::Default => "none",
+            ZeroPoints::Packed(_) => "uint8",
+            ZeroPoints::Float(_) => "float",
+        };
+        let bias_kind = match bias {
+            Bias::None => "none",
+            Bias::Constant(_) => "constant",
+            Bias::PerCall => "per-call",
+        };
+        info.log_info(&format!(
+            "{OP_PREFIX} node '{node}': K={} N={} bits={} block_size={} accuracy_level={accuracy} -> {} path, \
+             kernels {} (M=1) / {} (M>1), packed {} bytes (nr={}, kr={}), zero_points={zp_kind}, g_idx={}, \
+             bias={bias_kind}, A={}",
+            params.k,
+            params.n,
+            params.bits,
+            params.block_size,
+            path.name(),
+            sel.gemv_name(),
+            sel.gemm_name(),
+            rhs.bytes().len(),
+            sel.layout().nr,
+            sel.layout().kr,
+            if weights.has_reordering_g_idx() { "reordering" } else if g_idx.is_some() { "plain" } else { "none" },
+            dtype.name(),
+        ))?;
+        Ok(MatMulNBits { node, params, dtype, sel, rhs, bias })
+    }
+
+    /// One call. Reentrant: only reads `self`.
+    pub fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
+        self.compute_in(ctx).map_err(|e| e.in_node(&self.node))
+    }
+
+    fn compute_in(&self, ctx: &KernelContext<'_>) -> Result<()> {
+        let p = self.params;
+        let a = ctx.input(IN_A)?.ok_or_else(|| Error::invalid("input A is missing"))?;
+        if a.dtype != self.dtype {
+            return Err(Error::invalid(format!("input A has type {}, expected {}", a.dtype.name(), self.dtype.name())));
+        }
+        let Some((&k_a, lead)) = a.shape.split_last() else {
+            return Err(Error::invalid(format!("input A has shape {} but must have rank >= 1", fmt_shape(&a.shape))));
+        };
+        if k_a != p.k as i64 {
+            return Err(Error::invalid(format!(
+                "input A has shape {} whose last dimension {k_a} does not match attribute K={}",
+                fmt_shape(&a.shape),
+                p.k
+            )));
+        }
+        let m: usize = lead.iter().map(|&d| d as usize).product();
+        let out_shape: Vec<i64> = lead.iter().copied().chain([p.n as i64]).collect();
+
+        let per_call_bias;
+        let bias = match &self.bias {
+            Bias::None => None,
+            Bias::Constant(b) => Some(b.as_slice()),
+            Bias::PerCall => match ctx.input(IN_BIAS)? {
+                None => None,
+                Some(t) => {
+                    expect_type(&t, "bias", self.dtype, " (the type of A)")?;
+                    p.check_bias_shape(&t.shape)?;
+                    per_call_bias = t.to_f32_vec();
+                    Some(per_call_bias.as_slice())
+                }
+            },
+        };
+
+        let out = ctx.output(0, &out_shape, self.dtype)?;
+        if m == 0 {
+            return Ok(());
+        }
+        let a_f32;
+        let a_f16;
+        let src = match self.dtype {
+            Dtype::F16 => {
+                a_f16 = a.f16s();
+                LhsSource::F16(&a_f16)
+            }
+            _ => {
+                a_f32 = a.f32s();
+                LhsSource::F32(&a_f32)
+            }
+        };
+        let lhs = self.sel.pack_lhs(src, m, &self.rhs);
+        let plan = self.sel.plan(m, &self.rhs);
+        let run = |y: &mut [f32]| -> Result<()> {
+            let tiles = OutTiles::new(y, plan);
+            ctx.parallel_for(plan.count(), &|t| self.sel.run_tile(&lhs, &self.rhs, bias, &tiles, t))
+        };
+        match out {
+            Output::F32(y) => run(y),
+            Output::F16(y16) => {
+                let mut y = vec![0f32; y16.len()];
+                run(&mut y)?;
+                for (d, s) in y16.iter_mut().zip(&y) {
+                    *d = half::f16::from_f32(*s);
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Output type and shape: Y = A.shape[:-1] + [N], A's type. Also rejects a static A whose last dimension
+/// contradicts K.
+pub fn infer_shape(ctx: &ShapeInfer, dtype: Dtype) -> Result<()> {
+    let (_a_type, dims, names) = ctx.input(IN_A)?;
+    let n = ctx.attr_i64("N").ok_or_else(|| Error::invalid(format!("{OP_PREFIX} required attribute N is missing")))?;
+    if n < 1 {
+        return Err(Error::invalid(format!("{OP_PREFIX} attribute N={n} must be >= 1")));
+    }
+    let Some(&last) = dims.last() else {
+        // Rank 0 or unknown rank: leave the shape to ORT's type inference; Compute checks the rank.
+        return Ok(());
+    };
+    if let Some(k) = ctx.attr_i64("K")
+        && last >= 0
+        && last != k
+    {
+        return Err(Error::invalid(format!(
+            "{OP_PREFIX} input A has shape {} whose last dimension {last} does not match attribute K={k}",
+            fmt_shape(&dims)
+        )));
+    }
+    let mut out_dims = dims[..dims.len() - 1].to_vec();
+    out_dims.push(n);
+    let mut out_names = names.get(..dims.len() - 1).map(<[String]>::to_vec).unwrap_or_default();
+    out_names.resize(dims.len() - 1, String::new());
+    out_names.push(String::new());
+    ctx.set_output(0, dtype, &out_dims, &out_names)
+}
