@@ -55,7 +55,7 @@ impl RhsLayout {
     /// whole number of kr-groups).
     pub fn supports(&self, bits: u32, bl: usize) -> bool {
         let lane = Self::chunk(bl) / (8 / bits as usize);
-        self.nr > 0 && self.kr > 0 && lane % self.kr == 0
+        self.nr > 0 && self.kr > 0 && lane.is_multiple_of(self.kr)
     }
 }
 

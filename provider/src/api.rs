@@ -223,7 +223,7 @@ fn cast_slice<T: Copy, const N: usize>(bytes: &[u8], from_le: fn([u8; N]) -> T) 
     if bytes.is_empty() {
         return Cow::Borrowed(&[]);
     }
-    if bytes.len() % N == 0 && bytes.as_ptr().align_offset(std::mem::align_of::<T>()) == 0 {
+    if bytes.len().is_multiple_of(N) && bytes.as_ptr().align_offset(std::mem::align_of::<T>()) == 0 {
         // SAFETY: length and alignment checked; T is a plain number type (f32, f16, i32) valid for any bits,
         // and ORT only runs on little-endian hosts here, so the in-memory order is the tensor's.
         return Cow::Borrowed(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), bytes.len() / N) });

@@ -29,7 +29,9 @@ unsafe impl Send for OpDef {}
 impl OpDef {
     /// The table for one A type. `version` is min(runtime API, `api::API_VERSION`): the fields we fill.
     pub fn new(dtype: Dtype, config: OpConfig, version: u32) -> OpDef {
-        // Every field not set below is None (null), which ORT reads as "not provided".
+        // Every field not set below is None (null), which ORT reads as "not provided". The struct update
+        // covers the api-18 fields that cargo feature unification may add to ort-sys's struct.
+        #[allow(clippy::needless_update)]
         let raw = OrtCustomOp {
             version,
             CreateKernel: None,

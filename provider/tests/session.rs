@@ -12,7 +12,8 @@
 //! What is checked:
 //! - every fixture case, node in domain `nibble` and in `com.microsoft` (our override), against the float64 numpy
 //!   reference and, where ORT's own kernel is right for the case, against ORT's kernel in a session without our
-//!   library: abs 0.1 / rel 0.02 for accuracy_level 4, 1e-4 / 1e-4 for the fp32 levels (0, 1);
+//!   library: abs 0.1 / rel 0.02 for accuracy_level 4 and for 0 (unset: nibble's default is its int8 path),
+//!   abs 1e-4 / rel 1e-4 for accuracy_level 1, and for 0 with `nibble.accuracy_level_default=1`;
 //! - concurrency: several threads calling `Run` on ONE session (see `concurrent_runs_share_one_session`);
 //! - malformed models fail with an error naming `[MatMulNBits]`;
 //! - the session config `nibble.override_com_microsoft=0` hands com.microsoft nodes back to ORT.
@@ -31,6 +32,17 @@ use ort::value::{Tensor, TensorRef};
 
 // ------------------------------------------------------------------------------------------------ set-up
 
+/// Progress line written straight to the process's stderr. libtest captures `eprintln!` per test and prints it only
+/// for failed tests; a crash inside ORT kills the process before that, so progress must not be captured: the last
+/// line then names the model that crashed.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let line = format!("[session] {}\n", format_args!($($arg)*));
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }};
+}
+
 /// `ort`'s builder errors (`Error<SessionBuilder>`) are not `Send + Sync`: keep their message only.
 trait OrtResultExt<T> {
     fn ax(self) -> Result<T>;
@@ -42,18 +54,23 @@ impl<T, E: std::fmt::Display> OrtResultExt<T> for std::result::Result<T, E> {
 }
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("provider/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("provider/ has a parent")
+        .to_path_buf()
 }
 
 fn env_path(var: &str) -> Option<PathBuf> {
-    std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from)
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }
 
 /// `true` when `NIBBLE_SKIP_ORT_TESTS=1`: the caller returns without testing anything.
 fn skipped(test: &str) -> bool {
     let skip = std::env::var("NIBBLE_SKIP_ORT_TESTS").is_ok_and(|v| v == "1");
     if skip {
-        eprintln!("[session] {test}: SKIPPED (NIBBLE_SKIP_ORT_TESTS=1)");
+        say!("{test}: SKIPPED (NIBBLE_SKIP_ORT_TESTS=1)");
     }
     skip
 }
@@ -77,11 +94,11 @@ fn ort_env() -> &'static Environment {
             .build()
             .map_err(|e| format!("creating the ORT environment from {}: {e}", dylib.display()))?;
         let version = ort_version(&dylib).map_err(|e| format!("{}: {e}", dylib.display()))?;
-        eprintln!("[session] ONNX Runtime {version} loaded from {} ({})", dylib.display(), ort::info());
-        if let Ok(want) = std::env::var("NIBBLE_ORT_VERSION") {
-            if version != want {
-                return Err(format!("NIBBLE_ORT_VERSION={want} but {} is ONNX Runtime {version}", dylib.display()));
-            }
+        say!("ONNX Runtime {version} loaded from {} ({})", dylib.display(), ort::info());
+        if let Ok(want) = std::env::var("NIBBLE_ORT_VERSION")
+            && version != want
+        {
+            return Err(format!("NIBBLE_ORT_VERSION={want} but {} is ONNX Runtime {version}", dylib.display()));
         }
         Ok(env)
     });
@@ -99,7 +116,8 @@ fn ort_version(dylib: &Path) -> std::result::Result<String, String> {
         fn dlsym(handle: *mut std::ffi::c_void, symbol: *const c_char) -> *mut std::ffi::c_void;
     }
     const RTLD_NOW: i32 = 2;
-    let path = std::ffi::CString::new(dylib.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    let path =
+        std::ffi::CString::new(dylib.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
     // SAFETY: plain libc calls; the symbol has the C signature `const OrtApiBase* OrtGetApiBase(void)`.
     unsafe {
         let handle = dlopen(path.as_ptr(), RTLD_NOW);
@@ -110,9 +128,12 @@ fn ort_version(dylib: &Path) -> std::result::Result<String, String> {
         if sym.is_null() {
             return Err("no OrtGetApiBase symbol".into());
         }
-        let get_base: unsafe extern "C" fn() -> *const ort::sys::OrtApiBase = std::mem::transmute(sym);
+        let get_base: unsafe extern "C" fn() -> *const ort::sys::OrtApiBase =
+            std::mem::transmute(sym);
         let base = get_base();
-        Ok(CStr::from_ptr(((*base).GetVersionString)()).to_string_lossy().into_owned())
+        Ok(CStr::from_ptr(((*base).GetVersionString)())
+            .to_string_lossy()
+            .into_owned())
     }
 }
 
@@ -131,7 +152,8 @@ fn nibble_lib() -> PathBuf {
 }
 
 fn fixtures() -> PathBuf {
-    let dir = env_path("NIBBLE_FIXTURES").unwrap_or_else(|| workspace().join("target").join("fixtures"));
+    let dir =
+        env_path("NIBBLE_FIXTURES").unwrap_or_else(|| workspace().join("target").join("fixtures"));
     assert!(
         dir.join("manifest.txt").is_file(),
         "no fixtures in {}: run .venv/bin/python tests/fixtures/make_fixtures.py (scripts/test.sh does)",
@@ -151,9 +173,16 @@ struct Opts<'a> {
     intra_threads: usize,
 }
 
-const OURS: Opts<'static> =
-    Opts { nibble: true, config: &[], opt_level: GraphOptimizationLevel::Disable, intra_threads: 2 };
-const BUILTIN: Opts<'static> = Opts { nibble: false, ..OURS };
+const OURS: Opts<'static> = Opts {
+    nibble: true,
+    config: &[],
+    opt_level: GraphOptimizationLevel::Disable,
+    intra_threads: 2,
+};
+const BUILTIN: Opts<'static> = Opts {
+    nibble: false,
+    ..OURS
+};
 
 /// Creates a session. Creation is serialised across the test threads: ORT 1.20.1 registers custom-op domains in a
 /// process-global, unsynchronised table, and two sessions registering domain "nibble" at the same moment fail with
@@ -161,7 +190,9 @@ const BUILTIN: Opts<'static> = Opts { nibble: false, ..OURS };
 /// too, so it is ORT's race, not ours). Running a session concurrently is tested separately, and is fine.
 fn session(model: &Path, o: Opts) -> Result<Session> {
     static CREATE: Mutex<()> = Mutex::new(());
-    let _guard = CREATE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _guard = CREATE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let mut b = Session::builder(ort_env())
         .ax()?
         .with_optimization_level(o.opt_level)
@@ -192,10 +223,17 @@ struct Record(Vec<(String, String)>);
 
 impl Record {
     fn get(&self, key: &str) -> &str {
-        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).unwrap_or_else(|| panic!("manifest: no {key}"))
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_else(|| panic!("manifest: no {key}"))
     }
     fn shape(&self, key: &str) -> Vec<i64> {
-        self.get(key).split('x').map(|d| d.parse().expect("manifest: bad shape")).collect()
+        self.get(key)
+            .split('x')
+            .map(|d| d.parse().expect("manifest: bad shape"))
+            .collect()
     }
 }
 
@@ -219,7 +257,10 @@ fn manifest(kind: &str) -> Vec<Record> {
 
 fn read_f32(path: &Path) -> Vec<f32> {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 /// Tolerance |got − want| ≤ abs + rel·|want| (numpy.allclose).
@@ -228,8 +269,14 @@ struct Tol {
     abs: f32,
     rel: f32,
 }
-const LOOSE: Tol = Tol { abs: 0.1, rel: 0.02 }; // accuracy_level 4 (ORT's own test tolerance)
-const TIGHT: Tol = Tol { abs: 1e-4, rel: 1e-4 }; // fp32 accumulation (ORT's kernel vs numpy: < 2e-5 here)
+const LOOSE: Tol = Tol {
+    abs: 0.1,
+    rel: 0.02,
+}; // accuracy_level 4 (ORT's own test tolerance)
+const TIGHT: Tol = Tol {
+    abs: 1e-4,
+    rel: 1e-4,
+}; // fp32 accumulation (ORT's kernel vs numpy: < 2e-5 here)
 
 /// `None` if `got` matches `want` within `tol`; otherwise a one-line description of the worst element.
 fn compare(got: &[f32], want: &[f32], tol: Tol) -> Option<String> {
@@ -240,8 +287,7 @@ fn compare(got: &[f32], want: &[f32], tol: Tol) -> Option<String> {
     let mut worst: Option<(usize, f32)> = None;
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let excess = (g - w).abs() - (tol.abs + tol.rel * w.abs());
-        if !(excess <= 0.0) {
-            // also catches NaN
+        if excess > 0.0 || excess.is_nan() {
             bad += 1;
             if worst.is_none_or(|(_, e)| excess > e || excess.is_nan()) {
                 worst = Some((i, excess));
@@ -249,12 +295,21 @@ fn compare(got: &[f32], want: &[f32], tol: Tol) -> Option<String> {
         }
     }
     worst.map(|(i, _)| {
-        format!("{bad}/{} outside {tol:?}; worst at {i}: got {} want {} (|diff| {:.3e})", got.len(), got[i], want[i], (got[i] - want[i]).abs())
+        format!(
+            "{bad}/{} outside {tol:?}; worst at {i}: got {} want {} (|diff| {:.3e})",
+            got.len(),
+            got[i],
+            want[i],
+            (got[i] - want[i]).abs()
+        )
     })
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 // ------------------------------------------------------------------------------------------------ tests
@@ -270,23 +325,34 @@ fn matches_reference_and_builtin() {
     let mut checked = 0;
     for r in manifest("case") {
         let label = format!("{} A={}", r.get("name"), r.get("a_shape"));
+        say!("...  {label}"); // if ORT crashes, this names the case
         match check_case(&dir, &r) {
             Ok(notes) => {
                 checked += 1;
-                eprintln!("[session] ok   {label}{notes}");
+                say!("ok   {label}{notes}");
             }
             Err(e) => {
-                eprintln!("[session] FAIL {label}: {e:#}");
+                say!("FAIL {label}: {e:#}");
                 failures.push(format!("{label}: {e:#}"));
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases failed:\n  {}", failures.len(), checked + failures.len(), failures.join("\n  "));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n  {}",
+        failures.len(),
+        checked + failures.len(),
+        failures.join("\n  ")
+    );
     assert!(checked > 0, "manifest has no cases");
 }
 
 fn check_case(dir: &Path, r: &Record) -> Result<String> {
-    let tol = if r.get("tol") == "loose" { LOOSE } else { TIGHT };
+    let tol = if r.get("tol") == "loose" {
+        LOOSE
+    } else {
+        TIGHT
+    };
     let a_shape = r.shape("a_shape");
     let y_shape = r.shape("y_shape");
     let a = read_f32(&dir.join(r.get("a")));
@@ -300,9 +366,19 @@ fn check_case(dir: &Path, r: &Record) -> Result<String> {
         ("nibble", r.get("nibble"), GraphOptimizationLevel::Disable),
         ("com.microsoft", r.get("com"), GraphOptimizationLevel::All),
     ] {
-        let mut s = session(&dir.join(model), Opts { opt_level: opt, ..OURS }).with_context(|| format!("{tag}: session"))?;
+        let mut s = session(
+            &dir.join(model),
+            Opts {
+                opt_level: opt,
+                ..OURS
+            },
+        )
+        .with_context(|| format!("{tag}: session"))?;
         let (shape, y) = run(&mut s, &a_shape, &a).with_context(|| format!("{tag}: run"))?;
-        ensure!(shape == y_shape, "{tag}: output shape {shape:?}, expected {y_shape:?}");
+        ensure!(
+            shape == y_shape,
+            "{tag}: output shape {shape:?}, expected {y_shape:?}"
+        );
         if let Some(msg) = compare(&y, &want, tol) {
             bail!("{tag} vs numpy reference: {msg}");
         }
@@ -311,37 +387,106 @@ fn check_case(dir: &Path, r: &Record) -> Result<String> {
     // Same library, same kernel: both domains must agree to rounding (they differ only in registration).
     let d = max_abs_diff(&ours[0], &ours[1]);
     let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
-    ensure!(d <= 1e-5 * scale, "domain nibble and com.microsoft outputs differ by {d:.3e}");
+    ensure!(
+        d <= 1e-5 * scale,
+        "domain nibble and com.microsoft outputs differ by {d:.3e}"
+    );
 
     // ORT's own kernel (a session without our library), where it is a valid oracle.
     let builtin = r.get("builtin");
     if builtin != "none" {
-        match session(&dir.join(r.get("com")), BUILTIN).and_then(|mut s| run(&mut s, &a_shape, &a)) {
+        match session(&dir.join(r.get("com")), BUILTIN).and_then(|mut s| run(&mut s, &a_shape, &a))
+        {
             Ok((_, y_ort)) => {
                 if let Some(msg) = compare(&ours[0], &y_ort, tol) {
                     bail!("vs ORT's built-in MatMulNBits: {msg}");
                 }
-                notes += &format!(" (max |ours − ORT| {:.2e}, |ours − numpy| {:.2e})", max_abs_diff(&ours[0], &y_ort), max_abs_diff(&ours[0], &want));
+                notes += &format!(
+                    " (max |ours − ORT| {:.2e}, |ours − numpy| {:.2e})",
+                    max_abs_diff(&ours[0], &y_ort),
+                    max_abs_diff(&ours[0], &want)
+                );
             }
             Err(e) if builtin == "optional" => {
                 let msg = e.to_string();
-                let reason = msg.lines().next().unwrap_or("").rsplit(']').next().unwrap_or("").trim().to_string();
-                notes += &format!(" (ORT's own kernel refuses this case on this version: \"{reason}\"; numpy only)");
+                let reason = msg
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .rsplit(']')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_string();
+                notes += &format!(
+                    " (ORT's own kernel refuses this case on this version: \"{reason}\"; numpy only)"
+                );
             }
             Err(e) => return Err(e.context("ORT's built-in kernel (no nibble library)")),
         }
     } else {
-        notes += &format!(" (numpy only: |ours − numpy| {:.2e})", max_abs_diff(&ours[0], &want));
+        notes += &format!(
+            " (numpy only: |ours − numpy| {:.2e})",
+            max_abs_diff(&ours[0], &want)
+        );
     }
     Ok(notes)
 }
 
+/// accuracy_level unset (0): nibble's int8 path by default (checked loosely above); with the session config
+/// `nibble.accuracy_level_default=1` the fp32 path, which must then match the reference tightly, like ORT's.
+#[test]
+fn accuracy_level_default_config() {
+    if skipped("accuracy_level_default_config") {
+        return;
+    }
+    const FP32: &[(&str, &str)] = &[("nibble.accuracy_level_default", "1")];
+    let dir = fixtures();
+    let records: Vec<Record> = manifest("case")
+        .into_iter()
+        .filter(|r| r.get("acc") == "0")
+        .collect();
+    assert!(
+        !records.is_empty(),
+        "manifest has no case without accuracy_level"
+    );
+    for r in records {
+        let (a_shape, a, want) = (
+            r.shape("a_shape"),
+            read_f32(&dir.join(r.get("a"))),
+            read_f32(&dir.join(r.get("y"))),
+        );
+        for model in [r.get("nibble"), r.get("com")] {
+            let mut s = session(
+                &dir.join(model),
+                Opts {
+                    config: FP32,
+                    ..OURS
+                },
+            )
+            .expect("session");
+            let (_, y) = run(&mut s, &a_shape, &a).expect("run");
+            if let Some(m) = compare(&y, &want, TIGHT) {
+                panic!("{model} with nibble.accuracy_level_default=1: {m}");
+            }
+            say!(
+                "ok   {model} with nibble.accuracy_level_default=1: |ours − numpy| {:.2e}",
+                max_abs_diff(&y, &want)
+            );
+        }
+    }
+}
+
 /// Deterministic pseudo-random floats in [-1, 1) (no rand crate needed).
 fn lcg_f32(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
@@ -363,7 +508,16 @@ fn raw_run(sess: &Session, shape: &[i64], a: &[f32]) -> Result<Vec<f32>> {
     let inner = sess.inner();
     // SAFETY: valid session, one named input value, one output slot; ORT allocates the output value.
     let status = unsafe {
-        (api.Run)(inner.ptr().cast_mut(), null(), in_names.as_ptr(), inputs.as_ptr(), 1, out_names.as_ptr(), 1, &mut out)
+        (api.Run)(
+            inner.ptr().cast_mut(),
+            null(),
+            in_names.as_ptr(),
+            inputs.as_ptr(),
+            1,
+            out_names.as_ptr(),
+            1,
+            &mut out,
+        )
     };
     check(status)?;
     ensure!(!out.is_null(), "Run returned no output");
@@ -392,7 +546,9 @@ fn check(status: ort::sys::OrtStatusPtr) -> Result<()> {
     let api = ort::api();
     // SAFETY: non-null status from ORT; released once after reading the message.
     let msg = unsafe {
-        let m = CStr::from_ptr((api.GetErrorMessage)(status.0)).to_string_lossy().into_owned();
+        let m = CStr::from_ptr((api.GetErrorMessage)(status.0))
+            .to_string_lossy()
+            .into_owned();
         (api.ReleaseStatus)(status.0);
         m
     };
@@ -409,9 +565,15 @@ fn concurrent_runs_share_one_session() {
     const THREADS: usize = 4;
     const ITERS: usize = 12;
     let dir = fixtures();
-    let rec = manifest("case").into_iter().find(|r| r.get("name").starts_with("acc4_conc_")).expect("manifest: no acc4_conc_ case");
+    let rec = manifest("case")
+        .into_iter()
+        .find(|r| r.get("name").starts_with("acc4_conc_"))
+        .expect("manifest: no acc4_conc_ case");
     let k = rec.shape("a_shape")[1];
-    for (tag, model) in [("nibble", rec.get("nibble")), ("com.microsoft", rec.get("com"))] {
+    for (tag, model) in [
+        ("nibble", rec.get("nibble")),
+        ("com.microsoft", rec.get("com")),
+    ] {
         let sess = session(&dir.join(model), OURS).expect("session");
         // Inputs with M = 1, 2, 3, 5, 8, 1, 4, 7 rows, and their single-threaded results.
         let inputs: Vec<(Vec<i64>, Vec<f32>)> = [1i64, 2, 3, 5, 8, 1, 4, 7]
@@ -419,7 +581,10 @@ fn concurrent_runs_share_one_session() {
             .enumerate()
             .map(|(i, &m)| (vec![m, k], lcg_f32(i as u64 + 1, (m * k) as usize)))
             .collect();
-        let expected: Vec<Vec<f32>> = inputs.iter().map(|(s, a)| raw_run(&sess, s, a).expect("serial run")).collect();
+        let expected: Vec<Vec<f32>> = inputs
+            .iter()
+            .map(|(s, a)| raw_run(&sess, s, a).expect("serial run"))
+            .collect();
         let errors: Vec<String> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..THREADS)
                 .map(|t| {
@@ -430,7 +595,14 @@ fn concurrent_runs_share_one_session() {
                             let j = (t * 3 + it) % inputs.len();
                             match raw_run(sess, &inputs[j].0, &inputs[j].1) {
                                 Ok(y) => {
-                                    if let Some(m) = compare(&y, &expected[j], Tol { abs: 1e-5, rel: 1e-5 }) {
+                                    if let Some(m) = compare(
+                                        &y,
+                                        &expected[j],
+                                        Tol {
+                                            abs: 1e-5,
+                                            rel: 1e-5,
+                                        },
+                                    ) {
                                         errs.push(format!("thread {t} iter {it} input {j}: {m}"));
                                     }
                                 }
@@ -441,10 +613,19 @@ fn concurrent_runs_share_one_session() {
                     })
                 })
                 .collect();
-            handles.into_iter().flat_map(|h| h.join().expect("thread panicked")).collect()
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("thread panicked"))
+                .collect()
         });
-        assert!(errors.is_empty(), "{tag}: concurrent runs disagree with serial runs:\n  {}", errors.join("\n  "));
-        eprintln!("[session] ok   {tag}: {THREADS} threads x {ITERS} runs on one session match the serial results");
+        assert!(
+            errors.is_empty(),
+            "{tag}: concurrent runs disagree with serial runs:\n  {}",
+            errors.join("\n  ")
+        );
+        say!(
+            "ok   {tag}: {THREADS} threads x {ITERS} runs on one session match the serial results"
+        );
     }
 }
 
@@ -465,13 +646,20 @@ fn malformed_models_fail_with_op_name() {
         });
         let msg = format!("{:#}", outcome.expect_err("always Err: bail! above"));
         if msg.contains("[MatMulNBits]") {
-            eprintln!("[session] ok   malformed {name}: {}", msg.lines().next().unwrap_or(""));
+            say!(
+                "ok   malformed {name}: {}",
+                msg.lines().next().unwrap_or("")
+            );
         } else {
-            eprintln!("[session] FAIL malformed {name} ({}): {msg}", r.get("why"));
+            say!("FAIL malformed {name} ({}): {msg}", r.get("why"));
             failures.push(format!("{name} ({}): {msg}", r.get("why")));
         }
     }
-    assert!(failures.is_empty(), "errors without [MatMulNBits]:\n  {}", failures.join("\n  "));
+    assert!(
+        failures.is_empty(),
+        "errors without [MatMulNBits]:\n  {}",
+        failures.join("\n  ")
+    );
 }
 
 /// `nibble.override_com_microsoft=0` (set before the library is registered) leaves com.microsoft::MatMulNBits to
@@ -483,19 +671,33 @@ fn override_switch_off_restores_builtin() {
     }
     const OFF: &[(&str, &str)] = &[("nibble.override_com_microsoft", "0")];
     let dir = fixtures();
-    let off = Opts { config: OFF, ..OURS };
+    let off = Opts {
+        config: OFF,
+        ..OURS
+    };
 
     // 1. A valid com.microsoft model gives bit-for-bit ORT's own result.
-    let rec = manifest("case").into_iter().find(|r| r.get("name").starts_with("acc4_zp_")).expect("manifest: no acc4_zp_ case");
+    let rec = manifest("case")
+        .into_iter()
+        .find(|r| r.get("name").starts_with("acc4_zp_"))
+        .expect("manifest: no acc4_zp_ case");
     let (a_shape, a) = (rec.shape("a_shape"), read_f32(&dir.join(rec.get("a"))));
     let com = dir.join(rec.get("com"));
     let (_, y_builtin) = run(&mut session(&com, BUILTIN).unwrap(), &a_shape, &a).unwrap();
     let (_, y_off) = run(&mut session(&com, off).unwrap(), &a_shape, &a).unwrap();
-    assert_eq!(y_off, y_builtin, "override off: com.microsoft node did not run ORT's kernel");
+    assert_eq!(
+        y_off, y_builtin,
+        "override off: com.microsoft node did not run ORT's kernel"
+    );
 
     // 2. Domain nibble still runs ours.
     let want = read_f32(&dir.join(rec.get("y")));
-    let (_, y_nib) = run(&mut session(&dir.join(rec.get("nibble")), off).unwrap(), &a_shape, &a).unwrap();
+    let (_, y_nib) = run(
+        &mut session(&dir.join(rec.get("nibble")), off).unwrap(),
+        &a_shape,
+        &a,
+    )
+    .unwrap();
     if let Some(m) = compare(&y_nib, &want, LOOSE) {
         panic!("override off: domain nibble: {m}");
     }
@@ -503,15 +705,26 @@ fn override_switch_off_restores_builtin() {
     // 3. A com.microsoft model our kernel rejects (block_size 24) is no longer ours to reject: ORT accepts it
     //    (1.20.1) or refuses it in its own words (1.31.1) — either way without "[MatMulNBits]".
     let bad = dir.join("malformed_block_size_24.com.onnx");
-    let on_err = session(&bad, OURS).and_then(|mut s| run(&mut s, &[1, 64], &[0.5; 64])).expect_err("override on must reject block_size 24");
-    assert!(format!("{on_err:#}").contains("[MatMulNBits]"), "override on: {on_err:#}");
+    let on_err = session(&bad, OURS)
+        .and_then(|mut s| run(&mut s, &[1, 64], &[0.5; 64]))
+        .expect_err("override on must reject block_size 24");
+    assert!(
+        format!("{on_err:#}").contains("[MatMulNBits]"),
+        "override on: {on_err:#}"
+    );
     match session(&bad, off) {
-        Ok(_) => eprintln!("[session] ok   override off: ORT's kernel accepted block_size 24"),
+        Ok(_) => say!("ok   override off: ORT's kernel accepted block_size 24"),
         Err(e) => {
             let msg = format!("{e:#}");
-            assert!(!msg.contains("[MatMulNBits]"), "override off but our kernel still handled the node: {msg}");
-            eprintln!("[session] ok   override off: ORT's kernel refused block_size 24 itself: {}", msg.lines().next().unwrap_or(""));
+            assert!(
+                !msg.contains("[MatMulNBits]"),
+                "override off but our kernel still handled the node: {msg}"
+            );
+            say!(
+                "ok   override off: ORT's kernel refused block_size 24 itself: {}",
+                msg.lines().next().unwrap_or("")
+            );
         }
     }
-    eprintln!("[session] ok   override switch");
+    say!("ok   override switch");
 }

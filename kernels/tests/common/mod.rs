@@ -57,6 +57,7 @@ pub struct Case {
 }
 
 impl Case {
+    #[allow(clippy::too_many_arguments)]
     /// Random codes everywhere, including the don't-care pad positions of the last block, scales of both
     /// signs, zero points over the full code range.
     pub fn random(rng: &mut Rng, k: usize, n: usize, bits: u32, bl: usize, zp: ZpKind, g: GIdx, bias: bool) -> Case {
