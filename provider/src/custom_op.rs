@@ -28,7 +28,9 @@ unsafe impl Send for OpDef {}
 
 impl OpDef {
     /// The table for one A type. `version` is min(runtime API, `api::API_VERSION`): the fields we fill.
-    pub fn new(dtype: Dtype, config: OpConfig, version: u32) -> OpDef {
+    /// `shape_inference` installs `InferOutputShapeFn`; ORT 1.20–1.23 crash in it when a node has an empty
+    /// (skipped) optional input, so the caller leaves it out there.
+    pub fn new(dtype: Dtype, config: OpConfig, version: u32, shape_inference: bool) -> OpDef {
         // Every field not set below is None (null), which ORT reads as "not provided". The struct update
         // covers the api-18 fields that cargo feature unification may add to ort-sys's struct.
         #[allow(clippy::needless_update)]
@@ -52,7 +54,7 @@ impl OpDef {
             GetVariadicOutputHomogeneity: Some(zero),
             CreateKernelV2: Some(create_kernel),
             KernelComputeV2: Some(kernel_compute),
-            InferOutputShapeFn: Some(infer_output_shape),
+            InferOutputShapeFn: if shape_inference { Some(infer_output_shape) } else { None },
             GetStartVersion: Some(start_version),
             GetEndVersion: Some(end_version),
             ..zeroed_tail()

@@ -53,7 +53,7 @@ pub unsafe extern "C" fn RegisterCustomOps(options: *mut OrtSessionOptions, api_
             .ok_or_else(|| Error::fail(format!("{OP_PREFIX} ONNX Runtime {version} returned no API {}", api::API_VERSION)))?;
         api::init(table);
         // SAFETY: `options` is the session options ORT is registering us into.
-        register(options, minor.min(api::API_VERSION))
+        register(options, minor)
     });
     let r = r.unwrap_or_else(|p| Err(Error::panic("RegisterCustomOps", p)));
     match r {
@@ -72,7 +72,15 @@ fn runtime_minor(version: &str) -> u32 {
     version.split('.').nth(1).and_then(|m| m.parse().ok()).unwrap_or(0)
 }
 
-fn register(options: *mut OrtSessionOptions, op_version: u32) -> Result<()> {
+/// ORT versions before this one crash (null dereference) building the shape-inference context of a custom
+/// op whose node has an empty optional input, e.g. `[A, B, scales, zero_points, "", bias]` (seen on 1.20.1,
+/// 1.22.1 and 1.23.2; fixed by 1.24). There we register no shape inference: ORT still knows the output type,
+/// and Compute checks A against K.
+const SHAPE_INFERENCE_SINCE_MINOR: u32 = 24;
+
+fn register(options: *mut OrtSessionOptions, runtime_minor: u32) -> Result<()> {
+    let op_version = runtime_minor.min(api::API_VERSION);
+    let shape_inference = runtime_minor >= SHAPE_INFERENCE_SINCE_MINOR;
     // SAFETY: `options` comes from ORT (see RegisterCustomOps).
     let (ov, acc) = unsafe {
         (api::session_config(options, domain::KEY_OVERRIDE)?, api::session_config(options, domain::KEY_ACCURACY_DEFAULT)?)
@@ -85,7 +93,7 @@ fn register(options: *mut OrtSessionOptions, op_version: u32) -> Result<()> {
         for dtype in [Dtype::F32, Dtype::F16] {
             // ORT keeps the pointer for the life of every session made from these options: leak it (a few
             // hundred bytes per registration).
-            let def: &'static OpDef = Box::leak(Box::new(OpDef::new(dtype, plan.config, op_version)));
+            let def: &'static OpDef = Box::leak(Box::new(OpDef::new(dtype, plan.config, op_version, shape_inference)));
             api::ort!(CustomOpDomain_Add(dom, def.raw()))?;
         }
         // The domain is owned by the options from here on (and, like the ops, must outlive the sessions).

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# setup.sh — idempotent development/CI environment for nibble (Debian bookworm, x86_64).
+#
+# Needs: rustup + cargo, python3 (3.11), gcc. Network: crates.io, PyPI, Debian apt only.
+# Does, skipping whatever is already in place:
+#   1. nm/readelf: apt-get install binutils, only if `nm` is missing
+#   2. the Rust toolchain pinned in rust-toolchain.toml (channel + components)
+#   3. .venv (python3 -m venv) with the pinned tests/python/requirements.txt
+#   4. ONNX Runtime shared libraries from the PyPI wheels (the Rust tests load them with dlopen):
+#        .cache/ort/1.31.1/libonnxruntime.so.1.31.1  -> symlink into .venv (same wheel as the Python tests)
+#        .cache/ort/1.20.1/libonnxruntime.so.1.20.1  extracted from the cp311 manylinux x86_64 wheel (sha256-pinned)
+# Usage: scripts/setup.sh        (from anywhere; paths are relative to the repository root)
+# Prints one line per step: what it did, or "ok" when there was nothing to do.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+say() { printf '[setup] %s\n' "$*"; }
+die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+
+PYTHON=${PYTHON:-python3}
+VENV=$ROOT/.venv
+CACHE=$ROOT/.cache
+
+# Pinned ONNX Runtime versions. 1.31.1 comes from tests/python/requirements.txt (installed in .venv);
+# 1.20.1 is the oldest runtime we support and is fetched as a wheel, never installed.
+ORT_NEW=1.31.1
+ORT_OLD=1.20.1
+ORT_OLD_WHEEL=onnxruntime-1.20.1-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
+ORT_OLD_SHA256=5eec64c0269dcdb8d9a9a53dc4d64f87b9e0c19801d9321246a53b7eb5a7d1bc
+
+# apt-get as root, or through sudo when we are not root.
+apt_install() {
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo=sudo
+    say "apt-get install $*"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# ------------------------------------------------------------------ 1. binutils (nm, readelf for tests/exports.rs)
+if command -v nm >/dev/null && command -v readelf >/dev/null; then
+    say "binutils: ok ($(command -v nm))"
+else
+    apt_install binutils
+fi
+
+# ------------------------------------------------------------------ 2. pinned Rust toolchain
+command -v rustup >/dev/null || die "rustup not found (install it from https://rustup.rs)"
+channel=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
+[ -n "$channel" ] || die "no channel in rust-toolchain.toml"
+# components = ["clippy", "rustfmt"] -> clippy rustfmt
+components=$(sed -n 's/^components *= *\[\(.*\)\]/\1/p' rust-toolchain.toml | tr ',' ' ' | tr -d '"' | xargs)
+have_tc=0
+if rustup toolchain list | grep -q "^${channel}-"; then
+    have_tc=1
+    installed=$(rustup component list --toolchain "$channel" --installed 2>/dev/null)
+    for c in $components; do
+        grep -q "^${c}-" <<<"$installed" || have_tc=0
+    done
+fi
+if [ $have_tc = 1 ]; then
+    say "rust toolchain $channel: ok ($components)"
+else
+    comp_args=()
+    for c in $components; do comp_args+=(-c "$c"); done
+    say "rustup toolchain install $channel --profile minimal ${comp_args[*]}"
+    rustup toolchain install "$channel" --profile minimal "${comp_args[@]}"
+fi
+say "rustc: $(rustc --version)"
+
+# ------------------------------------------------------------------ 3. Python venv with pinned test requirements
+if [ ! -x "$VENV/bin/python" ]; then
+    # Debian's system python needs python3-venv for ensurepip; pyenv/official builds have it.
+    if ! "$PYTHON" -c 'import ensurepip' 2>/dev/null; then
+        pyver=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+        apt_install "python${pyver}-venv"
+    fi
+    say "$PYTHON -m venv .venv ($("$PYTHON" --version))"
+    "$PYTHON" -m venv "$VENV"
+fi
+# pip's own check is slow (~2 s even when satisfied): skip it when the requirements file has not changed
+# since the last successful install (stamp = copy of the file inside the venv).
+REQ=tests/python/requirements.txt
+STAMP=$VENV/.nibble-requirements.txt
+if [ -f "$STAMP" ] && cmp -s "$REQ" "$STAMP"; then
+    say "venv: ok (.venv, $REQ unchanged)"
+else
+    say "pip install -r $REQ into .venv"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ"
+    cp "$REQ" "$STAMP"
+fi
+
+# ------------------------------------------------------------------ 4. ONNX Runtime shared libraries
+# 4a. 1.31.1: the venv's wheel already contains it; symlink so that .cache/ort/<ver>/ is the one place to look.
+dst=$CACHE/ort/$ORT_NEW/libonnxruntime.so.$ORT_NEW
+src=$(ls "$VENV"/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so."$ORT_NEW" 2>/dev/null | head -1 || true)
+[ -n "$src" ] || die "libonnxruntime.so.$ORT_NEW not found in .venv (is onnxruntime==$ORT_NEW in $REQ?)"
+if [ -e "$dst" ] && [ "$(readlink -f "$dst")" = "$(readlink -f "$src")" ]; then
+    say "ort $ORT_NEW: ok (${dst#"$ROOT"/})"
+else
+    mkdir -p "$(dirname "$dst")"
+    ln -sfnr "$src" "$dst"   # relative: survives moving the checkout
+    say "ort $ORT_NEW: ${dst#"$ROOT"/} -> ${src#"$ROOT"/}"
+fi
+
+# 4b. 1.20.1: pip download the wheel (hash-checked), extract only the shared library.
+dst=$CACHE/ort/$ORT_OLD/libonnxruntime.so.$ORT_OLD
+if [ -s "$dst" ]; then
+    say "ort $ORT_OLD: ok (${dst#"$ROOT"/})"
+else
+    mkdir -p "$CACHE/wheels" "$(dirname "$dst")"
+    whl=$CACHE/wheels/$ORT_OLD_WHEEL
+    if [ ! -s "$whl" ] || ! sha256sum --status -c <<<"$ORT_OLD_SHA256  $whl"; then
+        say "pip download onnxruntime==$ORT_OLD (cp311, manylinux_2_28_x86_64) -> ${whl#"$ROOT"/}"
+        "$VENV/bin/python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+            --implementation cp --python-version 3.11 --abi cp311 --platform manylinux_2_28_x86_64 \
+            --require-hashes -r <(echo "onnxruntime==$ORT_OLD --hash=sha256:$ORT_OLD_SHA256") \
+            -d "$CACHE/wheels"
+    fi
+    sha256sum --status -c <<<"$ORT_OLD_SHA256  $whl" || die "sha256 mismatch for $whl"
+    # unzip is not guaranteed on a fresh machine: use Python's zipfile. Write to a temp name, then rename.
+    "$VENV/bin/python" - "$whl" "onnxruntime/capi/libonnxruntime.so.$ORT_OLD" "$dst" <<'EOF'
+import os, shutil, sys, zipfile
+whl, member, dst = sys.argv[1:]
+with zipfile.ZipFile(whl) as z, z.open(member) as src, open(dst + ".tmp", "wb") as out:
+    shutil.copyfileobj(src, out)
+os.replace(dst + ".tmp", dst)
+EOF
+    say "ort $ORT_OLD: extracted ${dst#"$ROOT"/} ($(du -h "$dst" | cut -f1))"
+fi
+
+say "done. NIBBLE_ORT_DYLIB=.cache/ort/$ORT_NEW/libonnxruntime.so.$ORT_NEW (or .cache/ort/$ORT_OLD/libonnxruntime.so.$ORT_OLD)"

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# test.sh — THE test command for nibble: sets up, builds, and runs every test suite, then prints a summary.
+#
+#   scripts/test.sh            everything (what CI runs through .ci/run)
+#   scripts/test.sh --quick    skip the ORT 1.20.1 pass, the Python tests and the aarch64 tests
+#   scripts/test.sh --no-setup do not run scripts/setup.sh (offline re-runs; .venv and .cache must exist)
+#
+# Steps (all run even if an earlier one failed, so the summary shows the whole picture; exit status 1 if any failed):
+#   1. scripts/setup.sh                          toolchain, .venv, ONNX Runtime 1.20.1 + 1.31.1 in .cache/ort/
+#   2. tests/fixtures/make_fixtures.py           models + golden data -> target/fixtures/
+#   3. cargo build --release -p nibble-ort       target/release/libnibble_ort.so (what ORT loads)
+#   4. cargo test --workspace                    kernels unit/property tests, provider tests; the ORT integration
+#                                                test (provider/tests/session.rs) runs here against ORT 1.31.1
+#   5. cargo test -p nibble-ort --test session   the ORT integration test again, against ORT 1.20.1
+#   6. .venv/bin/python -m pytest tests/python   Python tests (onnxruntime 1.31.1 from .venv)
+#   7. scripts/test-aarch64.sh                   kernel tests cross-built for aarch64, under qemu on 6 CPU models
+# Environment passed to the tests: NIBBLE_LIB, NIBBLE_FIXTURES, NIBBLE_ORT_DYLIB, NIBBLE_ORT_VERSION.
+# ORT_LOG defaults to "fatal": the error-path tests make ORT log the (expected) errors; ORT_LOG=warning shows them.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+quick=0
+setup=1
+for arg in "$@"; do
+    case "$arg" in
+        --quick) quick=1 ;;
+        --no-setup) setup=0 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "test.sh: unknown option $arg (try --help)" >&2; exit 2 ;;
+    esac
+done
+
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+export NIBBLE_LIB=$TARGET/release/libnibble_ort.so
+export NIBBLE_FIXTURES=$TARGET/fixtures
+export ORT_LOG=${ORT_LOG:-fatal}
+ORT_NEW=1.31.1
+ORT_OLD=1.20.1
+ort_dylib() { echo "$ROOT/.cache/ort/$1/libonnxruntime.so.$1"; }
+
+# Use the lock file when there is one, so CI builds exactly what was tested.
+LOCKED=()
+[ -f Cargo.lock ] && LOCKED=(--locked)
+
+# ------------------------------------------------------------------ step runner
+B='' N=''
+[ -t 1 ] && B=$'\033[1m' N=$'\033[0m'   # bold step headers on a terminal only
+declare -a SUMMARY=()
+failed=0
+# step NAME CMD... — runs CMD, records "PASS|FAIL  seconds  NAME".
+step() {
+    local name=$1; shift
+    printf '\n%s==> %s%s\n    $ %s\n' "$B" "$name" "$N" "$*"
+    local t0=$SECONDS rc=0
+    "$@" || rc=$?
+    local dt=$((SECONDS - t0))
+    if [ $rc = 0 ]; then
+        SUMMARY+=("$(printf 'PASS  %4ds  %s' "$dt" "$name")")
+    else
+        SUMMARY+=("$(printf 'FAIL  %4ds  %s (exit %d)' "$dt" "$name" "$rc")")
+        failed=1
+    fi
+}
+skip() { SUMMARY+=("$(printf 'skip  %4s   %s' "" "$*")"); }
+# with_ort VERSION CMD... — runs CMD with the integration tests pointed at ONNX Runtime VERSION.
+with_ort() {
+    local v=$1; shift
+    NIBBLE_ORT_DYLIB=$(ort_dylib "$v") NIBBLE_ORT_VERSION=$v "$@"
+}
+# pytest exits 5 when it collects nothing: say so instead of a bare "exit 5".
+run_pytest() {
+    local rc=0
+    .venv/bin/python -m pytest tests/python -q "$@" || rc=$?
+    [ $rc = 5 ] && echo "test.sh: pytest collected no tests in tests/python" >&2
+    return $rc
+}
+
+T0=$SECONDS
+if [ $setup = 1 ]; then
+    # Without the toolchain, venv and ORT libraries nothing else can run: stop here on failure.
+    step "setup (scripts/setup.sh)" bash scripts/setup.sh
+    if [ $failed = 1 ]; then
+        printf '%s\n' "${SUMMARY[@]}"
+        exit 1
+    fi
+else
+    skip "setup (--no-setup)"
+fi
+
+step "fixtures (tests/fixtures/make_fixtures.py)" .venv/bin/python tests/fixtures/make_fixtures.py --out "$NIBBLE_FIXTURES"
+step "cargo build --release -p nibble-ort" cargo build "${LOCKED[@]}" --release -p nibble-ort
+step "cargo test --workspace (ORT integration on $ORT_NEW)" with_ort "$ORT_NEW" cargo test "${LOCKED[@]}" --workspace
+if [ $quick = 0 ]; then
+    step "ORT integration test on $ORT_OLD (cargo test -p nibble-ort --test session)" \
+        with_ort "$ORT_OLD" cargo test "${LOCKED[@]}" -p nibble-ort --test session
+    step "pytest tests/python (onnxruntime $ORT_NEW)" run_pytest
+    step "aarch64 kernel tests under qemu (scripts/test-aarch64.sh)" bash scripts/test-aarch64.sh
+else
+    skip "ORT integration test on $ORT_OLD (--quick)"
+    skip "pytest tests/python (--quick)"
+    skip "aarch64 kernel tests (--quick)"
+fi
+
+# ------------------------------------------------------------------ summary
+printf '\n%s==> summary%s (%ds total)\n' "$B" "$N" $((SECONDS - T0))
+printf '    %s\n' "${SUMMARY[@]}"
+if [ $failed = 0 ]; then
+    echo "ALL PASSED"
+else
+    echo "FAILED"
+fi
+exit $failed
