@@ -277,9 +277,11 @@ impl MatMulNBits {
 }
 
 /// Output type and shape: Y = A.shape[:-1] + [N], A's type. Also rejects a static A whose last dimension
-/// contradicts K.
-pub fn infer_shape(ctx: &ShapeInfer, dtype: Dtype) -> Result<()> {
-    let (_a_type, dims, names) = ctx.input(IN_A)?;
+/// contradicts K. ORT builds one schema for all same-named variants and may call any variant's function, so
+/// the type comes from A, not from the variant.
+pub fn infer_shape(ctx: &ShapeInfer, variant: Dtype) -> Result<()> {
+    let (a_type, dims, names) = ctx.input(IN_A)?;
+    let dtype = if matches!(a_type, Dtype::F32 | Dtype::F16) { a_type } else { variant };
     let n = ctx.attr_i64("N").ok_or_else(|| Error::invalid(format!("{OP_PREFIX} required attribute N is missing")))?;
     if n < 1 {
         return Err(Error::invalid(format!("{OP_PREFIX} attribute N={n} must be >= 1")));
