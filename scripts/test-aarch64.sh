@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# test-aarch64.sh — cross-builds nibble-kernels for aarch64 and runs its tests under qemu-user 7.2 on every CPU
-# model we support, checking that feature detection finds exactly what each model has (a wrong answer would
-# SIGILL once SIMD kernels land). Installs what it needs (apt cross toolchain + qemu-user, rustup target).
+# test-aarch64.sh — cross-builds nibble for aarch64 and, under qemu-user 7.2 on every CPU model we support:
+#   * runs the kernel tests, checking that feature detection finds exactly what each model has (a wrong answer
+#     would SIGILL once SIMD kernels land);
+#   * loads the aarch64 libnibble_ort.so into the aarch64 ONNX Runtime 1.31.1 (PyPI wheel) and runs the Rust
+#     integration test (provider/tests/session.rs) against ORT's own aarch64 kernel and numpy.
+# Installs what it needs (apt cross toolchain + qemu-user, rustup target, the aarch64 ORT wheel). Needs the
+# fixtures of tests/fixtures/make_fixtures.py (made here if absent).
 # Env: A64ENV (default <repo>/.cache/a64env), AARCH64_CPUS to restrict the models (space-separated).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,14 +23,20 @@ declare -A expect=(
 )
 cpus=${AARCH64_CPUS:-"max max,sve=off neoverse-n1 cortex-a76 cortex-a72 a64fx"}
 
-bash scripts/aarch64/setup-aarch64.sh --no-ort --no-icount --cpus "$cpus"
+bash scripts/aarch64/setup-aarch64.sh --no-icount --cpus "$cpus"
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER=$root/scripts/aarch64/qemu-a64-run.sh
+target=aarch64-unknown-linux-gnu
+export NIBBLE_LIB=$root/target/$target/release/libnibble_ort.so
+export NIBBLE_ORT_DYLIB=$A64ENV/ort/aarch64/libonnxruntime.so.1.31.1 NIBBLE_ORT_VERSION=1.31.1
+export NIBBLE_FIXTURES=${NIBBLE_FIXTURES:-$root/target/fixtures} ORT_LOG=${ORT_LOG:-fatal}
+[ -s "$NIBBLE_FIXTURES/manifest.txt" ] || .venv/bin/python tests/fixtures/make_fixtures.py --out "$NIBBLE_FIXTURES"
 
-cargo test -q -p nibble-kernels --release --target aarch64-unknown-linux-gnu --no-run
+cargo build -q --release -p nibble-ort --target $target
+cargo test -q --release -p nibble-kernels -p nibble-ort --target $target --no-run
 for cpu in $cpus; do
-    echo "== aarch64 kernels under qemu -cpu $cpu (expect ${expect[$cpu]})"
-    QEMU_CPU=$cpu NIBBLE_EXPECT_ISAS=${expect[$cpu]} \
-        cargo test -q -p nibble-kernels --release --target aarch64-unknown-linux-gnu
+    echo "== aarch64 under qemu -cpu $cpu: kernels (expect ${expect[$cpu]}), then nibble in aarch64 ORT"
+    QEMU_CPU=$cpu NIBBLE_EXPECT_ISAS=${expect[$cpu]} cargo test -q --release -p nibble-kernels --target $target
+    QEMU_CPU=$cpu cargo test -q --release -p nibble-ort --target $target --test session
 done
-echo "aarch64: kernel tests passed on: $cpus"
+echo "aarch64: kernel and ORT integration tests passed on: $cpus"

@@ -96,11 +96,11 @@ impl TilePlan {
     pub fn new(m: usize, n: usize, k: usize, nr: usize, m_step: usize) -> Self {
         const TARGET_TILES: usize = 32;
         const MIN_MACS: usize = 1 << 16;
-        let m_tile = m.clamp(1, 32).next_multiple_of(m_step).min(m.next_multiple_of(m_step)).max(1);
+        let m_tile = m.clamp(1, 32).next_multiple_of(m_step.max(1));
         let m_tiles = m.div_ceil(m_tile).max(1);
         let panels = n.div_ceil(nr);
         let want_n_tiles = (TARGET_TILES / m_tiles).max(1);
-        let min_panels = MIN_MACS.div_ceil((m_tile.min(m.max(1)) * nr * k.max(1)).max(1));
+        let min_panels = MIN_MACS.div_ceil(m_tile.min(m.max(1)) * nr * k.max(1));
         let panels_per_tile = panels.div_ceil(want_n_tiles).max(min_panels).clamp(1, panels.max(1));
         TilePlan { m, n, m_tile, n_tile: panels_per_tile * nr }
     }

@@ -121,7 +121,7 @@ impl Dtype {
             Dtype::U8 => "uint8".into(),
             Dtype::I32 => "int32".into(),
             Dtype::Any => "any".into(),
-            Dtype::Other(t) => format!("ONNX element type {t}"),
+            Dtype::Other(t) => onnx_type_name(t),
         }
     }
 
@@ -133,6 +133,16 @@ impl Dtype {
             Dtype::Any | Dtype::Other(_) => 0,
         }
     }
+}
+
+/// ONNX's name for a TensorProto element type, as ORT prints it (`tensor(int8)` → "int8").
+fn onnx_type_name(t: i32) -> String {
+    const NAMES: [&str; 24] = [
+        "undefined", "float", "uint8", "int8", "uint16", "int16", "int32", "int64", "string", "bool", "float16",
+        "double", "uint32", "uint64", "complex64", "complex128", "bfloat16", "float8e4m3fn", "float8e4m3fnuz",
+        "float8e5m2", "float8e5m2fnuz", "uint4", "int4", "float4e2m1",
+    ];
+    usize::try_from(t).ok().and_then(|i| NAMES.get(i)).map_or_else(|| format!("ONNX element type {t}"), |n| n.to_string())
 }
 
 /// Type and shape of a tensor info; releases it if `owned` (GetTensorTypeAndShape hands out an info the

@@ -6,6 +6,10 @@
 //! plus per-(row, block) scale and Σ q_a (`pack::PackedLhs::Int8`). RHS: any `qnb` layout. Integer sums are
 //! exact (i32 per 32-value chunk, i64 per block), so any block size is safe. No over-reads, no writes outside
 //! the tile.
+//!
+//! The default layout for 4-bit codes (nr = 8, kr = 4) has a faster path in the record's byte order: 32 i16
+//! lanes (8 columns × 4 K values) multiply-accumulated per 32-value chunk (at most 8 products of 127·15 per
+//! lane: no i16 overflow), widened to i32 per chunk.
 
 use super::{Tile, decode_block};
 use crate::pack::{RhsLayout, read_f32};
@@ -16,6 +20,15 @@ use crate::ukernel::RunArgs;
 pub(crate) unsafe fn run(args: &RunArgs) {
     // SAFETY: forwarded from the caller.
     let t: Tile<'_, i8> = unsafe { Tile::new(args) };
+    if args.bits == 4 && args.nr == 8 && args.kr == 4 {
+        q4_nr8_kr4(&t, args);
+    } else {
+        generic(&t, args);
+    }
+}
+
+/// Any layout, any bit width: decode to (column, block offset) order, exact integer dot products.
+fn generic(t: &Tile<'_, i8>, args: &RunArgs) {
     let (nr, bl, blocks) = (args.nr, args.bl, args.blocks);
     let layout = RhsLayout { nr, kr: args.kr };
     let mut codes = vec![0u8; bl * nr];
@@ -50,6 +63,64 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         let width = nr.min(args.cols - c0);
         for r in 0..args.rows {
             t.store(r, c0, &acc[r * nr..][..width]);
+        }
+    }
+}
+
+/// 4-bit codes in the nr = 8, kr = 4 layout.
+fn q4_nr8_kr4(t: &Tile<'_, i8>, args: &RunArgs) {
+    const NR: usize = 8;
+    const LANES: usize = 32; // NR columns × 4 K values
+    let (bl, blocks) = (args.bl, args.blocks);
+    let (chunk, groups_per_chunk) = (bl.min(32), bl.min(32) / 8);
+    // Codes of one block, per 32-byte group: 32 low-nibble lanes then 32 high-nibble lanes.
+    let mut wq = vec![0i16; bl * NR];
+    let mut y = vec![[0f32; NR]; args.rows];
+    for panel in 0..args.cols.div_ceil(NR) {
+        y.iter_mut().for_each(|r| *r = [0.0; NR]);
+        for b in 0..blocks {
+            let (codes, scales, zps) = t.record(panel, b);
+            for (bytes, w) in codes.chunks_exact(LANES).zip(wq.chunks_exact_mut(2 * LANES)) {
+                let (lo, hi) = w.split_at_mut(LANES);
+                for l in 0..LANES {
+                    lo[l] = (bytes[l] & 0x0F) as i16;
+                    hi[l] = (bytes[l] >> 4) as i16;
+                }
+            }
+            for (r, y_r) in y.iter_mut().enumerate() {
+                let (sa, qsum) = (t.lhs_scale[r * blocks + b], t.lhs_sum[r * blocks + b]);
+                if qsum == 0 && sa == 0.0 {
+                    continue; // an all-zero block of A (e.g. padding) contributes nothing
+                }
+                let qa = &t.lhs_row(r)[b * bl..][..bl];
+                let mut isum = [0i32; LANES];
+                for (c, wc) in wq.chunks_exact(2 * LANES * groups_per_chunk).enumerate() {
+                    let mut acc = [0i16; LANES];
+                    for (g, w) in wc.chunks_exact(2 * LANES).enumerate() {
+                        let k0 = c * chunk + g * 4;
+                        let a_lo: [i16; 4] = std::array::from_fn(|i| qa[k0 + i] as i16);
+                        let a_hi: [i16; 4] = std::array::from_fn(|i| qa[k0 + chunk / 2 + i] as i16);
+                        let (lo, hi) = w.split_at(LANES);
+                        for l in 0..LANES {
+                            acc[l] += lo[l] * a_lo[l & 3] + hi[l] * a_hi[l & 3];
+                        }
+                    }
+                    for l in 0..LANES {
+                        isum[l] += acc[l] as i32;
+                    }
+                }
+                for (j, y_j) in y_r.iter_mut().enumerate() {
+                    let dot = isum[4 * j] + isum[4 * j + 1] + isum[4 * j + 2] + isum[4 * j + 3];
+                    let s = read_f32(&scales[4 * j..]);
+                    let corr = t.zero_point(zps, j) * qsum as f32;
+                    *y_j += sa * s * (dot as f32 - corr);
+                }
+            }
+        }
+        let c0 = panel * NR;
+        let width = NR.min(args.cols - c0);
+        for (r, y_r) in y.iter().enumerate() {
+            t.store(r, c0, &y_r[..width]);
         }
     }
 }
