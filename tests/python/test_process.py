@@ -1,0 +1,74 @@
+"""Process-level behaviour: the INFO log line each node writes, and the NIBBLE_ISA override.
+
+Both need a fresh process: ORT writes its log to the process's stderr from C++, and the kernel ladder is chosen
+once per process. Each test runs a small script in a subprocess with the venv's interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+
+# Builds a 4-bit model (K=93, N=5, block 32, uint8 zero points) named 'probe_node', runs it with our library at
+# INFO severity, and prints OK with the output's shape.
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import numpy as np, onnxruntime as ort
+    sys.path.insert(0, {models!r})
+    import build_matmulnbits as bm
+    rng = np.random.default_rng(0)
+    B, scales, zp = bm.quantize(rng.normal(0, 0.25, (5, 93)), 4, 32, symmetric=False, zp_kind="uint8", rng=rng)
+    model = bm.make_model("nibble", K=93, N=5, bits=4, block_size=32, accuracy_level={acc}, dtype="float32",
+                          B=B, scales=scales, zp=zp, node_name="probe_node")
+    so = ort.SessionOptions()
+    so.log_severity_level = 1
+    so.register_custom_ops_library({lib!r})
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    y = sess.run(None, {{"A": rng.normal(size=(3, 93)).astype(np.float32)}})[0]
+    print("OK", y.shape)
+    """
+)
+
+
+def run_probe(nibble_lib: Path, acc: int, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    script = SCRIPT.format(models=str(REPO_ROOT / "models"), acc=acc, lib=str(nibble_lib))
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("acc, path, kernel", [(4, "int8", "matmul_f32_qsi8db_"), (1, "fp32", "matmul_f32_f32_")])
+def test_each_node_logs_one_info_line(nibble_lib: Path, acc: int, path: str, kernel: str) -> None:
+    r = run_probe(nibble_lib, acc)
+    assert r.returncode == 0 and "OK (3, 5)" in r.stdout, r.stderr[-2000:]
+    lines = [line for line in r.stderr.splitlines() if "[MatMulNBits] node 'probe_node'" in line]
+    assert len(lines) == 1, r.stderr[-2000:]
+    line = lines[0]
+    assert "[I:onnxruntime" in line, f"not at INFO severity: {line}"
+    for part in ("K=93", "N=5", "bits=4", "block_size=32", f"{path} path", kernel, "zero_points=uint8"):
+        assert part in line, f"{part!r} missing from the log line: {line}"
+
+
+def test_nibble_isa_portable_is_honoured(nibble_lib: Path) -> None:
+    r = run_probe(nibble_lib, 4, env={"NIBBLE_ISA": "portable"})
+    assert r.returncode == 0 and "OK (3, 5)" in r.stdout, r.stderr[-2000:]
+    line = next(line for line in r.stderr.splitlines() if "node 'probe_node'" in line)
+    assert "_portable (M=1)" in line and "_portable (M>1)" in line, line
+
+
+@pytest.mark.parametrize("value, words", [("bogus", ["NIBBLE_ISA=bogus", "not a known rung"]),
+                                          ("sme" if os.uname().machine == "x86_64" else "avx2",
+                                           ["does not support"])])
+def test_bad_nibble_isa_is_a_clear_session_error(nibble_lib: Path, value: str, words: list[str]) -> None:
+    r = run_probe(nibble_lib, 4, env={"NIBBLE_ISA": value})
+    assert r.returncode != 0, r.stdout
+    assert "[MatMulNBits] node 'probe_node'" in r.stderr, r.stderr[-2000:]
+    for w in words:
+        assert w in r.stderr, f"{w!r} not in: {r.stderr[-2000:]}"
