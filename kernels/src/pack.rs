@@ -116,11 +116,13 @@ impl PackedRhs {
         let (record, panels) = (rhs.record_bytes(), rhs.panels());
         rhs.data = vec![0u8; panels * blocks * record];
         let code_bytes = rhs.code_bytes();
-        let source_k = |kk: usize| -> Option<usize> {
-            match &rhs.k_map {
-                Some(m) => (m[kk] != NO_SOURCE).then_some(m[kk] as usize),
-                None => (kk < p.k).then_some(kk),
-            }
+        // Where each block offset lands for column 0 (a column adds col·kr bytes): computed once, not per code.
+        let dest: Vec<(usize, u32)> = (0..bl).map(|o| code_position(layout, p.bits, bl, 0, o)).collect();
+        // With g_idx regrouping, the source k of each packed position (None: padding, code stays 0 since its
+        // A value is always 0). Without, packed k = source k and positions past K are padding.
+        let source_k: Vec<Option<usize>> = match &rhs.k_map {
+            Some(m) => m.iter().map(|&s| (s != NO_SOURCE).then_some(s as usize)).collect(),
+            None => Vec::new(),
         };
         let mut data = std::mem::take(&mut rhs.data);
         for panel in 0..panels {
@@ -132,11 +134,22 @@ impl PackedRhs {
                     if n >= p.n {
                         break; // padding columns: zero codes, zero scale
                     }
-                    for o in 0..bl {
-                        // Pad positions keep code 0: the matching A value is always 0.
-                        if let Some(k) = source_k(vb * bl + o) {
-                            let (byte, shift) = code_position(layout, p.bits, bl, col, o);
-                            codes[byte] |= w.code(n, k) << shift;
+                    let dest_col = |o: usize| (dest[o].0 + col * layout.kr, dest[o].1);
+                    if rhs.k_map.is_none() {
+                        // Fast path: block vb of row n is one contiguous blob of B, codes in K order.
+                        let blob = &w.b[(n * p.k_blocks() + vb) * p.blob_size()..][..p.blob_size()];
+                        let (bits, cpb_log2) = (p.bits as usize, (8 / p.bits).trailing_zeros());
+                        for o in 0..bl.min(p.k - vb * bl) {
+                            let code = (blob[o >> cpb_log2] >> ((o & ((1 << cpb_log2) - 1)) * bits)) & p.max_code();
+                            let (byte, shift) = dest_col(o);
+                            codes[byte] |= code << shift;
+                        }
+                    } else {
+                        for (o, k) in source_k[vb * bl..(vb + 1) * bl].iter().enumerate() {
+                            if let Some(k) = *k {
+                                let (byte, shift) = dest_col(o);
+                                codes[byte] |= w.code(n, k) << shift;
+                            }
                         }
                     }
                     let s = w.scale(n, src_blk as usize);
