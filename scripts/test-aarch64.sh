@@ -24,6 +24,8 @@ declare -A expect=(
 cpus=${AARCH64_CPUS:-"max max,sve=off neoverse-n1 cortex-a76 cortex-a72 a64fx"}
 
 bash scripts/aarch64/setup-aarch64.sh --no-icount --cpus "$cpus"
+# The setup script equips the stable/nightly toolchains; this repository pins its own (rust-toolchain.toml).
+rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER=$root/scripts/aarch64/qemu-a64-run.sh
 target=aarch64-unknown-linux-gnu
