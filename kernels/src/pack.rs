@@ -101,6 +101,12 @@ impl PackedRhs {
     /// If the layout cannot hold the block size (callers select a layout with [`RhsLayout::supports`]).
     pub fn pack(w: &Weights<'_>, layout: RhsLayout) -> Self {
         let p = w.params;
+        Self::pack_with_threads(w, layout, pack_threads(p.n * p.k_padded(), p.n.div_ceil(layout.nr)))
+    }
+
+    /// [`PackedRhs::pack`] on exactly `threads` threads (panels are split between them).
+    pub fn pack_with_threads(w: &Weights<'_>, layout: RhsLayout, threads: usize) -> Self {
+        let p = w.params;
         assert!(layout.supports(p.bits, p.block_size), "layout {layout:?} cannot hold bits={} bl={}", p.bits, p.block_size);
         let bl = p.block_size;
         // Packed block → (source block whose scale/zp it uses), and packed K → source k.
@@ -124,10 +130,10 @@ impl PackedRhs {
             Some(m) => m.iter().map(|&s| (s != NO_SOURCE).then_some(s as usize)).collect(),
             None => Vec::new(),
         };
-        let mut data = std::mem::take(&mut rhs.data);
-        for panel in 0..panels {
+        let k_map = rhs.k_map.as_deref();
+        let pack_panel = |panel: usize, out: &mut [u8]| {
             for (vb, &src_blk) in block_src.iter().enumerate() {
-                let rec = &mut data[(panel * blocks + vb) * record..][..record];
+                let rec = &mut out[vb * record..][..record];
                 let (codes, tail) = rec.split_at_mut(code_bytes);
                 for col in 0..layout.nr {
                     let n = panel * layout.nr + col;
@@ -135,7 +141,7 @@ impl PackedRhs {
                         break; // padding columns: zero codes, zero scale
                     }
                     let dest_col = |o: usize| (dest[o].0 + col * layout.kr, dest[o].1);
-                    if rhs.k_map.is_none() {
+                    if k_map.is_none() {
                         // Fast path: block vb of row n is one contiguous blob of B, codes in K order.
                         let blob = &w.b[(n * p.k_blocks() + vb) * p.blob_size()..][..p.blob_size()];
                         let (bits, cpb_log2) = (p.bits as usize, (8 / p.bits).trailing_zeros());
@@ -161,6 +167,27 @@ impl PackedRhs {
                     }
                 }
             }
+        };
+        // Panels are independent: large weights are packed on all cores (session creation time matters for
+        // multi-GB models; ORT gives custom ops no thread pool at kernel creation).
+        let mut data = std::mem::take(&mut rhs.data);
+        let panel_bytes = blocks * record;
+        if threads <= 1 || panel_bytes == 0 {
+            for (panel, out) in data.chunks_exact_mut(panel_bytes.max(1)).enumerate() {
+                pack_panel(panel, out);
+            }
+        } else {
+            let per_thread = panels.div_ceil(threads);
+            std::thread::scope(|scope| {
+                for (t, part) in data.chunks_mut(per_thread * panel_bytes).enumerate() {
+                    let pack_panel = &pack_panel;
+                    scope.spawn(move || {
+                        for (i, out) in part.chunks_exact_mut(panel_bytes).enumerate() {
+                            pack_panel(t * per_thread + i, out);
+                        }
+                    });
+                }
+            });
         }
         rhs.data = data;
         rhs
@@ -220,6 +247,13 @@ impl PackedRhs {
         let r = self.record_bytes();
         &self.data[(panel * self.blocks + vb) * r..][..r]
     }
+}
+
+/// Threads for packing `codes` codes in `panels` panels: one per 4M codes, up to the cores available.
+fn pack_threads(codes: usize, panels: usize) -> usize {
+    const CODES_PER_THREAD: usize = 1 << 22;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores.min(codes / CODES_PER_THREAD).min(panels).max(1)
 }
 
 /// Byte index inside a record's codes and bit shift of the code at block offset `o` of panel column `col`.
@@ -428,6 +462,21 @@ mod tests {
         }
         let (s0, sum0) = quantize_block(&[0.0; 16], &mut q[..16]);
         assert_eq!((s0, sum0), (0.0, 0));
+    }
+
+    #[test]
+    fn parallel_packing_is_identical() {
+        let p = Params::new(1000, 203, 4, 64).unwrap();
+        let b: Vec<u8> = (0..203 * 16 * 32).map(|i| (i * 131 % 251) as u8).collect();
+        let scales: Vec<f32> = (0..203 * 16).map(|i| i as f32 * 0.01 - 1.0).collect();
+        let zp: Vec<u8> = (0..203 * 8).map(|i| (i * 7) as u8).collect();
+        let w = Weights::new(p, &b, &scales, ZeroPoints::Packed(&zp), None).unwrap();
+        let layout = RhsLayout { nr: 8, kr: 4 };
+        let one = PackedRhs::pack_with_threads(&w, layout, 1);
+        for threads in [2, 3, 7, 64] {
+            assert_eq!(one.bytes(), PackedRhs::pack_with_threads(&w, layout, threads).bytes(), "{threads} threads");
+        }
+        assert_eq!(one.code_at(202, 999), w.code(202, 999));
     }
 
     #[test]
