@@ -119,6 +119,20 @@ mod tests {
         }
     }
 
+    /// Names follow `matmul_<dst>_<lhs>_<rhs>[...]_<isa>`: the LHS part says the compute path (`f32` or
+    /// `qsi8db`), the suffix the ISA, so logs and bench ids are self-describing.
+    #[test]
+    fn names_describe_path_and_isa() {
+        for k in all() {
+            let lhs = match k.path {
+                ComputePath::Fp32 => "matmul_f32_f32_",
+                ComputePath::Int8 => "matmul_f32_qsi8db_",
+            };
+            assert!(k.name.starts_with(lhs), "{}: path {:?}", k.name, k.path);
+            assert!(k.name.ends_with(&format!("_{}", k.isa.name())), "{}: isa {}", k.name, k.isa);
+        }
+    }
+
     #[test]
     fn forced_rungs() {
         let cpu = Cpu::with(&[Isa::Avx2]);
