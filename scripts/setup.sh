@@ -8,8 +8,10 @@
 #   3. .venv (python3 -m venv) with the pinned tests/python/requirements.txt
 #   4. ONNX Runtime shared libraries from the PyPI wheels (the Rust tests load them with dlopen):
 #        .cache/ort/1.31.1/libonnxruntime.so.1.31.1  -> symlink into .venv (same wheel as the Python tests)
-#        .cache/ort/1.20.1/libonnxruntime.so.1.20.1  extracted from the cp311 manylinux x86_64 wheel (sha256-pinned)
-# Usage: scripts/setup.sh        (from anywhere; paths are relative to the repository root)
+#        .cache/ort/<ver>/libonnxruntime.so.<ver>    for each extra version in ORT_PINNED (1.20.1, 1.23.2, 1.24.4):
+#                                                    extracted from the cp311 manylinux x86_64 wheel (sha256-pinned)
+# Usage: scripts/setup.sh                      (from anywhere; paths are relative to the repository root)
+#        scripts/setup.sh --ort-versions       print the extra ORT versions (one per line) and exit; test.sh uses it
 # Prints one line per step: what it did, or "ok" when there was nothing to do.
 set -euo pipefail
 
@@ -23,12 +25,26 @@ PYTHON=${PYTHON:-python3}
 VENV=$ROOT/.venv
 CACHE=$ROOT/.cache
 
-# Pinned ONNX Runtime versions. 1.31.1 comes from tests/python/requirements.txt (installed in .venv);
-# 1.20.1 is the oldest runtime we support and is fetched as a wheel, never installed.
+# Pinned ONNX Runtime versions. 1.31.1 comes from tests/python/requirements.txt (installed in .venv).
+# ORT_PINNED: the extra runtimes the Rust integration test also runs on, fetched as wheels (never installed),
+# "VERSION SHA256" of onnxruntime-VERSION-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl:
+#   1.20.1  the oldest runtime we support
+#   1.23.2  the newest runtime WITHOUT nibble's custom-op shape inference (1.20-1.23 crash in it when a node has an
+#           empty optional input), and 1.24.4 the oldest WITH it: together they pin that boundary
 ORT_NEW=1.31.1
-ORT_OLD=1.20.1
-ORT_OLD_WHEEL=onnxruntime-1.20.1-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
-ORT_OLD_SHA256=5eec64c0269dcdb8d9a9a53dc4d64f87b9e0c19801d9321246a53b7eb5a7d1bc
+ORT_PINNED=(
+    "1.20.1 5eec64c0269dcdb8d9a9a53dc4d64f87b9e0c19801d9321246a53b7eb5a7d1bc"
+    "1.23.2 da44b99206e77734c5819aa2142c69e64f3b46edc3bd314f6a45a932defc0b3e"
+    "1.24.4 e54ad52e61d2d4618dcff8fa1480ac66b24ee2eab73331322db1049f11ccf330"
+)
+ort_wheel() { echo "onnxruntime-$1-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"; }
+
+case "${1:-}" in
+    "") ;;
+    --ort-versions) for pin in "${ORT_PINNED[@]}"; do echo "${pin%% *}"; done; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option $1 (try --help)" ;;
+esac
 
 # apt-get as root, or through sudo when we are not root.
 apt_install() {
@@ -105,30 +121,35 @@ else
     say "ort $ORT_NEW: ${dst#"$ROOT"/} -> ${src#"$ROOT"/}"
 fi
 
-# 4b. 1.20.1: pip download the wheel (hash-checked), extract only the shared library.
-dst=$CACHE/ort/$ORT_OLD/libonnxruntime.so.$ORT_OLD
-if [ -s "$dst" ]; then
-    say "ort $ORT_OLD: ok (${dst#"$ROOT"/})"
-else
+# 4b. the extra versions: pip download each wheel (hash-checked), extract only the shared library.
+for pin in "${ORT_PINNED[@]}"; do
+    ver=${pin%% *} sha256=${pin#* }
+    dst=$CACHE/ort/$ver/libonnxruntime.so.$ver
+    if [ -s "$dst" ]; then
+        say "ort $ver: ok (${dst#"$ROOT"/})"
+        continue
+    fi
     mkdir -p "$CACHE/wheels" "$(dirname "$dst")"
-    whl=$CACHE/wheels/$ORT_OLD_WHEEL
-    if [ ! -s "$whl" ] || ! sha256sum --status -c <<<"$ORT_OLD_SHA256  $whl"; then
-        say "pip download onnxruntime==$ORT_OLD (cp311, manylinux_2_28_x86_64) -> ${whl#"$ROOT"/}"
+    whl=$CACHE/wheels/$(ort_wheel "$ver")
+    if [ ! -s "$whl" ] || ! sha256sum --status -c <<<"$sha256  $whl"; then
+        say "pip download onnxruntime==$ver (cp311, manylinux_2_28_x86_64) -> ${whl#"$ROOT"/}"
         "$VENV/bin/python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
             --implementation cp --python-version 3.11 --abi cp311 --platform manylinux_2_28_x86_64 \
-            --require-hashes -r <(echo "onnxruntime==$ORT_OLD --hash=sha256:$ORT_OLD_SHA256") \
+            --require-hashes -r <(echo "onnxruntime==$ver --hash=sha256:$sha256") \
             -d "$CACHE/wheels"
     fi
-    sha256sum --status -c <<<"$ORT_OLD_SHA256  $whl" || die "sha256 mismatch for $whl"
+    sha256sum --status -c <<<"$sha256  $whl" || die "sha256 mismatch for $whl"
     # unzip is not guaranteed on a fresh machine: use Python's zipfile. Write to a temp name, then rename.
-    "$VENV/bin/python" - "$whl" "onnxruntime/capi/libonnxruntime.so.$ORT_OLD" "$dst" <<'EOF'
+    "$VENV/bin/python" - "$whl" "onnxruntime/capi/libonnxruntime.so.$ver" "$dst" <<'EOF'
 import os, shutil, sys, zipfile
 whl, member, dst = sys.argv[1:]
 with zipfile.ZipFile(whl) as z, z.open(member) as src, open(dst + ".tmp", "wb") as out:
     shutil.copyfileobj(src, out)
 os.replace(dst + ".tmp", dst)
 EOF
-    say "ort $ORT_OLD: extracted ${dst#"$ROOT"/} ($(du -h "$dst" | cut -f1))"
-fi
+    say "ort $ver: extracted ${dst#"$ROOT"/} ($(du -h "$dst" | cut -f1))"
+done
 
-say "done. NIBBLE_ORT_DYLIB=.cache/ort/$ORT_NEW/libonnxruntime.so.$ORT_NEW (or .cache/ort/$ORT_OLD/libonnxruntime.so.$ORT_OLD)"
+vers=$ORT_NEW
+for pin in "${ORT_PINNED[@]}"; do vers+=" ${pin%% *}"; done
+say "done. NIBBLE_ORT_DYLIB=.cache/ort/<ver>/libonnxruntime.so.<ver> for <ver> in: $vers"

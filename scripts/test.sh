@@ -2,18 +2,21 @@
 # test.sh — THE test command for nibble: sets up, builds, and runs every test suite, then prints a summary.
 #
 #   scripts/test.sh            everything (what CI runs through .ci/run)
-#   scripts/test.sh --quick    skip the ORT 1.20.1 pass, the Python tests and the aarch64 tests
+#   scripts/test.sh --quick    skip the extra ORT passes (1.20.1, 1.23.2, 1.24.4), the Python and aarch64 tests
 #   scripts/test.sh --no-setup do not run scripts/setup.sh (offline re-runs; .venv and .cache must exist)
 #
 # Steps (all run even if an earlier one failed, so the summary shows the whole picture; exit status 1 if any failed):
-#   1. scripts/setup.sh                          toolchain, .venv, ONNX Runtime 1.20.1 + 1.31.1 in .cache/ort/
+#   1. scripts/setup.sh                          toolchain, .venv, ONNX Runtime 1.31.1 + the extra versions
+#                                                (scripts/setup.sh --ort-versions: 1.20.1 1.23.2 1.24.4) in .cache/ort/
 #   2. tests/fixtures/make_fixtures.py           models + golden data -> target/fixtures/
 #   3. cargo build --release -p nibble-ort       target/release/libnibble_ort.so (what ORT loads)
 #   4. cargo test --workspace                    kernels unit/property tests, provider tests; the ORT integration
 #                                                test (provider/tests/session.rs) runs here against ORT 1.31.1
-#   5. cargo test -p nibble-ort --test session   the ORT integration test again, against ORT 1.20.1
-#   6. .venv/bin/python -m pytest tests/python   Python tests (onnxruntime 1.31.1 from .venv)
-#   7. scripts/test-aarch64.sh                   kernel tests cross-built for aarch64, under qemu on 6 CPU models
+#   5. tests/cpp/run.sh                          C++ end-to-end test: g++ against ORT's C++ API, ORT 1.31.1
+#   6. cargo test -p nibble-ort --test session   the ORT integration test again, once per extra ORT version
+#                                                (one summary line each)
+#   7. .venv/bin/python -m pytest tests/python   Python tests (onnxruntime 1.31.1 from .venv)
+#   8. scripts/test-aarch64.sh                   kernel tests cross-built for aarch64, under qemu on 6 CPU models
 # Environment passed to the tests: NIBBLE_LIB, NIBBLE_FIXTURES, NIBBLE_ORT_DYLIB, NIBBLE_ORT_VERSION.
 # ORT_LOG defaults to "fatal": the error-path tests make ORT log the (expected) errors; ORT_LOG=warning shows them.
 set -euo pipefail
@@ -37,7 +40,9 @@ export NIBBLE_LIB=$TARGET/release/libnibble_ort.so
 export NIBBLE_FIXTURES=$TARGET/fixtures
 export ORT_LOG=${ORT_LOG:-fatal}
 ORT_NEW=1.31.1
-ORT_OLD=1.20.1
+# The extra ONNX Runtime versions (pinned in setup.sh, the one list): 1.20.1 1.23.2 1.24.4.
+mapfile -t ORT_EXTRA < <(bash scripts/setup.sh --ort-versions)
+[ ${#ORT_EXTRA[@]} -gt 0 ] || { echo "test.sh: scripts/setup.sh --ort-versions printed no version" >&2; exit 2; }
 ort_dylib() { echo "$ROOT/.cache/ort/$1/libonnxruntime.so.$1"; }
 
 # Use the lock file when there is one, so CI builds exactly what was tested.
@@ -92,13 +97,16 @@ fi
 step "fixtures (tests/fixtures/make_fixtures.py)" .venv/bin/python tests/fixtures/make_fixtures.py --out "$NIBBLE_FIXTURES"
 step "cargo build --release -p nibble-ort" cargo build "${LOCKED[@]}" --release -p nibble-ort
 step "cargo test --workspace (ORT integration on $ORT_NEW)" with_ort "$ORT_NEW" cargo test "${LOCKED[@]}" --workspace
+step "C++ end-to-end test on ORT $ORT_NEW (tests/cpp/run.sh)" bash tests/cpp/run.sh
 if [ $quick = 0 ]; then
-    step "ORT integration test on $ORT_OLD (cargo test -p nibble-ort --test session)" \
-        with_ort "$ORT_OLD" cargo test "${LOCKED[@]}" -p nibble-ort --test session
+    for v in "${ORT_EXTRA[@]}"; do
+        step "ORT integration test on $v (cargo test -p nibble-ort --test session)" \
+            with_ort "$v" cargo test "${LOCKED[@]}" -p nibble-ort --test session
+    done
     step "pytest tests/python (onnxruntime $ORT_NEW)" run_pytest
     step "aarch64 kernel tests under qemu (scripts/test-aarch64.sh)" bash scripts/test-aarch64.sh
 else
-    skip "ORT integration test on $ORT_OLD (--quick)"
+    for v in "${ORT_EXTRA[@]}"; do skip "ORT integration test on $v (--quick)"; done
     skip "pytest tests/python (--quick)"
     skip "aarch64 kernel tests (--quick)"
 fi

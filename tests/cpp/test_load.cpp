@@ -1,0 +1,262 @@
+// test_load.cpp — libnibble_ort.so loaded into ONNX Runtime through ORT's C++ API, end to end (the README's C++
+// snippet). Built and run by tests/cpp/run.sh:
+//
+//   test_load LIBNIBBLE FIXTURES_DIR [ORT_VERSION]
+//
+// FIXTURES_DIR is the output of tests/fixtures/make_fixtures.py (manifest.txt, models, raw f32 golden data).
+// Checks, one line each ("ok   ..." or "FAIL ..."); exit status 1 if any failed, 2 if it could not start:
+//   * ORT reports ORT_VERSION (when given);
+//   * a few fixture cases, node in domain nibble and in com.microsoft (our override), against the numpy golden
+//     output with the fixtures' tolerances (tol=loose: abs 0.1 + rel 0.02, tol=tight: abs 1e-4 + rel 1e-4);
+//   * AddConfigEntry("nibble.override_com_microsoft", "0") before registering keeps ORT's own kernel for
+//     com.microsoft nodes (same result, or the same refusal, as a session without nibble), domain nibble still ours;
+//   * every malformed fixture model throws Ort::Exception whose message contains "[MatMulNBits]".
+// Logging: ORT_LOG=verbose|info|warning|error|fatal (default fatal: the malformed models make ORT log errors).
+#include <onnxruntime_cxx_api.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+std::string g_lib, g_dir;  // argv[1], argv[2]
+int g_failed = 0;
+
+void report(bool ok, const std::string& what) {
+  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
+  std::fflush(stdout);
+  if (!ok) ++g_failed;
+}
+
+// ------------------------------------------------------------------------------------------------ fixtures
+
+using Record = std::map<std::string, std::string>;  // one `key=value ...` line of manifest.txt
+
+std::vector<Record> manifest(const std::string& kind) {
+  std::ifstream in(g_dir + "/manifest.txt");
+  if (!in) throw std::runtime_error("cannot read " + g_dir + "/manifest.txt (run make_fixtures.py)");
+  std::vector<Record> out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    Record r;
+    std::istringstream fields(line);
+    for (std::string kv; fields >> kv;) {
+      const auto eq = kv.find('=');
+      r[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    }
+    if (r["kind"] == kind) out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<float> read_f32(const std::string& name) {  // raw little-endian float32
+  std::ifstream in(g_dir + "/" + name, std::ios::binary | std::ios::ate);
+  if (!in) throw std::runtime_error("cannot read " + g_dir + "/" + name);
+  std::vector<float> v(static_cast<size_t>(in.tellg()) / sizeof(float));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  return v;
+}
+
+std::vector<int64_t> parse_shape(const std::string& s) {  // "2x3x128"; "scalar" -> {}
+  std::vector<int64_t> dims;
+  std::istringstream in(s == "scalar" ? "" : s);
+  for (std::string d; std::getline(in, d, 'x');) dims.push_back(std::stoll(d));
+  return dims;
+}
+
+// ------------------------------------------------------------------------------------------------ ORT
+
+struct Opts {
+  bool nibble = true;                                                 // register libnibble_ort.so
+  GraphOptimizationLevel opt = ORT_DISABLE_ALL;
+  std::vector<std::pair<const char*, const char*>> config;           // set before registering
+};
+
+Ort::Session make_session(Ort::Env& env, const std::string& model, const Opts& o) {
+  Ort::SessionOptions so;
+  so.SetIntraOpNumThreads(2);
+  so.SetGraphOptimizationLevel(o.opt);
+  for (const auto& [k, v] : o.config) so.AddConfigEntry(k, v);
+  if (o.nibble) so.RegisterCustomOpsLibrary(g_lib.c_str(), Ort::CustomOpConfigs{});
+  return Ort::Session(env, (g_dir + "/" + model).c_str(), so);
+}
+
+// One inference: input "A" -> output "Y"; the output shape goes to *y_shape.
+std::vector<float> run(Ort::Session& s, std::vector<int64_t> shape, std::vector<float> a,
+                       std::vector<int64_t>* y_shape = nullptr) {
+  const auto mem = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
+  Ort::Value in = Ort::Value::CreateTensor<float>(mem, a.data(), a.size(), shape.data(), shape.size());
+  const char* in_names[] = {"A"};
+  const char* out_names[] = {"Y"};
+  auto out = s.Run(Ort::RunOptions{nullptr}, in_names, &in, 1, out_names, 1);
+  const auto info = out[0].GetTensorTypeAndShapeInfo();
+  if (y_shape) *y_shape = info.GetShape();
+  const float* y = out[0].GetTensorData<float>();
+  return std::vector<float>(y, y + info.GetElementCount());
+}
+
+// Session + run; an Ort::Exception becomes its message. What "behaves like ORT's kernel" compares.
+struct Outcome {
+  std::vector<float> y;
+  std::string error;
+};
+Outcome try_run(Ort::Env& env, const std::string& model, const Opts& o, const std::vector<int64_t>& shape,
+                const std::vector<float>& a) {
+  try {
+    auto s = make_session(env, model, o);
+    return {run(s, shape, a), ""};
+  } catch (const Ort::Exception& e) {
+    return {{}, e.what()};
+  }
+}
+
+// "" when every |got - want| <= abs + rel*|want| (numpy.allclose), else the worst element.
+std::string compare(const std::vector<float>& got, const std::vector<float>& want, const std::string& tol) {
+  const double abs_tol = tol == "loose" ? 0.1 : 1e-4, rel_tol = tol == "loose" ? 0.02 : 1e-4;
+  if (got.size() != want.size())
+    return std::to_string(got.size()) + " values, expected " + std::to_string(want.size());
+  size_t bad = 0, worst = 0;
+  double worst_excess = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double excess = std::fabs(double(got[i]) - want[i]) - (abs_tol + rel_tol * std::fabs(want[i]));
+    if (excess > 0 || std::isnan(excess)) {
+      ++bad;
+      if (std::isnan(excess) || excess > worst_excess) worst = i, worst_excess = std::isnan(excess) ? 1e30 : excess;
+    }
+  }
+  if (!bad) return "";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%zu/%zu outside tol=%s; worst at %zu: got %g want %g", bad, got.size(),
+                tol.c_str(), worst, got[worst], want[worst]);
+  return buf;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::fmax(d, std::fabs(double(a[i]) - b[i]));
+  return d;
+}
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+const Record& find_case(const std::vector<Record>& cases, const std::string& prefix) {
+  for (const auto& r : cases)
+    if (r.at("name").rfind(prefix, 0) == 0) return r;
+  throw std::runtime_error("manifest: no case " + prefix + "*");
+}
+
+// ------------------------------------------------------------------------------------------------ checks
+
+// Ours in both domains vs the numpy golden output: int8 path (M=1 and M>1), fp32 path with padded K, an empty
+// optional input before bias, rank-3 A, and block_size 512 (beyond ORT's own kernel).
+void check_cases(Ort::Env& env, const std::vector<Record>& cases) {
+  const char* picked[] = {"acc4_zp_k256_n64_bs32", "acc1_sym_k93_n33_bs16", "acc1_zp_bias_k256_n32_bs64",
+                          "acc4_batch3d_k128_n48_bs16", "acc4_bs512_k1024_n16"};
+  for (const auto& r : cases) {
+    bool wanted = false;
+    for (const char* p : picked) wanted |= r.at("name") == p;
+    if (!wanted) continue;
+    const auto a_shape = parse_shape(r.at("a_shape"));
+    std::string line = r.at("name") + " A=" + r.at("a_shape") + " (tol=" + r.at("tol") + "):";
+    bool ok = true;
+    try {
+      const auto a = read_f32(r.at("a")), want = read_f32(r.at("y"));
+      for (const auto& [domain, model, opt] : {std::tuple{"nibble", r.at("nibble"), ORT_DISABLE_ALL},
+                                               std::tuple{"com.microsoft", r.at("com"), ORT_ENABLE_ALL}}) {
+        auto s = make_session(env, model, Opts{true, opt, {}});
+        std::vector<int64_t> y_shape;
+        const auto y = run(s, a_shape, a, &y_shape);
+        const std::string err = y_shape == parse_shape(r.at("y_shape")) ? compare(y, want, r.at("tol"))
+                                                                        : "output shape is not " + r.at("y_shape");
+        char d[32];
+        std::snprintf(d, sizeof d, "%.2e", max_abs_diff(y, want));
+        line += std::string(" ") + domain + (err.empty() ? std::string(" |ours - numpy| ") + d : " " + err);
+        ok &= err.empty();
+      }
+    } catch (const std::exception& e) {
+      line += std::string(" ") + first_line(e.what()), ok = false;
+    }
+    report(ok, line);
+  }
+}
+
+void check_override_off(Ort::Env& env, const std::vector<Record>& cases) {
+  const Opts off{true, ORT_DISABLE_ALL, {{"nibble.override_com_microsoft", "0"}}};
+  const Opts builtin{false, ORT_DISABLE_ALL, {}};
+  // A model ORT's kernel runs (bit-identical result) and one it refuses (block_size 512, on 1.31): same outcome.
+  for (const char* name : {"acc4_zp_k256_n64_bs32", "acc4_bs512_k1024_n16"}) {
+    const Record& r = find_case(cases, name);
+    const auto shape = parse_shape(r.at("a_shape"));
+    const auto a = read_f32(r.at("a"));
+    const Outcome got = try_run(env, r.at("com"), off, shape, a), ort = try_run(env, r.at("com"), builtin, shape, a);
+    const bool same = got.error == ort.error && got.y == ort.y;
+    const auto said = [](const Outcome& o) { return o.error.empty() ? "ran it" : "refused it: " + first_line(o.error); };
+    report(same, std::string("override off: com.microsoft ") + name +
+                     (same ? " behaves like ORT's kernel, which " + said(ort)
+                           : " does not: ORT's kernel " + said(ort) + "; with the override off, ORT " + said(got)));
+  }
+  // Domain nibble is still served by nibble.
+  const Record& r = find_case(cases, "acc4_zp_k256_n64_bs32");
+  const Outcome nib = try_run(env, r.at("nibble"), off, parse_shape(r.at("a_shape")), read_f32(r.at("a")));
+  const std::string err = nib.error.empty() ? compare(nib.y, read_f32(r.at("y")), r.at("tol")) : nib.error;
+  report(err.empty(), "override off: domain nibble still runs nibble's kernel" + (err.empty() ? "" : ": " + err));
+}
+
+void check_malformed(Ort::Env& env) {
+  for (const auto& r : manifest("malformed")) {
+    std::string msg = "no error";
+    bool ort_exception = false;
+    try {
+      auto s = make_session(env, r.at("model"), Opts{});
+      run(s, {1, 64}, std::vector<float>(64, 0.5f));  // some errors can only show at the first run
+    } catch (const Ort::Exception& e) {
+      ort_exception = true, msg = e.what();
+    } catch (const std::exception& e) {
+      msg = std::string("not an Ort::Exception: ") + e.what();
+    }
+    const bool ok = ort_exception && msg.find("[MatMulNBits]") != std::string::npos;
+    report(ok, "malformed " + r.at("name") + " throws Ort::Exception: " + first_line(msg) +
+                   (ok ? "" : " (expected [MatMulNBits]; " + r.at("why") + ")"));
+  }
+}
+
+OrtLoggingLevel log_level() {  // ORT_LOG, default fatal
+  const std::string v = std::getenv("ORT_LOG") ? std::getenv("ORT_LOG") : "";
+  return v == "verbose" ? ORT_LOGGING_LEVEL_VERBOSE : v == "info"  ? ORT_LOGGING_LEVEL_INFO
+       : v == "warning" ? ORT_LOGGING_LEVEL_WARNING : v == "error" ? ORT_LOGGING_LEVEL_ERROR
+                        : ORT_LOGGING_LEVEL_FATAL;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s LIBNIBBLE FIXTURES_DIR [ORT_VERSION]\n", argv[0]);
+    return 2;
+  }
+  g_lib = argv[1], g_dir = argv[2];
+  try {
+    Ort::Env env(log_level(), "nibble-cpp-test");
+    const std::string version = Ort::GetVersionString();
+    const bool right = argc < 4 || version == argv[3];
+    report(right, "ONNX Runtime " + version + (right ? "" : std::string(", expected ") + argv[3]) +
+                      " (C++ API, headers ORT_API_VERSION " + std::to_string(ORT_API_VERSION) + "), nibble: " + g_lib);
+    const auto cases = manifest("case");
+    check_cases(env, cases);
+    check_override_off(env, cases);
+    check_malformed(env);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "test_load: %s\n", e.what());
+    return 2;
+  }
+  std::printf("%s\n", g_failed ? "C++ test: FAILED" : "C++ test: all checks passed");
+  return g_failed ? 1 : 0;
+}
