@@ -48,12 +48,12 @@ pub unsafe extern "C" fn RegisterCustomOps(options: *mut OrtSessionOptions, api_
         }
         // SAFETY: GetApi returns null or a table valid for the process; version ≤ runtime's.
         let table = unsafe { (base.GetApi)(api::API_VERSION) };
-        // SAFETY: checked non-null; ORT's API tables are static.
+        // SAFETY: `as_ref` maps null to None; a non-null table from GetApi is static in ORT.
         let table = unsafe { table.as_ref() }
             .ok_or_else(|| Error::fail(format!("{OP_PREFIX} ONNX Runtime {version} returned no API {}", api::API_VERSION)))?;
         api::init(table);
         // SAFETY: `options` is the session options ORT is registering us into.
-        register(options, minor)
+        unsafe { register(options, minor) }
     });
     let r = r.unwrap_or_else(|p| Err(Error::panic("RegisterCustomOps", p)));
     match r {
@@ -78,10 +78,12 @@ fn runtime_minor(version: &str) -> u32 {
 /// and Compute checks A against K.
 const SHAPE_INFERENCE_SINCE_MINOR: u32 = 24;
 
-fn register(options: *mut OrtSessionOptions, runtime_minor: u32) -> Result<()> {
+/// # Safety
+/// `options` is a live `OrtSessionOptions` (the one ORT passed to `RegisterCustomOps`), and `api::init` ran.
+unsafe fn register(options: *mut OrtSessionOptions, runtime_minor: u32) -> Result<()> {
     let op_version = runtime_minor.min(api::API_VERSION);
     let shape_inference = runtime_minor >= SHAPE_INFERENCE_SINCE_MINOR;
-    // SAFETY: `options` comes from ORT (see RegisterCustomOps).
+    // SAFETY: `options` is live (this function's contract).
     let (ov, acc) = unsafe {
         (api::session_config(options, domain::KEY_OVERRIDE)?, api::session_config(options, domain::KEY_ACCURACY_DEFAULT)?)
     };
