@@ -394,12 +394,13 @@ impl PackedLhs {
     }
 }
 
-/// Symmetric int8 quantization of one block: returns (scale, Σq). scale = amax/127; a block of zeros (or one
-/// with non-finite values, whose products are non-finite anyway) gets scale amax/127 as computed.
+/// Symmetric int8 quantization of one block: returns (scale, Σq). scale = amax/127. A block holding a NaN gets a
+/// NaN scale (and an infinite value an infinite one), so non-finite activations reach the output as they would in
+/// f32 arithmetic instead of vanishing in the rounding.
 pub fn quantize_block(a: &[f32], q: &mut [i8]) -> (f32, i32) {
-    let amax = a.iter().fold(0f32, |m, &x| m.max(x.abs()));
+    let amax = a.iter().fold(0f32, |m, &x| if x.is_nan() || m.is_nan() { f32::NAN } else { m.max(x.abs()) });
     let scale = amax / 127.0;
-    let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+    let inv = if amax > 0.0 && amax.is_finite() { 127.0 / amax } else { 0.0 };
     let mut sum = 0i32;
     for (qi, &x) in q.iter_mut().zip(a) {
         let v = (x * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
@@ -462,6 +463,11 @@ mod tests {
         }
         let (s0, sum0) = quantize_block(&[0.0; 16], &mut q[..16]);
         assert_eq!((s0, sum0), (0.0, 0));
+        let mut nan_block = [0.5f32; 16];
+        nan_block[3] = f32::NAN;
+        assert!(quantize_block(&nan_block, &mut q[..16]).0.is_nan());
+        nan_block[3] = f32::NEG_INFINITY;
+        assert!(quantize_block(&nan_block, &mut q[..16]).0.is_infinite());
     }
 
     #[test]

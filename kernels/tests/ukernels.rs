@@ -226,3 +226,21 @@ proptest! {
         }
     }
 }
+
+/// A NaN in A must reach the output rows it feeds (as f32 arithmetic would), on both paths, and only those rows.
+#[test]
+fn nan_activations_propagate() {
+    let mut rng = Rng::new(7);
+    let case = Case::random(&mut rng, 93, 21, 4, 32, ZpKind::Packed, GIdx::None, true);
+    let w = case.weights();
+    for path in [ComputePath::Fp32, ComputePath::Int8] {
+        let sel = registry::select(path, 4, 32).unwrap();
+        let rhs = sel.pack_rhs(&w);
+        let mut a = activations(&mut rng, 3, 93);
+        a[93 + 40] = f32::NAN; // row 1
+        let mut out = vec![0f32; 3 * 21];
+        matmul_serial(&sel, &rhs, LhsSource::F32(&a), 3, case.bias.as_deref(), &mut out);
+        assert!(out[21..42].iter().all(|y| y.is_nan()), "{path:?}: row 1 should be NaN");
+        assert!(out[..21].iter().chain(&out[42..]).all(|y| y.is_finite()), "{path:?}: other rows finite");
+    }
+}
