@@ -9,6 +9,12 @@ pub const KEY_OVERRIDE: &str = "nibble.override_com_microsoft";
 /// Session config key: what accuracy_level 0 (unset) means: "4" (default, int8 path) or "1" (fp32 path).
 pub const KEY_ACCURACY_DEFAULT: &str = "nibble.accuracy_level_default";
 
+/// The same setting as C++ `Ort::CustomOpConfigs().AddConfig("MatMulNBits", key, value)` stores it:
+/// `custom_op.MatMulNBits.<key without "nibble.">` (read when `nibble.<key>` is not set).
+pub fn custom_op_config_key(key: &str) -> String {
+    format!("custom_op.MatMulNBits.{}", key.trim_start_matches("nibble."))
+}
+
 /// The domains we register, in order.
 pub const OUR_DOMAIN: &str = "nibble";
 pub const MS_DOMAIN: &str = "com.microsoft";
@@ -62,6 +68,12 @@ mod tests {
         let r = plan(Some("0"), Some("1")).unwrap();
         assert_eq!(r.domains, vec!["nibble"]);
         assert_eq!(r.config.default_accuracy, 1);
+    }
+
+    #[test]
+    fn custom_op_config_keys() {
+        assert_eq!(custom_op_config_key(KEY_OVERRIDE), "custom_op.MatMulNBits.override_com_microsoft");
+        assert_eq!(custom_op_config_key(KEY_ACCURACY_DEFAULT), "custom_op.MatMulNBits.accuracy_level_default");
     }
 
     #[test]

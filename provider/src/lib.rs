@@ -83,10 +83,17 @@ const SHAPE_INFERENCE_SINCE_MINOR: u32 = 24;
 unsafe fn register(options: *mut OrtSessionOptions, runtime_minor: u32) -> Result<()> {
     let op_version = runtime_minor.min(api::API_VERSION);
     let shape_inference = runtime_minor >= SHAPE_INFERENCE_SINCE_MINOR;
-    // SAFETY: `options` is live (this function's contract).
-    let (ov, acc) = unsafe {
-        (api::session_config(options, domain::KEY_OVERRIDE)?, api::session_config(options, domain::KEY_ACCURACY_DEFAULT)?)
+    // Each setting under its own key, or as C++'s RegisterCustomOpsLibrary(path, CustomOpConfigs) stores it.
+    let setting = |key: &str| -> Result<Option<String>> {
+        for k in [key.to_string(), domain::custom_op_config_key(key)] {
+            // SAFETY: `options` is live (this function's contract).
+            if let Some(v) = unsafe { api::session_config(options, &k)? } {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
     };
+    let (ov, acc) = (setting(domain::KEY_OVERRIDE)?, setting(domain::KEY_ACCURACY_DEFAULT)?);
     let plan = domain::plan(ov.as_deref(), acc.as_deref())?;
     for name in plan.domains {
         let cname = CString::new(name).expect("domain names have no NUL");

@@ -30,6 +30,8 @@ SCRIPT = textwrap.dedent(
                           B=B, scales=scales, zp=zp, node_name="probe_node")
     so = ort.SessionOptions()
     so.log_severity_level = 1
+    for key, value in {config!r}.items():
+        so.add_session_config_entry(key, value)
     so.register_custom_ops_library({lib!r})
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     y = sess.run(None, {{"A": rng.normal(size=(3, 93)).astype(np.float32)}})[0]
@@ -38,8 +40,9 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def run_probe(nibble_lib: Path, acc: int, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    script = SCRIPT.format(models=str(REPO_ROOT / "models"), acc=acc, lib=str(nibble_lib))
+def run_probe(nibble_lib: Path, acc: int, env: dict[str, str] | None = None,
+              config: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    script = SCRIPT.format(models=str(REPO_ROOT / "models"), acc=acc, lib=str(nibble_lib), config=config or {})
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **(env or {})})
 
@@ -54,6 +57,24 @@ def test_each_node_logs_one_info_line(nibble_lib: Path, acc: int, path: str, ker
     assert "[I:onnxruntime" in line, f"not at INFO severity: {line}"
     for part in ("K=93", "N=5", "bits=4", "block_size=32", f"{path} path", kernel, "zero_points=uint8"):
         assert part in line, f"{part!r} missing from the log line: {line}"
+
+
+def probe_line(r: subprocess.CompletedProcess) -> str:
+    assert r.returncode == 0 and "OK (3, 5)" in r.stdout, r.stderr[-2000:]
+    return next(line for line in r.stderr.splitlines() if "node 'probe_node'" in line)
+
+
+@pytest.mark.parametrize("key", ["nibble.accuracy_level_default", "custom_op.MatMulNBits.accuracy_level_default"])
+def test_accuracy_default_config_both_spellings(nibble_lib: Path, key: str) -> None:
+    """The session config key, or the key C++'s RegisterCustomOpsLibrary(path, CustomOpConfigs) writes."""
+    assert "accuracy_level=0 -> int8 path" in probe_line(run_probe(nibble_lib, 0))
+    assert "accuracy_level=0 -> fp32 path" in probe_line(run_probe(nibble_lib, 0, config={key: "1"}))
+
+
+def test_bad_config_value_is_refused_at_registration(nibble_lib: Path) -> None:
+    r = run_probe(nibble_lib, 0, config={"nibble.accuracy_level_default": "7"})
+    assert r.returncode != 0
+    assert "nibble.accuracy_level_default" in r.stderr and '"7"' in r.stderr, r.stderr[-2000:]
 
 
 def test_nibble_isa_portable_is_honoured(nibble_lib: Path) -> None:
