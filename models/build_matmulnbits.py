@@ -253,7 +253,7 @@ def make_model(
     a_shape: Sequence[int | str] | None = None,
     legacy_1d: bool = False,
     node_name: str = "matmul_nbits",
-    attrs: Mapping[str, int | None] | None = None,
+    attrs: Mapping[str, int | float | str | None] | None = None,
     runtime_inputs: Sequence[str] = (),
     bias_as_add: bool = False,
     check: bool = True,

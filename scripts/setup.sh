@@ -68,6 +68,15 @@ channel=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
 [ -n "$channel" ] || die "no channel in rust-toolchain.toml"
 # components = ["clippy", "rustfmt"] -> clippy rustfmt
 components=$(sed -n 's/^components *= *\[\(.*\)\]/\1/p' rust-toolchain.toml | tr ',' ' ' | tr -d '"' | xargs)
+# The machine's one toolchain may be "stable" at exactly the pinned version: then name it, as the machine image
+# does (a symlink ~/.rustup/toolchains/<channel>-<host> -> stable), instead of downloading a second copy.
+host=$(rustc +stable -vV 2>/dev/null | sed -n 's/^host: //p' || true)
+if ! rustup toolchain list | grep -q "^${channel}-" && [ -n "$host" ] \
+    && [ "$(rustc +stable --version 2>/dev/null | awk '{print $2}')" = "$channel" ]; then
+    tc_dir=$(rustup show home)/toolchains
+    say "rust toolchain $channel: linking $tc_dir/$channel-$host -> stable-$host (same version)"
+    ln -sfn "$tc_dir/stable-$host" "$tc_dir/$channel-$host"
+fi
 have_tc=0
 if rustup toolchain list | grep -q "^${channel}-"; then
     have_tc=1

@@ -29,16 +29,17 @@ rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup ta
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER=$root/scripts/aarch64/qemu-a64-run.sh
 target=aarch64-unknown-linux-gnu
-export NIBBLE_LIB=$root/target/$target/release/libnibble_ort.so
+export NIBBLE_LIB=${CARGO_TARGET_DIR:-$root/target}/$target/release/libnibble_ort.so
 export NIBBLE_ORT_DYLIB=$A64ENV/ort/aarch64/libonnxruntime.so.1.31.1 NIBBLE_ORT_VERSION=1.31.1
-export NIBBLE_FIXTURES=${NIBBLE_FIXTURES:-$root/target/fixtures} ORT_LOG=${ORT_LOG:-fatal}
+export NIBBLE_FIXTURES=${NIBBLE_FIXTURES:-${CARGO_TARGET_DIR:-$root/target}/fixtures} ORT_LOG=${ORT_LOG:-fatal}
 [ -s "$NIBBLE_FIXTURES/manifest.txt" ] || .venv/bin/python tests/fixtures/make_fixtures.py --out "$NIBBLE_FIXTURES"
 
-cargo build -q --release -p nibble-ort --target $target
-cargo test -q --release -p nibble-kernels -p nibble-ort --target $target --no-run
+locked=(); [ -f Cargo.lock ] && locked=(--locked)
+cargo build -q "${locked[@]}" --release -p nibble-ort --target $target
+cargo test -q "${locked[@]}" --release -p nibble-kernels -p nibble-ort --target $target --no-run
 for cpu in $cpus; do
     echo "== aarch64 under qemu -cpu $cpu: kernels (expect ${expect[$cpu]}), then nibble in aarch64 ORT"
-    QEMU_CPU=$cpu NIBBLE_EXPECT_ISAS=${expect[$cpu]} cargo test -q --release -p nibble-kernels --target $target
-    QEMU_CPU=$cpu cargo test -q --release -p nibble-ort --target $target --test session
+    QEMU_CPU=$cpu NIBBLE_EXPECT_ISAS=${expect[$cpu]} cargo test -q "${locked[@]}" --release -p nibble-kernels --target $target
+    QEMU_CPU=$cpu cargo test -q "${locked[@]}" --release -p nibble-ort --target $target --test session
 done
 echo "aarch64: kernel and ORT integration tests passed on: $cpus"

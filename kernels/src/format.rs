@@ -36,6 +36,10 @@ macro_rules! bail {
     ($($arg:tt)*) => { return Err(FormatError(format!($($arg)*))) };
 }
 
+/// The largest block size accepted: 2^16, far beyond any model's (ORT's own CPU kernel stops at 256), and small
+/// enough that a block's integer dot product (≤ 127·255·2^16 < 2^31) cannot overflow i32.
+pub const MAX_BLOCK_SIZE: usize = 1 << 16;
+
 /// The attributes that fix the weight layout, validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Params {
@@ -60,10 +64,14 @@ impl Params {
         if block_size < 16 || (block_size as u64).count_ones() != 1 {
             bail!("attribute block_size={block_size} must be a power of two >= 16");
         }
-        // Keep every derived size comfortably inside usize/i64 arithmetic.
+        // Keep every derived size comfortably inside usize/i64 arithmetic, and the int8 path's integer block
+        // sums inside i32 (|Σ q_a·q_w| ≤ 127·255·block_size).
         const LIMIT: i64 = 1 << 31;
-        if k >= LIMIT || n >= LIMIT || block_size >= LIMIT {
-            bail!("attributes K={k}, N={n}, block_size={block_size} are too large (each must be < 2^31)");
+        if k >= LIMIT || n >= LIMIT {
+            bail!("attributes K={k} and N={n} are too large (each must be < 2^31)");
+        }
+        if block_size > MAX_BLOCK_SIZE as i64 {
+            bail!("attribute block_size={block_size} is larger than nibble supports ({MAX_BLOCK_SIZE})");
         }
         Ok(Self { k: k as usize, n: n as usize, bits: bits as u32, block_size: block_size as usize })
     }
@@ -328,9 +336,11 @@ mod tests {
         assert!(e.0.contains("K=-1"), "{e}");
         let e = Params::new(64, 0, 4, 32).unwrap_err();
         assert!(e.0.contains("N=0"), "{e}");
-        for bs in [16, 32, 512, 1024, 2048, 4096] {
+        for bs in [16, 32, 512, 1024, 2048, 4096, 1 << 16] {
             assert!(Params::new(64, 8, 4, bs).is_ok());
         }
+        let e = Params::new(64, 8, 4, 1 << 17).unwrap_err();
+        assert!(e.0.contains("block_size=131072"), "{e}");
     }
 
     #[test]

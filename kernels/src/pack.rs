@@ -80,14 +80,14 @@ impl ComputePath {
 /// Weights packed for one kernel family. Immutable after packing; shared by all threads.
 #[derive(Debug, Clone)]
 pub struct PackedRhs {
-    pub params: Params,
-    pub layout: RhsLayout,
+    pub(crate) params: Params,
+    pub(crate) layout: RhsLayout,
     /// Packed blocks per panel: k_blocks, or more when g_idx regrouping pads groups.
-    pub blocks: usize,
+    pub(crate) blocks: usize,
     /// Whether records carry zero points (else 2^(bits−1) for every block).
-    pub has_zp: bool,
+    pub(crate) has_zp: bool,
     /// For each packed K position, the source column of A, or `NO_SOURCE` (a zero). None = identity.
-    pub k_map: Option<Vec<u32>>,
+    pub(crate) k_map: Option<Vec<u32>>,
     pub(crate) data: Vec<u8>,
 }
 
@@ -191,6 +191,28 @@ impl PackedRhs {
         }
         rhs.data = data;
         rhs
+    }
+
+    pub fn params(&self) -> Params {
+        self.params
+    }
+
+    pub fn layout(&self) -> RhsLayout {
+        self.layout
+    }
+
+    /// Packed blocks per panel.
+    pub fn blocks(&self) -> usize {
+        self.blocks
+    }
+
+    pub fn has_zero_points(&self) -> bool {
+        self.has_zp
+    }
+
+    /// The g_idx regrouping map (packed K position → source column of A, or `NO_SOURCE`), if any.
+    pub fn k_map(&self) -> Option<&[u32]> {
+        self.k_map.as_deref()
     }
 
     /// Length in values of a packed LHS row.

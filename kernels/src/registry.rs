@@ -78,18 +78,26 @@ pub fn select(path: ComputePath, bits: u32, bl: usize) -> Result<Selected, Selec
 
 /// [`select`] over an explicit ladder (tests walk forced ladders with it).
 pub fn select_from(ladder: &[&'static UKernel], path: ComputePath, bits: u32, bl: usize) -> Result<Selected, SelectError> {
+    // A kernel fits if it computes this path in this role, takes this block, and its layout can hold it (else a
+    // lower rung is tried).
     let fits = |k: &&&'static UKernel, role: Role| {
-        k.path == path && (k.role == role || k.role == Role::Any) && (k.supports)(bits, bl)
+        k.path == path
+            && (k.role == role || k.role == Role::Any)
+            && (k.supports)(bits, bl)
+            && k.rhs.unwrap_or(DEFAULT_LAYOUT).supports(bits, bl)
     };
     let gemv = ladder.iter().find(|k| fits(k, Role::Gemv)).ok_or_else(|| no_kernel(path, bits, bl))?;
     let layout = gemv.rhs.unwrap_or(DEFAULT_LAYOUT);
-    if !layout.supports(bits, bl) {
-        return Err(no_kernel(path, bits, bl));
-    }
     let gemm = ladder
         .iter()
         .find(|k| fits(k, Role::Gemm) && k.rhs.is_none_or(|l| l == layout))
         .ok_or_else(|| no_kernel(path, bits, bl))?;
+    // A ladder built for another CPU (tests do that) must not hand out kernels this one cannot run.
+    for k in [gemv, gemm] {
+        if !Cpu::get().has(k.isa) {
+            return Err(SelectError(format!("{} needs {}, which this CPU lacks", k.name, k.isa)));
+        }
+    }
     Ok(Selected { gemv, gemm, layout, path })
 }
 

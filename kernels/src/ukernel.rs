@@ -20,21 +20,41 @@ pub enum Role {
 }
 
 /// One row of the registry. `name` is the kernel's file stem, its test and bench id, and what the log says.
+/// Only this crate builds them (fields are crate-private), so safe code cannot pair a `run` with the wrong
+/// formats or ISA.
 #[derive(Debug)]
 pub struct UKernel {
-    pub name: &'static str,
-    pub isa: Isa,
-    pub path: ComputePath,
-    pub role: Role,
+    pub(crate) name: &'static str,
+    pub(crate) isa: Isa,
+    pub(crate) path: ComputePath,
+    pub(crate) role: Role,
     /// The RHS layout the kernel reads; `None` for kernels that read any `qnb` layout (portable).
-    pub rhs: Option<RhsLayout>,
+    pub(crate) rhs: Option<RhsLayout>,
     /// Rows per register tile: tiles are split on multiples of it.
-    pub m_step: usize,
+    pub(crate) m_step: usize,
     /// Whether the kernel handles this bit width and block size.
-    pub supports: fn(bits: u32, bl: usize) -> bool,
+    pub(crate) supports: fn(bits: u32, bl: usize) -> bool,
     /// # Safety
     /// The CPU has `isa`; `RunArgs` describes live buffers as documented there.
-    pub run: unsafe fn(&RunArgs),
+    pub(crate) run: unsafe fn(&RunArgs),
+}
+
+impl UKernel {
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    pub fn path(&self) -> ComputePath {
+        self.path
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
 }
 
 /// Arguments of one tile, by raw pointer so that asm kernels can read them at fixed offsets.
@@ -84,10 +104,10 @@ const _: () = {
 /// How one call's M×N output is cut into tiles (row-major tile index: `mt · n_tiles + nt`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TilePlan {
-    pub m: usize,
-    pub n: usize,
-    pub m_tile: usize,
-    pub n_tile: usize,
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) m_tile: usize,
+    pub(crate) n_tile: usize,
 }
 
 impl TilePlan {
@@ -103,6 +123,16 @@ impl TilePlan {
         let min_panels = MIN_MACS.div_ceil(m_tile.min(m.max(1)) * nr * k.max(1));
         let panels_per_tile = panels.div_ceil(want_n_tiles).max(min_panels).clamp(1, panels.max(1));
         TilePlan { m, n, m_tile, n_tile: panels_per_tile * nr }
+    }
+
+    /// Rows and columns of the output.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.m, self.n)
+    }
+
+    /// Rows and columns of a (full) tile.
+    pub fn tile_shape(&self) -> (usize, usize) {
+        (self.m_tile, self.n_tile)
     }
 
     pub fn m_tiles(&self) -> usize {
@@ -165,9 +195,10 @@ pub struct Selected {
 
 impl Selected {
     /// One kernel in both roles, reading `layout` (default: the kernel's own, or the registry default).
-    /// For tests and benchmarks that exercise a specific kernel. None if this CPU lacks the kernel's ISA or
-    /// the kernel cannot read that layout or block size.
-    pub fn single(uk: &'static UKernel, layout: Option<RhsLayout>, cpu: &crate::Cpu, bits: u32, bl: usize) -> Option<Selected> {
+    /// For tests and benchmarks that exercise a specific kernel. None if this process's CPU lacks the kernel's
+    /// ISA or the kernel cannot read that layout or block size.
+    pub fn single(uk: &'static UKernel, layout: Option<RhsLayout>, bits: u32, bl: usize) -> Option<Selected> {
+        let cpu = crate::Cpu::get();
         let layout = match (uk.rhs, layout) {
             (Some(own), Some(l)) if own != l => return None,
             (Some(own), _) => own,
@@ -223,7 +254,6 @@ impl Selected {
         let p = rhs.params;
         assert_eq!(rhs.layout, self.layout, "weights were packed for another kernel family");
         assert_eq!(lhs.path(), self.path, "activations were packed for another compute path");
-        assert_eq!(lhs.rows(), plan.m, "activations have {} rows, plan {}", lhs.rows(), plan.m);
         assert_eq!(plan.n, p.n, "plan has N={}, weights N={}", plan.n, p.n);
         assert_eq!(plan.n_tile % self.layout.nr, 0, "column tiles must be whole panels");
         assert!(t < plan.count(), "tile {t} out of range ({} tiles)", plan.count());
@@ -233,16 +263,21 @@ impl Selected {
         }
         let (m0, rows, n0, cols) = plan.tile(t);
         let kp = rhs.k_packed();
+        // The LHS must hold exactly the plan's rows: the kernel reads `rows` full rows from row m0.
         let (lhs_ptr, lhs_scale, lhs_sum): (*const u8, *const f32, *const i32) = match lhs {
-            PackedLhs::F32 { k_packed, data, .. } => {
-                assert_eq!(*k_packed, kp, "activations packed for another K");
+            PackedLhs::F32 { data, .. } => {
+                assert_eq!(data.len(), plan.m * kp, "activations hold {} values, plan needs {}x{kp}", data.len(), plan.m);
                 (data[m0 * kp..].as_ptr().cast(), std::ptr::null(), std::ptr::null())
             }
-            PackedLhs::Int8 { k_packed, blocks, q, scale, sum, .. } => {
-                assert!(*k_packed == kp && *blocks == rhs.blocks, "activations packed for another K");
+            PackedLhs::Int8 { blocks, q, scale, sum, .. } => {
+                assert_eq!(*blocks, rhs.blocks, "activations packed for another K");
+                assert_eq!(q.len(), plan.m * kp, "activations hold {} values, plan needs {}x{kp}", q.len(), plan.m);
+                assert!(scale.len() == plan.m * rhs.blocks && sum.len() == plan.m * rhs.blocks, "activation scales");
                 (q[m0 * kp..].as_ptr().cast(), scale[m0 * blocks..].as_ptr(), sum[m0 * blocks..].as_ptr())
             }
         };
+        let uk = self.kernel_for(plan.m);
+        assert_eq!(plan.m_tile % uk.m_step, 0, "row tiles must be whole register tiles of {}", uk.m_step);
         assert!(
             !out.claimed[t].swap(true, Ordering::AcqRel),
             "tile {t} computed twice into the same output"
@@ -271,7 +306,6 @@ impl Selected {
             rows,
             cols,
         };
-        let uk = self.kernel_for(plan.m);
         // SAFETY: `uk` comes from the registry filtered by this CPU's features (only `select` builds a
         // `Selected`); the checks above tie lhs/rhs/bias sizes to the plan; the tile was claimed exactly once,
         // so no other worker writes its elements, and `out` holds the exclusive borrow of the output.

@@ -24,12 +24,12 @@ fn every_available_rung_can_be_forced() {
     for &isa in cpu.isas() {
         let ladder = build_ladder(cpu, Some(isa.name())).unwrap();
         assert!(!ladder.is_empty());
-        assert!(ladder.iter().all(|k| k.isa.rank() <= isa.rank() && cpu.has(k.isa)), "{isa}");
+        assert!(ladder.iter().all(|k| k.isa().rank() <= isa.rank() && cpu.has(k.isa())), "{isa}");
         // Best first.
-        assert!(ladder.windows(2).all(|w| w[0].isa.rank() >= w[1].isa.rank()));
+        assert!(ladder.windows(2).all(|w| w[0].isa().rank() >= w[1].isa().rank()));
         for path in [ComputePath::Fp32, ComputePath::Int8] {
             let sel = select_from(&ladder, path, 4, 32).unwrap();
-            assert!(registry::all().iter().any(|k| k.name == sel.gemv_name()));
+            assert!(registry::all().iter().any(|k| k.name() == sel.gemv_name()));
         }
     }
     // Forcing a rung this CPU lacks is an error naming it.

@@ -269,11 +269,31 @@ impl<'a> KernelInfo<'a> {
         read_string(|buf, size| ort!(KernelInfo_GetNodeName(self.raw, buf, size)))
     }
 
-    /// An int attribute, or None if the node does not have it.
-    pub fn attr_i64(&self, name: &str) -> Option<i64> {
+    /// An int attribute, None if the node does not have it, or an error naming the type it has instead.
+    pub fn attr_i64(&self, name: &str) -> Result<Option<i64>> {
         let cname = CString::new(name).expect("attribute names have no NUL");
         let mut v = 0i64;
-        ort!(KernelInfoGetAttribute_int64(self.raw, cname.as_ptr(), &mut v)).ok().map(|_| v)
+        if ort!(KernelInfoGetAttribute_int64(self.raw, cname.as_ptr(), &mut v)).is_ok() {
+            return Ok(Some(v));
+        }
+        // Absent, or present with another type: ORT answers both with an error status, so probe the types.
+        let mut f = 0f32;
+        let wrong = if ort!(KernelInfoGetAttribute_float(self.raw, cname.as_ptr(), &mut f)).is_ok() {
+            Some(format!("float {f}"))
+        } else if read_string(|buf, size| ort!(KernelInfoGetAttribute_string(self.raw, cname.as_ptr(), buf, size)))
+            .is_ok()
+        {
+            Some("string".to_string())
+        } else {
+            let mut n = 0usize;
+            ort!(KernelInfoGetAttributeArray_int64(self.raw, cname.as_ptr(), null_mut(), &mut n))
+                .is_ok()
+                .then(|| "a list of ints".to_string())
+        };
+        match wrong {
+            Some(t) => Err(Error::invalid(format!("attribute {name} is {t}, but must be an int"))),
+            None => Ok(None),
+        }
     }
 
     pub fn input_count(&self) -> Result<usize> {
@@ -319,9 +339,10 @@ impl<'a> KernelInfo<'a> {
 }
 
 /// The context of one Compute call.
-#[derive(Clone, Copy)]
 pub struct KernelContext<'a> {
     raw: *mut OrtKernelContext,
+    /// The output's elements are handed out at most once (a second `&mut` to them would alias).
+    output_taken: std::cell::Cell<bool>,
     _life: std::marker::PhantomData<&'a mut OrtKernelContext>,
 }
 
@@ -329,7 +350,7 @@ impl<'a> KernelContext<'a> {
     /// # Safety
     /// `raw` is the context of the current Compute call.
     pub unsafe fn new(raw: *mut OrtKernelContext) -> Self {
-        KernelContext { raw, _life: std::marker::PhantomData }
+        KernelContext { raw, output_taken: std::cell::Cell::new(false), _life: std::marker::PhantomData }
     }
 
     /// Input `i`, or None if the optional input is absent.
@@ -348,8 +369,11 @@ impl<'a> KernelContext<'a> {
         unsafe { Tensor::from_value(value) }.map(Some)
     }
 
-    /// Allocates output `i` with `shape` and element type `dtype` (the op variant's: f32 or f16).
+    /// Allocates output `i` with `shape` and element type `dtype` (the op variant's: f32 or f16). Once per call.
     pub fn output(&self, i: usize, shape: &[i64], dtype: Dtype) -> Result<Output<'a>> {
+        if self.output_taken.replace(true) {
+            return Err(Error::fail("output requested twice in one call"));
+        }
         let mut value: *mut OrtValue = null_mut();
         ort!(KernelContext_GetOutput(self.raw, i, shape.as_ptr(), shape.len(), &mut value))?;
         let count: usize = shape.iter().map(|&d| d.max(0) as usize).product();

@@ -99,14 +99,22 @@ unsafe fn register(options: *mut OrtSessionOptions, runtime_minor: u32) -> Resul
         let cname = CString::new(name).expect("domain names have no NUL");
         let mut dom: *mut OrtCustomOpDomain = std::ptr::null_mut();
         api::ort!(CreateCustomOpDomain(cname.as_ptr(), &mut dom))?;
-        for dtype in [Dtype::F32, Dtype::F16] {
-            // ORT keeps the pointer for the life of every session made from these options: leak it (a few
-            // hundred bytes per registration).
-            let def: &'static OpDef = Box::leak(Box::new(OpDef::new(dtype, plan.config, op_version, shape_inference)));
-            api::ort!(CustomOpDomain_Add(dom, def.raw()))?;
+        let added = [Dtype::F32, Dtype::F16]
+            .into_iter()
+            .try_for_each(|dtype| {
+                // ORT keeps the op's pointer for the life of every session made from these options: leak it (a
+                // few hundred bytes per registration).
+                let def: &'static OpDef =
+                    Box::leak(Box::new(OpDef::new(dtype, plan.config, op_version, shape_inference)));
+                api::ort!(CustomOpDomain_Add(dom, def.raw()))
+            })
+            .and_then(|()| api::ort!(AddCustomOpDomain(options, dom)));
+        if let Err(e) = added {
+            // SAFETY: `dom` came from CreateCustomOpDomain and was not handed to the options.
+            unsafe { (api::api().ReleaseCustomOpDomain)(dom) };
+            return Err(e);
         }
-        // The domain is owned by the options from here on (and, like the ops, must outlive the sessions).
-        api::ort!(AddCustomOpDomain(options, dom))?;
+        // From here ORT reads the domain for the life of the sessions and never frees it: leaked on purpose.
     }
     Ok(())
 }

@@ -57,7 +57,7 @@ enum Bias {
 }
 
 fn required_attr(info: &KernelInfo<'_>, name: &str) -> Result<i64> {
-    info.attr_i64(name).ok_or_else(|| Error::invalid(format!("required attribute {name} is missing")))
+    info.attr_i64(name)?.ok_or_else(|| Error::invalid(format!("required attribute {name} is missing")))
 }
 
 /// A constant initializer input, or an error saying why it must be one.
@@ -85,17 +85,17 @@ impl MatMulNBits {
     /// Kernel creation (session creation time). Every error names the node.
     pub fn create(info: &KernelInfo<'_>, dtype: Dtype, config: &OpConfig) -> Result<Self> {
         let node = info.node_name()?;
-        Self::create_in(info, dtype, config, node.clone()).map_err(|e| e.in_node(&node))
+        in_node(&node, "create", || Self::create_in(info, dtype, config, node.clone()))
     }
 
     fn create_in(info: &KernelInfo<'_>, dtype: Dtype, config: &OpConfig, node: String) -> Result<Self> {
         let params = Params::new(
             required_attr(info, "K")?,
             required_attr(info, "N")?,
-            info.attr_i64("bits").unwrap_or(4),
+            info.attr_i64("bits")?.unwrap_or(4),
             required_attr(info, "block_size")?,
         )?;
-        let accuracy = info.attr_i64("accuracy_level").unwrap_or(0);
+        let accuracy = info.attr_i64("accuracy_level")?.unwrap_or(0);
         let effective = match accuracy {
             0 => config.default_accuracy,
             1..=4 => accuracy,
@@ -106,7 +106,7 @@ impl MatMulNBits {
             }
         };
         let path = if effective == 4 { ComputePath::Int8 } else { ComputePath::Fp32 };
-        if let Some(w) = info.attr_i64("weight_prepacked").filter(|&w| w != 0) {
+        if let Some(w) = info.attr_i64("weight_prepacked")?.filter(|&w| w != 0) {
             return Err(Error::invalid(format!(
                 "attribute weight_prepacked={w} is not supported (CUDA-only layouts); only 0"
             )));
@@ -181,7 +181,8 @@ impl MatMulNBits {
             Bias::Constant(_) => "constant",
             Bias::PerCall => "per-call",
         };
-        info.log_info(&format!(
+        // A logging failure must not fail the session: the line is informational.
+        let _ = info.log_info(&format!(
             "{OP_PREFIX} node '{node}': K={} N={} bits={} block_size={} accuracy_level={accuracy} -> {} path, \
              kernels {} (M=1) / {} (M>1), packed {} bytes (nr={}, kr={}), zero_points={zp_kind}, g_idx={}, \
              bias={bias_kind}, A={}",
@@ -197,13 +198,13 @@ impl MatMulNBits {
             sel.layout().kr,
             if weights.has_reordering_g_idx() { "reordering" } else if g_idx.is_some() { "plain" } else { "none" },
             dtype.name(),
-        ))?;
+        ));
         Ok(MatMulNBits { node, params, dtype, sel, rhs, bias })
     }
 
     /// One call. Reentrant: only reads `self`.
     pub fn compute(&self, ctx: &KernelContext<'_>) -> Result<()> {
-        self.compute_in(ctx).map_err(|e| e.in_node(&self.node))
+        in_node(&self.node, "compute", || self.compute_in(ctx))
     }
 
     fn compute_in(&self, ctx: &KernelContext<'_>) -> Result<()> {
@@ -276,16 +277,23 @@ impl MatMulNBits {
     }
 }
 
+/// Runs `f` for node `node`: its error, or a panic inside it (a bug), comes out naming the op and the node.
+fn in_node<T>(node: &str, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|p| Err(Error::panic(what, p)))
+        .map_err(|e| e.in_node(node))
+}
+
 /// Output type and shape: Y = A.shape[:-1] + [N], A's type. Also rejects a static A whose last dimension
 /// contradicts K. ORT builds one schema for all same-named variants and may call any variant's function, so
-/// the type comes from A, not from the variant.
+/// the type comes from A, not from the variant. A bad or missing N leaves the shape unknown: kernel creation
+/// then reports it with the node's name, which this context does not know.
 pub fn infer_shape(ctx: &ShapeInfer, variant: Dtype) -> Result<()> {
     let (a_type, dims, names) = ctx.input(IN_A)?;
     let dtype = if matches!(a_type, Dtype::F32 | Dtype::F16) { a_type } else { variant };
-    let n = ctx.attr_i64("N").ok_or_else(|| Error::invalid(format!("{OP_PREFIX} required attribute N is missing")))?;
-    if n < 1 {
-        return Err(Error::invalid(format!("{OP_PREFIX} attribute N={n} must be >= 1")));
-    }
+    let Some(n) = ctx.attr_i64("N").filter(|&n| n >= 1) else {
+        return Ok(());
+    };
     let Some(&last) = dims.last() else {
         // Rank 0 or unknown rank: leave the shape to ORT's type inference; Compute checks the rank.
         return Ok(());

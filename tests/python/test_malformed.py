@@ -83,6 +83,9 @@ MALFORMED = [
     Malformed("accuracy_level_9", dict(accuracy_level=9), (word("accuracy_level"), r"\b9\b")),
     Malformed("accuracy_level_minus_1", dict(accuracy_level=-1), (word("accuracy_level"), r"-1\b")),
     Malformed("weight_prepacked_1", dict(attrs={"weight_prepacked": 1}), (word("weight_prepacked"), r"\b1\b")),
+    # An attribute of the wrong type is not "missing", nor silently replaced by its default.
+    Malformed("bits_float", dict(attrs={"bits": 8.0}), (word("bits"), r"\bfloat\b", r"\b8\b")),
+    Malformed("block_size_string", dict(attrs={"block_size": "32"}), (word("block_size"), r"\bstring\b")),
     # K does not match A's last dimension (A's shape is dynamic, so only Run() can tell).
     Malformed("A_last_dim_94", {}, (word("K"), r"\b93\b", r"\b94\b"),
               a=np.zeros((2, K + 1), np.float32)),

@@ -1,7 +1,6 @@
 //! Slow, obviously-correct implementations used as test oracles. Never optimised, never used by the provider.
 
 use crate::format::Weights;
-use crate::pack::quantize_block;
 
 /// Dequantizes B to f64, row-major [N, K]: w[n, k] = (code − zp) · scale of the block k belongs to.
 pub fn dequantize(w: &Weights<'_>) -> Vec<f64> {
@@ -50,7 +49,7 @@ pub fn matmul_int8(a: &[f32], m: usize, w: &Weights<'_>, bias: Option<&[f32]>) -
                 let k = b * bl + o;
                 *r = if k < p.k { a[i * p.k + k] } else { 0.0 };
             }
-            let (sa, qsum) = quantize_block(&row, &mut q);
+            let (sa, qsum) = quantize_symmetric_int8(&row, &mut q);
             for n in 0..p.n {
                 let isum: i64 = (0..bl.min(p.k - b * bl)).map(|o| q[o] as i64 * w.code(n, b * bl + o) as i64).sum();
                 let corr = w.zero_point(n, b) as f64 * qsum as f64;
@@ -66,9 +65,41 @@ pub fn matmul_int8(a: &[f32], m: usize, w: &Weights<'_>, bias: Option<&[f32]>) -
     y
 }
 
-/// A rigorous bound on |int8 path − exact| for row `i`, column `n`: each activation moves by at most half a
-/// quantization step (≤ amax_row/254), so the error is ≤ amax_row/254 · Σ_k |w[n, k]|.
-pub fn int8_error_bound(a_row: &[f32], w_row_dequant: &[f64]) -> f64 {
-    let amax = a_row.iter().fold(0f32, |m, &x| m.max(x.abs())) as f64;
-    amax / 254.0 * w_row_dequant.iter().map(|v| v.abs()).sum::<f64>()
+/// The documented activation quantization, written out independently of `pack::quantize_block`: per block,
+/// amax = max |a|, scale = amax / 127, q = round-half-even(a · (127 / amax)) clamped to ±127 (0 for an all-zero
+/// block). Returns (scale, Σ q).
+fn quantize_symmetric_int8(a: &[f32], q: &mut [i8]) -> (f32, i32) {
+    let mut amax = 0f32;
+    for &x in a {
+        if x.abs() > amax {
+            amax = x.abs();
+        }
+    }
+    if amax == 0.0 {
+        q.fill(0);
+        return (0.0, 0);
+    }
+    let inv = 127.0 / amax;
+    let mut sum = 0;
+    for (qi, &x) in q.iter_mut().zip(a) {
+        let r = (x * inv).round_ties_even();
+        *qi = r.clamp(-127.0, 127.0) as i8;
+        sum += *qi as i32;
+    }
+    (amax / 127.0, sum)
+}
+
+/// A rigorous bound on |int8 path − exact| for one output: each activation moves by at most half a
+/// quantization step of its block (amax_block / 254), so the error is ≤ Σ_blocks amax_block/254 · Σ_k∈block |w_k|.
+/// `block` = the length of the activation blocks along K (the whole row for g_idx-regrouped weights, whose
+/// activation blocks are not contiguous in K).
+pub fn int8_error_bound(a_row: &[f32], w_row_dequant: &[f64], block: usize) -> f64 {
+    a_row
+        .chunks(block)
+        .zip(w_row_dequant.chunks(block))
+        .map(|(a, w)| {
+            let amax = a.iter().fold(0f32, |m, &x| m.max(x.abs())) as f64;
+            amax / 254.0 * w.iter().map(|v| v.abs()).sum::<f64>()
+        })
+        .sum()
 }
