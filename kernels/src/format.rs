@@ -162,8 +162,7 @@ impl Params {
     /// (or 1-D).
     pub fn check_zero_points_shape(&self, shape: &[i64], packed: bool) -> Result<(), FormatError> {
         let n = self.n;
-        let (cols, what) =
-            if packed { (self.zp_row_bytes(), "packed uint8") } else { (self.k_blocks(), "float") };
+        let (cols, what) = if packed { (self.zp_row_bytes(), "packed uint8") } else { (self.k_blocks(), "float") };
         if !(dims_eq(shape, &[n, cols]) || dims_eq(shape, &[n * cols])) {
             bail!(
                 "input zero_points ({what}) has shape {} but N={}, k_blocks={}, bits={} require [{n}, {cols}] \
@@ -268,8 +267,7 @@ impl<'a> Weights<'a> {
 
     /// True when g_idx is present and differs from the plain mapping k → k / block_size.
     pub fn has_reordering_g_idx(&self) -> bool {
-        self.g_idx
-            .is_some_and(|g| g.iter().enumerate().any(|(k, &v)| v as usize != k / self.params.block_size))
+        self.g_idx.is_some_and(|g| g.iter().enumerate().any(|(k, &v)| v as usize != k / self.params.block_size))
     }
 
     /// Code of element (n, k).

@@ -107,7 +107,12 @@ impl PackedRhs {
     /// [`PackedRhs::pack`] on exactly `threads` threads (panels are split between them).
     pub fn pack_with_threads(w: &Weights<'_>, layout: RhsLayout, threads: usize) -> Self {
         let p = w.params;
-        assert!(layout.supports(p.bits, p.block_size), "layout {layout:?} cannot hold bits={} bl={}", p.bits, p.block_size);
+        assert!(
+            layout.supports(p.bits, p.block_size),
+            "layout {layout:?} cannot hold bits={} bl={}",
+            p.bits,
+            p.block_size
+        );
         let bl = p.block_size;
         // Packed block → (source block whose scale/zp it uses), and packed K → source k.
         let (block_src, k_map) = if w.has_reordering_g_idx() {
@@ -513,7 +518,17 @@ mod tests {
         let b: Vec<u8> = (0..3 * 3 * 8).map(|i| (i * 7 % 256) as u8).collect();
         let scales: Vec<f32> = (0..9).map(|i| i as f32 + 1.0).collect();
         // Uneven groups: 0 has 20 rows (2 packed blocks), 1 has 3, 2 has 17 (2 packed blocks).
-        let g: Vec<i32> = (0..40).map(|k| if k % 2 == 0 && k < 40 { 0 } else if k < 6 { 1 } else { 2 }).collect();
+        let g: Vec<i32> = (0..40)
+            .map(|k| {
+                if k % 2 == 0 && k < 40 {
+                    0
+                } else if k < 6 {
+                    1
+                } else {
+                    2
+                }
+            })
+            .collect();
         let w = Weights::new(p, &b, &scales, ZeroPoints::Default, Some(&g)).unwrap();
         let rhs = PackedRhs::pack(&w, RhsLayout { nr: 8, kr: 4 });
         let km = rhs.k_map.as_ref().unwrap();

@@ -77,7 +77,12 @@ pub fn select(path: ComputePath, bits: u32, bl: usize) -> Result<Selected, Selec
 }
 
 /// [`select`] over an explicit ladder (tests walk forced ladders with it).
-pub fn select_from(ladder: &[&'static UKernel], path: ComputePath, bits: u32, bl: usize) -> Result<Selected, SelectError> {
+pub fn select_from(
+    ladder: &[&'static UKernel],
+    path: ComputePath,
+    bits: u32,
+    bl: usize,
+) -> Result<Selected, SelectError> {
     // A kernel fits if it computes this path in this role, takes this block, and its layout can hold it (else a
     // lower rung is tried).
     let fits = |k: &&&'static UKernel, role: Role| {

@@ -204,8 +204,12 @@ impl Selected {
             (Some(own), _) => own,
             (None, l) => l.unwrap_or(crate::registry::DEFAULT_LAYOUT),
         };
-        (cpu.has(uk.isa) && (uk.supports)(bits, bl) && layout.supports(bits, bl))
-            .then_some(Selected { gemv: uk, gemm: uk, layout, path: uk.path })
+        (cpu.has(uk.isa) && (uk.supports)(bits, bl) && layout.supports(bits, bl)).then_some(Selected {
+            gemv: uk,
+            gemm: uk,
+            layout,
+            path: uk.path,
+        })
     }
 
     pub fn path(&self) -> ComputePath {
@@ -266,7 +270,13 @@ impl Selected {
         // The LHS must hold exactly the plan's rows: the kernel reads `rows` full rows from row m0.
         let (lhs_ptr, lhs_scale, lhs_sum): (*const u8, *const f32, *const i32) = match lhs {
             PackedLhs::F32 { data, .. } => {
-                assert_eq!(data.len(), plan.m * kp, "activations hold {} values, plan needs {}x{kp}", data.len(), plan.m);
+                assert_eq!(
+                    data.len(),
+                    plan.m * kp,
+                    "activations hold {} values, plan needs {}x{kp}",
+                    data.len(),
+                    plan.m
+                );
                 (data[m0 * kp..].as_ptr().cast(), std::ptr::null(), std::ptr::null())
             }
             PackedLhs::Int8 { blocks, q, scale, sum, .. } => {
@@ -278,10 +288,7 @@ impl Selected {
         };
         let uk = self.kernel_for(plan.m);
         assert_eq!(plan.m_tile % uk.m_step, 0, "row tiles must be whole register tiles of {}", uk.m_step);
-        assert!(
-            !out.claimed[t].swap(true, Ordering::AcqRel),
-            "tile {t} computed twice into the same output"
-        );
+        assert!(!out.claimed[t].swap(true, Ordering::AcqRel), "tile {t} computed twice into the same output");
         let panel_stride = rhs.blocks * rhs.record_bytes();
         let args = RunArgs {
             lhs: lhs_ptr,

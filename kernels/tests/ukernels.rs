@@ -22,7 +22,12 @@ fn kernels() -> Vec<&'static UKernel> {
         if cpu.has(uk.isa()) {
             out.push(uk);
         } else {
-            assert!(!required.iter().any(|r| r == uk.isa().name()), "{} skipped but NIBBLE_REQUIRE_ISAS has {}", uk.name(), uk.isa());
+            assert!(
+                !required.iter().any(|r| r == uk.isa().name()),
+                "{} skipped but NIBBLE_REQUIRE_ISAS has {}",
+                uk.name(),
+                uk.isa()
+            );
             eprintln!("SKIP {}: needs {}", uk.name(), uk.isa());
         }
     }

@@ -138,11 +138,35 @@ impl Dtype {
 /// ONNX's name for a TensorProto element type, as ORT prints it (`tensor(int8)` → "int8").
 fn onnx_type_name(t: i32) -> String {
     const NAMES: [&str; 24] = [
-        "undefined", "float", "uint8", "int8", "uint16", "int16", "int32", "int64", "string", "bool", "float16",
-        "double", "uint32", "uint64", "complex64", "complex128", "bfloat16", "float8e4m3fn", "float8e4m3fnuz",
-        "float8e5m2", "float8e5m2fnuz", "uint4", "int4", "float4e2m1",
+        "undefined",
+        "float",
+        "uint8",
+        "int8",
+        "uint16",
+        "int16",
+        "int32",
+        "int64",
+        "string",
+        "bool",
+        "float16",
+        "double",
+        "uint32",
+        "uint64",
+        "complex64",
+        "complex128",
+        "bfloat16",
+        "float8e4m3fn",
+        "float8e4m3fnuz",
+        "float8e5m2",
+        "float8e5m2fnuz",
+        "uint4",
+        "int4",
+        "float4e2m1",
     ];
-    usize::try_from(t).ok().and_then(|i| NAMES.get(i)).map_or_else(|| format!("ONNX element type {t}"), |n| n.to_string())
+    usize::try_from(t)
+        .ok()
+        .and_then(|i| NAMES.get(i))
+        .map_or_else(|| format!("ONNX element type {t}"), |n| n.to_string())
 }
 
 /// Type and shape of a tensor info; releases it if `owned` (GetTensorTypeAndShape hands out an info the
@@ -464,11 +488,18 @@ impl ShapeInfer {
         ort!(GetDimensionsCount(info, &mut n))?;
         let mut names: Vec<*const c_char> = vec![null(); n];
         ort!(GetSymbolicDimensions(info, names.as_mut_ptr(), n))?;
-        let names = names
-            .into_iter()
-            // SAFETY: ORT returns NUL-terminated strings (possibly empty) owned by `info`, alive for this call.
-            .map(|p| if p.is_null() { String::new() } else { unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned() })
-            .collect();
+        let names =
+            names
+                .into_iter()
+                // SAFETY: ORT returns NUL-terminated strings (possibly empty) owned by `info`, alive for this call.
+                .map(|p| {
+                    if p.is_null() {
+                        String::new()
+                    } else {
+                        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+                    }
+                })
+                .collect();
         let (dtype, dims) = type_and_shape(info, false)?;
         Ok((dtype, dims, names))
     }

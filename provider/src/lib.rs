@@ -30,7 +30,10 @@ pub const OP_PREFIX: &str = "[MatMulNBits]";
 /// # Safety
 /// Called by ONNX Runtime with valid `options` and `api_base`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn RegisterCustomOps(options: *mut OrtSessionOptions, api_base: *const OrtApiBase) -> *mut OrtStatus {
+pub unsafe extern "C" fn RegisterCustomOps(
+    options: *mut OrtSessionOptions,
+    api_base: *const OrtApiBase,
+) -> *mut OrtStatus {
     if api_base.is_null() {
         return std::ptr::null_mut(); // nothing to report through
     }
@@ -49,8 +52,9 @@ pub unsafe extern "C" fn RegisterCustomOps(options: *mut OrtSessionOptions, api_
         // SAFETY: GetApi returns null or a table valid for the process; version ≤ runtime's.
         let table = unsafe { (base.GetApi)(api::API_VERSION) };
         // SAFETY: `as_ref` maps null to None; a non-null table from GetApi is static in ORT.
-        let table = unsafe { table.as_ref() }
-            .ok_or_else(|| Error::fail(format!("{OP_PREFIX} ONNX Runtime {version} returned no API {}", api::API_VERSION)))?;
+        let table = unsafe { table.as_ref() }.ok_or_else(|| {
+            Error::fail(format!("{OP_PREFIX} ONNX Runtime {version} returned no API {}", api::API_VERSION))
+        })?;
         api::init(table);
         // SAFETY: `options` is the session options ORT is registering us into.
         unsafe { register(options, minor) }

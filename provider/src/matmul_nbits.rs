@@ -196,7 +196,13 @@ impl MatMulNBits {
             rhs.bytes().len(),
             sel.layout().nr,
             sel.layout().kr,
-            if weights.has_reordering_g_idx() { "reordering" } else if g_idx.is_some() { "plain" } else { "none" },
+            if weights.has_reordering_g_idx() {
+                "reordering"
+            } else if g_idx.is_some() {
+                "plain"
+            } else {
+                "none"
+            },
             dtype.name(),
         ));
         Ok(MatMulNBits { node, params, dtype, sel, rhs, bias })

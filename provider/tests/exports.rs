@@ -10,16 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn env_path(var: &str) -> Option<PathBuf> {
-    std::env::var_os(var)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
+    std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
 fn nibble_lib() -> PathBuf {
     let lib = env_path("NIBBLE_LIB").unwrap_or_else(|| {
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("provider/ has a parent");
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("provider/ has a parent");
         let target = env_path("CARGO_TARGET_DIR").unwrap_or_else(|| workspace.join("target"));
         target.join("release").join("libnibble_ort.so")
     });
@@ -37,9 +33,7 @@ fn tool(cmd: &str, args: &[&str], lib: &Path) -> String {
         .args(args)
         .arg(lib)
         .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run `{cmd}` ({e}): install binutils (scripts/setup.sh does)")
-        });
+        .unwrap_or_else(|e| panic!("cannot run `{cmd}` ({e}): install binutils (scripts/setup.sh does)"));
     assert!(
         out.status.success(),
         "`{cmd} {} {}` failed: {}",
@@ -72,10 +66,7 @@ fn exports_only_register_custom_ops() {
     );
     // ...and as a function in the text section.
     assert!(
-        out.lines().any(|l| l
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .ends_with(&["T", "RegisterCustomOps"])),
+        out.lines().any(|l| l.split_whitespace().collect::<Vec<_>>().ends_with(&["T", "RegisterCustomOps"])),
         "RegisterCustomOps is not a text (T) symbol:\n{out}"
     );
 }
@@ -85,37 +76,13 @@ fn does_not_link_onnxruntime() {
     let lib = nibble_lib();
     let dynamic = tool("readelf", &["-d", "-W"], &lib);
     let needed: Vec<&str> = dynamic.lines().filter(|l| l.contains("(NEEDED)")).collect();
-    assert!(
-        !needed.is_empty(),
-        "readelf -d shows no NEEDED entries at all (not a dynamic library?):\n{dynamic}"
-    );
-    let ort: Vec<&&str> = needed
-        .iter()
-        .filter(|l| l.to_lowercase().contains("onnxruntime"))
-        .collect();
-    assert!(
-        ort.is_empty(),
-        "{} links ONNX Runtime: {ort:?}",
-        lib.display()
-    );
+    assert!(!needed.is_empty(), "readelf -d shows no NEEDED entries at all (not a dynamic library?):\n{dynamic}");
+    let ort: Vec<&&str> = needed.iter().filter(|l| l.to_lowercase().contains("onnxruntime")).collect();
+    assert!(ort.is_empty(), "{} links ONNX Runtime: {ort:?}", lib.display());
 
     let undefined = symbols(&tool("nm", &["-D", "--undefined-only"], &lib));
-    let ort_syms: Vec<&String> = undefined
-        .iter()
-        .filter(|s| s.starts_with("Ort") || s.starts_with("_ZN11onnxruntime"))
-        .collect();
-    assert!(
-        ort_syms.is_empty(),
-        "{} has undefined ONNX Runtime symbols: {ort_syms:?}",
-        lib.display()
-    );
-    eprintln!(
-        "[exports] {} NEEDED: {}",
-        lib.display(),
-        needed
-            .iter()
-            .map(|l| l.trim())
-            .collect::<Vec<_>>()
-            .join("; ")
-    );
+    let ort_syms: Vec<&String> =
+        undefined.iter().filter(|s| s.starts_with("Ort") || s.starts_with("_ZN11onnxruntime")).collect();
+    assert!(ort_syms.is_empty(), "{} has undefined ONNX Runtime symbols: {ort_syms:?}", lib.display());
+    eprintln!("[exports] {} NEEDED: {}", lib.display(), needed.iter().map(|l| l.trim()).collect::<Vec<_>>().join("; "));
 }

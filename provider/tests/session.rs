@@ -54,16 +54,11 @@ impl<T, E: std::fmt::Display> OrtResultExt<T> for std::result::Result<T, E> {
 }
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("provider/ has a parent")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("provider/ has a parent").to_path_buf()
 }
 
 fn env_path(var: &str) -> Option<PathBuf> {
-    std::env::var_os(var)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
+    std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
 /// `true` when `NIBBLE_SKIP_ORT_TESTS=1`: the caller returns without testing anything.
@@ -116,8 +111,7 @@ fn ort_version(dylib: &Path) -> std::result::Result<String, String> {
         fn dlsym(handle: *mut std::ffi::c_void, symbol: *const c_char) -> *mut std::ffi::c_void;
     }
     const RTLD_NOW: i32 = 2;
-    let path =
-        std::ffi::CString::new(dylib.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    let path = std::ffi::CString::new(dylib.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
     // SAFETY: plain libc calls; the symbol has the C signature `const OrtApiBase* OrtGetApiBase(void)`.
     unsafe {
         let handle = dlopen(path.as_ptr(), RTLD_NOW);
@@ -128,12 +122,9 @@ fn ort_version(dylib: &Path) -> std::result::Result<String, String> {
         if sym.is_null() {
             return Err("no OrtGetApiBase symbol".into());
         }
-        let get_base: unsafe extern "C" fn() -> *const ort::sys::OrtApiBase =
-            std::mem::transmute(sym);
+        let get_base: unsafe extern "C" fn() -> *const ort::sys::OrtApiBase = std::mem::transmute(sym);
         let base = get_base();
-        Ok(CStr::from_ptr(((*base).GetVersionString)())
-            .to_string_lossy()
-            .into_owned())
+        Ok(CStr::from_ptr(((*base).GetVersionString)()).to_string_lossy().into_owned())
     }
 }
 
@@ -152,8 +143,7 @@ fn nibble_lib() -> PathBuf {
 }
 
 fn fixtures() -> PathBuf {
-    let dir =
-        env_path("NIBBLE_FIXTURES").unwrap_or_else(|| workspace().join("target").join("fixtures"));
+    let dir = env_path("NIBBLE_FIXTURES").unwrap_or_else(|| workspace().join("target").join("fixtures"));
     assert!(
         dir.join("manifest.txt").is_file(),
         "no fixtures in {}: run .venv/bin/python tests/fixtures/make_fixtures.py (scripts/test.sh does)",
@@ -173,16 +163,9 @@ struct Opts<'a> {
     intra_threads: usize,
 }
 
-const OURS: Opts<'static> = Opts {
-    nibble: true,
-    config: &[],
-    opt_level: GraphOptimizationLevel::Disable,
-    intra_threads: 2,
-};
-const BUILTIN: Opts<'static> = Opts {
-    nibble: false,
-    ..OURS
-};
+const OURS: Opts<'static> =
+    Opts { nibble: true, config: &[], opt_level: GraphOptimizationLevel::Disable, intra_threads: 2 };
+const BUILTIN: Opts<'static> = Opts { nibble: false, ..OURS };
 
 /// Creates a session. Creation is serialised across the test threads: ORT 1.20.1 registers custom-op domains in a
 /// process-global, unsynchronised table, and two sessions registering domain "nibble" at the same moment fail with
@@ -190,9 +173,7 @@ const BUILTIN: Opts<'static> = Opts {
 /// too, so it is ORT's race, not ours). Running a session concurrently is tested separately, and is fine.
 fn session(model: &Path, o: Opts) -> Result<Session> {
     static CREATE: Mutex<()> = Mutex::new(());
-    let _guard = CREATE
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _guard = CREATE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let mut b = Session::builder(ort_env())
         .ax()?
         .with_optimization_level(o.opt_level)
@@ -223,17 +204,10 @@ struct Record(Vec<(String, String)>);
 
 impl Record {
     fn get(&self, key: &str) -> &str {
-        self.0
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-            .unwrap_or_else(|| panic!("manifest: no {key}"))
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).unwrap_or_else(|| panic!("manifest: no {key}"))
     }
     fn shape(&self, key: &str) -> Vec<i64> {
-        self.get(key)
-            .split('x')
-            .map(|d| d.parse().expect("manifest: bad shape"))
-            .collect()
+        self.get(key).split('x').map(|d| d.parse().expect("manifest: bad shape")).collect()
     }
 }
 
@@ -257,10 +231,7 @@ fn manifest(kind: &str) -> Vec<Record> {
 
 fn read_f32(path: &Path) -> Vec<f32> {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
 /// Tolerance |got − want| ≤ abs + rel·|want| (numpy.allclose).
@@ -269,14 +240,8 @@ struct Tol {
     abs: f32,
     rel: f32,
 }
-const LOOSE: Tol = Tol {
-    abs: 0.1,
-    rel: 0.02,
-}; // accuracy_level 4 (ORT's own test tolerance)
-const TIGHT: Tol = Tol {
-    abs: 1e-4,
-    rel: 1e-4,
-}; // fp32 accumulation (ORT's kernel vs numpy: < 2e-5 here)
+const LOOSE: Tol = Tol { abs: 0.1, rel: 0.02 }; // accuracy_level 4 (ORT's own test tolerance)
+const TIGHT: Tol = Tol { abs: 1e-4, rel: 1e-4 }; // fp32 accumulation (ORT's kernel vs numpy: < 2e-5 here)
 
 /// `None` if `got` matches `want` within `tol`; otherwise a one-line description of the worst element.
 fn compare(got: &[f32], want: &[f32], tol: Tol) -> Option<String> {
@@ -306,10 +271,7 @@ fn compare(got: &[f32], want: &[f32], tol: Tol) -> Option<String> {
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
 // ------------------------------------------------------------------------------------------------ tests
@@ -348,11 +310,7 @@ fn matches_reference_and_builtin() {
 }
 
 fn check_case(dir: &Path, r: &Record) -> Result<String> {
-    let tol = if r.get("tol") == "loose" {
-        LOOSE
-    } else {
-        TIGHT
-    };
+    let tol = if r.get("tol") == "loose" { LOOSE } else { TIGHT };
     let a_shape = r.shape("a_shape");
     let y_shape = r.shape("y_shape");
     let a = read_f32(&dir.join(r.get("a")));
@@ -366,19 +324,10 @@ fn check_case(dir: &Path, r: &Record) -> Result<String> {
         ("nibble", r.get("nibble"), GraphOptimizationLevel::Disable),
         ("com.microsoft", r.get("com"), GraphOptimizationLevel::All),
     ] {
-        let mut s = session(
-            &dir.join(model),
-            Opts {
-                opt_level: opt,
-                ..OURS
-            },
-        )
-        .with_context(|| format!("{tag}: session"))?;
+        let mut s =
+            session(&dir.join(model), Opts { opt_level: opt, ..OURS }).with_context(|| format!("{tag}: session"))?;
         let (shape, y) = run(&mut s, &a_shape, &a).with_context(|| format!("{tag}: run"))?;
-        ensure!(
-            shape == y_shape,
-            "{tag}: output shape {shape:?}, expected {y_shape:?}"
-        );
+        ensure!(shape == y_shape, "{tag}: output shape {shape:?}, expected {y_shape:?}");
         if let Some(msg) = compare(&y, &want, tol) {
             bail!("{tag} vs numpy reference: {msg}");
         }
@@ -387,16 +336,12 @@ fn check_case(dir: &Path, r: &Record) -> Result<String> {
     // Same library, same kernel: both domains must agree to rounding (they differ only in registration).
     let d = max_abs_diff(&ours[0], &ours[1]);
     let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
-    ensure!(
-        d <= 1e-5 * scale,
-        "domain nibble and com.microsoft outputs differ by {d:.3e}"
-    );
+    ensure!(d <= 1e-5 * scale, "domain nibble and com.microsoft outputs differ by {d:.3e}");
 
     // ORT's own kernel (a session without our library), where it is a valid oracle.
     let builtin = r.get("builtin");
     if builtin != "none" {
-        match session(&dir.join(r.get("com")), BUILTIN).and_then(|mut s| run(&mut s, &a_shape, &a))
-        {
+        match session(&dir.join(r.get("com")), BUILTIN).and_then(|mut s| run(&mut s, &a_shape, &a)) {
             Ok((_, y_ort)) => {
                 if let Some(msg) = compare(&ours[0], &y_ort, tol) {
                     bail!("vs ORT's built-in MatMulNBits: {msg}");
@@ -409,26 +354,13 @@ fn check_case(dir: &Path, r: &Record) -> Result<String> {
             }
             Err(e) if builtin == "optional" => {
                 let msg = e.to_string();
-                let reason = msg
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-                    .rsplit(']')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_string();
-                notes += &format!(
-                    " (ORT's own kernel refuses this case on this version: \"{reason}\"; numpy only)"
-                );
+                let reason = msg.lines().next().unwrap_or("").rsplit(']').next().unwrap_or("").trim().to_string();
+                notes += &format!(" (ORT's own kernel refuses this case on this version: \"{reason}\"; numpy only)");
             }
             Err(e) => return Err(e.context("ORT's built-in kernel (no nibble library)")),
         }
     } else {
-        notes += &format!(
-            " (numpy only: |ours − numpy| {:.2e})",
-            max_abs_diff(&ours[0], &want)
-        );
+        notes += &format!(" (numpy only: |ours − numpy| {:.2e})", max_abs_diff(&ours[0], &want));
     }
     Ok(notes)
 }
@@ -442,51 +374,27 @@ fn accuracy_level_default_config() {
     }
     const FP32: &[(&str, &str)] = &[("nibble.accuracy_level_default", "1")];
     let dir = fixtures();
-    let records: Vec<Record> = manifest("case")
-        .into_iter()
-        .filter(|r| r.get("acc") == "0")
-        .collect();
-    assert!(
-        !records.is_empty(),
-        "manifest has no case without accuracy_level"
-    );
+    let records: Vec<Record> = manifest("case").into_iter().filter(|r| r.get("acc") == "0").collect();
+    assert!(!records.is_empty(), "manifest has no case without accuracy_level");
     for r in records {
-        let (a_shape, a, want) = (
-            r.shape("a_shape"),
-            read_f32(&dir.join(r.get("a"))),
-            read_f32(&dir.join(r.get("y"))),
-        );
+        let (a_shape, a, want) = (r.shape("a_shape"), read_f32(&dir.join(r.get("a"))), read_f32(&dir.join(r.get("y"))));
         for model in [r.get("nibble"), r.get("com")] {
-            let mut s = session(
-                &dir.join(model),
-                Opts {
-                    config: FP32,
-                    ..OURS
-                },
-            )
-            .expect("session");
+            let mut s = session(&dir.join(model), Opts { config: FP32, ..OURS }).expect("session");
             let (_, y) = run(&mut s, &a_shape, &a).expect("run");
             if let Some(m) = compare(&y, &want, TIGHT) {
                 panic!("{model} with nibble.accuracy_level_default=1: {m}");
             }
-            say!(
-                "ok   {model} with nibble.accuracy_level_default=1: |ours − numpy| {:.2e}",
-                max_abs_diff(&y, &want)
-            );
+            say!("ok   {model} with nibble.accuracy_level_default=1: |ours − numpy| {:.2e}", max_abs_diff(&y, &want));
         }
     }
 }
 
 /// Deterministic pseudo-random floats in [-1, 1) (no rand crate needed).
 fn lcg_f32(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
@@ -546,9 +454,7 @@ fn check(status: ort::sys::OrtStatusPtr) -> Result<()> {
     let api = ort::api();
     // SAFETY: non-null status from ORT; released once after reading the message.
     let msg = unsafe {
-        let m = CStr::from_ptr((api.GetErrorMessage)(status.0))
-            .to_string_lossy()
-            .into_owned();
+        let m = CStr::from_ptr((api.GetErrorMessage)(status.0)).to_string_lossy().into_owned();
         (api.ReleaseStatus)(status.0);
         m
     };
@@ -570,10 +476,7 @@ fn concurrent_runs_share_one_session() {
         .find(|r| r.get("name").starts_with("acc4_conc_"))
         .expect("manifest: no acc4_conc_ case");
     let k = rec.shape("a_shape")[1];
-    for (tag, model) in [
-        ("nibble", rec.get("nibble")),
-        ("com.microsoft", rec.get("com")),
-    ] {
+    for (tag, model) in [("nibble", rec.get("nibble")), ("com.microsoft", rec.get("com"))] {
         let sess = session(&dir.join(model), OURS).expect("session");
         // Inputs with M = 1, 2, 3, 5, 8, 1, 4, 7 rows, and their single-threaded results.
         let inputs: Vec<(Vec<i64>, Vec<f32>)> = [1i64, 2, 3, 5, 8, 1, 4, 7]
@@ -581,10 +484,7 @@ fn concurrent_runs_share_one_session() {
             .enumerate()
             .map(|(i, &m)| (vec![m, k], lcg_f32(i as u64 + 1, (m * k) as usize)))
             .collect();
-        let expected: Vec<Vec<f32>> = inputs
-            .iter()
-            .map(|(s, a)| raw_run(&sess, s, a).expect("serial run"))
-            .collect();
+        let expected: Vec<Vec<f32>> = inputs.iter().map(|(s, a)| raw_run(&sess, s, a).expect("serial run")).collect();
         let errors: Vec<String> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..THREADS)
                 .map(|t| {
@@ -595,14 +495,7 @@ fn concurrent_runs_share_one_session() {
                             let j = (t * 3 + it) % inputs.len();
                             match raw_run(sess, &inputs[j].0, &inputs[j].1) {
                                 Ok(y) => {
-                                    if let Some(m) = compare(
-                                        &y,
-                                        &expected[j],
-                                        Tol {
-                                            abs: 1e-5,
-                                            rel: 1e-5,
-                                        },
-                                    ) {
+                                    if let Some(m) = compare(&y, &expected[j], Tol { abs: 1e-5, rel: 1e-5 }) {
                                         errs.push(format!("thread {t} iter {it} input {j}: {m}"));
                                     }
                                 }
@@ -613,19 +506,10 @@ fn concurrent_runs_share_one_session() {
                     })
                 })
                 .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().expect("thread panicked"))
-                .collect()
+            handles.into_iter().flat_map(|h| h.join().expect("thread panicked")).collect()
         });
-        assert!(
-            errors.is_empty(),
-            "{tag}: concurrent runs disagree with serial runs:\n  {}",
-            errors.join("\n  ")
-        );
-        say!(
-            "ok   {tag}: {THREADS} threads x {ITERS} runs on one session match the serial results"
-        );
+        assert!(errors.is_empty(), "{tag}: concurrent runs disagree with serial runs:\n  {}", errors.join("\n  "));
+        say!("ok   {tag}: {THREADS} threads x {ITERS} runs on one session match the serial results");
     }
 }
 
@@ -646,20 +530,13 @@ fn malformed_models_fail_with_op_name() {
         });
         let msg = format!("{:#}", outcome.expect_err("always Err: bail! above"));
         if msg.contains("[MatMulNBits]") {
-            say!(
-                "ok   malformed {name}: {}",
-                msg.lines().next().unwrap_or("")
-            );
+            say!("ok   malformed {name}: {}", msg.lines().next().unwrap_or(""));
         } else {
             say!("FAIL malformed {name} ({}): {msg}", r.get("why"));
             failures.push(format!("{name} ({}): {msg}", r.get("why")));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "errors without [MatMulNBits]:\n  {}",
-        failures.join("\n  ")
-    );
+    assert!(failures.is_empty(), "errors without [MatMulNBits]:\n  {}", failures.join("\n  "));
 }
 
 /// `nibble.override_com_microsoft=0` (set before the library is registered) leaves com.microsoft::MatMulNBits to
@@ -671,10 +548,7 @@ fn override_switch_off_restores_builtin() {
     }
     const OFF: &[(&str, &str)] = &[("nibble.override_com_microsoft", "0")];
     let dir = fixtures();
-    let off = Opts {
-        config: OFF,
-        ..OURS
-    };
+    let off = Opts { config: OFF, ..OURS };
 
     // 1. A valid com.microsoft model gives bit-for-bit ORT's own result.
     let rec = manifest("case")
@@ -685,19 +559,11 @@ fn override_switch_off_restores_builtin() {
     let com = dir.join(rec.get("com"));
     let (_, y_builtin) = run(&mut session(&com, BUILTIN).unwrap(), &a_shape, &a).unwrap();
     let (_, y_off) = run(&mut session(&com, off).unwrap(), &a_shape, &a).unwrap();
-    assert_eq!(
-        y_off, y_builtin,
-        "override off: com.microsoft node did not run ORT's kernel"
-    );
+    assert_eq!(y_off, y_builtin, "override off: com.microsoft node did not run ORT's kernel");
 
     // 2. Domain nibble still runs ours.
     let want = read_f32(&dir.join(rec.get("y")));
-    let (_, y_nib) = run(
-        &mut session(&dir.join(rec.get("nibble")), off).unwrap(),
-        &a_shape,
-        &a,
-    )
-    .unwrap();
+    let (_, y_nib) = run(&mut session(&dir.join(rec.get("nibble")), off).unwrap(), &a_shape, &a).unwrap();
     if let Some(m) = compare(&y_nib, &want, LOOSE) {
         panic!("override off: domain nibble: {m}");
     }
@@ -708,22 +574,13 @@ fn override_switch_off_restores_builtin() {
     let on_err = session(&bad, OURS)
         .and_then(|mut s| run(&mut s, &[1, 64], &[0.5; 64]))
         .expect_err("override on must reject block_size 24");
-    assert!(
-        format!("{on_err:#}").contains("[MatMulNBits]"),
-        "override on: {on_err:#}"
-    );
+    assert!(format!("{on_err:#}").contains("[MatMulNBits]"), "override on: {on_err:#}");
     match session(&bad, off) {
         Ok(_) => say!("ok   override off: ORT's kernel accepted block_size 24"),
         Err(e) => {
             let msg = format!("{e:#}");
-            assert!(
-                !msg.contains("[MatMulNBits]"),
-                "override off but our kernel still handled the node: {msg}"
-            );
-            say!(
-                "ok   override off: ORT's kernel refused block_size 24 itself: {}",
-                msg.lines().next().unwrap_or("")
-            );
+            assert!(!msg.contains("[MatMulNBits]"), "override off but our kernel still handled the node: {msg}");
+            say!("ok   override off: ORT's kernel refused block_size 24 itself: {}", msg.lines().next().unwrap_or(""));
         }
     }
     say!("ok   override switch");
