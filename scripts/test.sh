@@ -96,6 +96,8 @@ fi
 
 step "fixtures (tests/fixtures/make_fixtures.py)" .venv/bin/python tests/fixtures/make_fixtures.py --out "$NIBBLE_FIXTURES"
 step "cargo build --release -p nibble-ort" cargo build "${LOCKED[@]}" --release -p nibble-ort
+step "lint (cargo fmt --check, cargo clippy -D warnings)" \
+    bash -c 'cargo fmt --all -- --check && cargo clippy -q "$@" --workspace --all-targets -- -D warnings' _ "${LOCKED[@]}"
 step "cargo test --workspace (ORT integration on $ORT_NEW)" with_ort "$ORT_NEW" cargo test "${LOCKED[@]}" --workspace
 step "C++ end-to-end test on ORT $ORT_NEW (tests/cpp/run.sh)" bash tests/cpp/run.sh
 if [ $quick = 0 ]; then

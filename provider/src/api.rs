@@ -467,6 +467,15 @@ pub unsafe fn session_config(options: *const ort_sys::OrtSessionOptions, key: &s
     read_string(|buf, size| ort!(GetSessionConfigEntry(options, ckey.as_ptr(), buf, size))).map(Some)
 }
 
+/// A symbolic dimension name from `GetSymbolicDimensions` ("" for none).
+fn symbolic_name(p: *const c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: ORT returns NUL-terminated strings owned by the type info, alive for the calling function.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
 /// Shape inference context (InferOutputShapeFn).
 pub struct ShapeInfer {
     raw: *mut OrtShapeInferContext,
@@ -488,18 +497,7 @@ impl ShapeInfer {
         ort!(GetDimensionsCount(info, &mut n))?;
         let mut names: Vec<*const c_char> = vec![null(); n];
         ort!(GetSymbolicDimensions(info, names.as_mut_ptr(), n))?;
-        let names =
-            names
-                .into_iter()
-                // SAFETY: ORT returns NUL-terminated strings (possibly empty) owned by `info`, alive for this call.
-                .map(|p| {
-                    if p.is_null() {
-                        String::new()
-                    } else {
-                        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-                    }
-                })
-                .collect();
+        let names = names.into_iter().map(symbolic_name).collect();
         let (dtype, dims) = type_and_shape(info, false)?;
         Ok((dtype, dims, names))
     }
