@@ -37,7 +37,6 @@ ORT_PINNED=(
     "1.23.2 da44b99206e77734c5819aa2142c69e64f3b46edc3bd314f6a45a932defc0b3e"
     "1.24.4 e54ad52e61d2d4618dcff8fa1480ac66b24ee2eab73331322db1049f11ccf330"
 )
-ort_wheel() { echo "onnxruntime-$1-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"; }
 
 case "${1:-}" in
     "") ;;
@@ -133,30 +132,7 @@ fi
 # 4b. the extra versions: pip download each wheel (hash-checked), extract only the shared library.
 for pin in "${ORT_PINNED[@]}"; do
     ver=${pin%% *} sha256=${pin#* }
-    dst=$CACHE/ort/$ver/libonnxruntime.so.$ver
-    if [ -s "$dst" ]; then
-        say "ort $ver: ok (${dst#"$ROOT"/})"
-        continue
-    fi
-    mkdir -p "$CACHE/wheels" "$(dirname "$dst")"
-    whl=$CACHE/wheels/$(ort_wheel "$ver")
-    if [ ! -s "$whl" ] || ! sha256sum --status -c <<<"$sha256  $whl"; then
-        say "pip download onnxruntime==$ver (cp311, manylinux_2_28_x86_64) -> ${whl#"$ROOT"/}"
-        "$VENV/bin/python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-            --implementation cp --python-version 3.11 --abi cp311 --platform manylinux_2_28_x86_64 \
-            --require-hashes -r <(echo "onnxruntime==$ver --hash=sha256:$sha256") \
-            -d "$CACHE/wheels"
-    fi
-    sha256sum --status -c <<<"$sha256  $whl" || die "sha256 mismatch for $whl"
-    # unzip is not guaranteed on a fresh machine: use Python's zipfile. Write to a temp name, then rename.
-    "$VENV/bin/python" - "$whl" "onnxruntime/capi/libonnxruntime.so.$ver" "$dst" <<'EOF'
-import os, shutil, sys, zipfile
-whl, member, dst = sys.argv[1:]
-with zipfile.ZipFile(whl) as z, z.open(member) as src, open(dst + ".tmp", "wb") as out:
-    shutil.copyfileobj(src, out)
-os.replace(dst + ".tmp", dst)
-EOF
-    say "ort $ver: extracted ${dst#"$ROOT"/} ($(du -h "$dst" | cut -f1))"
+    bash scripts/fetch-ort-lib.sh "$ver" manylinux_2_28_x86_64 "$sha256" "$CACHE/ort/$ver" | sed 's/^/[setup] /'
 done
 
 vers=$ORT_NEW
