@@ -6,26 +6,11 @@
 //! Library: `NIBBLE_LIB`, else `$CARGO_TARGET_DIR/release/libnibble_ort.so`, else `<workspace>/target/release/…`.
 //! Build it first with `cargo build --release -p nibble-ort` (scripts/test.sh does).
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::nibble_lib;
+use std::path::Path;
 use std::process::Command;
-
-fn env_path(var: &str) -> Option<PathBuf> {
-    std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from)
-}
-
-fn nibble_lib() -> PathBuf {
-    let lib = env_path("NIBBLE_LIB").unwrap_or_else(|| {
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("provider/ has a parent");
-        let target = env_path("CARGO_TARGET_DIR").unwrap_or_else(|| workspace.join("target"));
-        target.join("release").join("libnibble_ort.so")
-    });
-    assert!(
-        lib.is_file(),
-        "{} does not exist: build it with cargo build --release -p nibble-ort first (or set NIBBLE_LIB)",
-        lib.display()
-    );
-    lib
-}
 
 /// Runs a binutils tool and returns its stdout; a missing tool or a failure is a test failure with the reason.
 fn tool(cmd: &str, args: &[&str], lib: &Path) -> String {

@@ -18,6 +18,9 @@
 //! - malformed models fail with an error naming `[MatMulNBits]`;
 //! - the session config `nibble.override_com_microsoft=0` hands com.microsoft nodes back to ORT.
 
+mod common;
+
+use common::{env_path, nibble_lib, workspace};
 use std::ffi::{CStr, c_char};
 use std::path::{Path, PathBuf};
 use std::ptr::{null, null_mut};
@@ -51,14 +54,6 @@ impl<T, E: std::fmt::Display> OrtResultExt<T> for std::result::Result<T, E> {
     fn ax(self) -> Result<T> {
         self.map_err(|e| anyhow!("{e}"))
     }
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("provider/ has a parent").to_path_buf()
-}
-
-fn env_path(var: &str) -> Option<PathBuf> {
-    std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
 /// `true` when `NIBBLE_SKIP_ORT_TESTS=1`: the caller returns without testing anything.
@@ -126,20 +121,6 @@ fn ort_version(dylib: &Path) -> std::result::Result<String, String> {
         let base = get_base();
         Ok(CStr::from_ptr(((*base).GetVersionString)()).to_string_lossy().into_owned())
     }
-}
-
-/// Our library: `NIBBLE_LIB`, else `$CARGO_TARGET_DIR/release/…`, else `<workspace>/target/release/…`.
-fn nibble_lib() -> PathBuf {
-    let lib = env_path("NIBBLE_LIB").unwrap_or_else(|| {
-        let target = env_path("CARGO_TARGET_DIR").unwrap_or_else(|| workspace().join("target"));
-        target.join("release").join("libnibble_ort.so")
-    });
-    assert!(
-        lib.is_file(),
-        "{} does not exist: build it with cargo build --release -p nibble-ort first (or set NIBBLE_LIB)",
-        lib.display()
-    );
-    lib
 }
 
 fn fixtures() -> PathBuf {

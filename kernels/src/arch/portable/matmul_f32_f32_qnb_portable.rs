@@ -31,36 +31,26 @@ fn generic(t: &Tile<'_, f32>, args: &RunArgs) {
     let layout = RhsLayout { nr, kr: args.kr };
     let mut codes = vec![0u8; bl * nr];
     let mut w = vec![0f32; bl * nr];
-    let mut acc = vec![0f32; args.rows * nr];
-    for panel in 0..args.cols.div_ceil(nr) {
-        acc.fill(0.0);
-        for b in 0..args.blocks {
-            let (code_bytes, scales, zps) = t.record(panel, b);
-            decode_block(code_bytes, args.bits, bl, layout, &mut codes);
-            for j in 0..nr {
-                let (s, z) = (read_f32(&scales[4 * j..]), t.zero_point(zps, j));
-                for o in 0..bl {
-                    w[o * nr + j] = (codes[o * nr + j] as f32 - z) * s;
-                }
+    t.for_each_panel_block(|panel, b, acc| {
+        let (code_bytes, scales, zps) = t.record(panel, b);
+        decode_block(code_bytes, args.bits, bl, layout, &mut codes);
+        for j in 0..nr {
+            let (s, z) = (read_f32(&scales[4 * j..]), t.zero_point(zps, j));
+            for o in 0..bl {
+                w[o * nr + j] = (codes[o * nr + j] as f32 - z) * s;
             }
-            for r in 0..args.rows {
-                let a = &t.lhs_row(r)[b * bl..][..bl];
-                let acc_r = &mut acc[r * nr..][..nr];
-                for (o, &av) in a.iter().enumerate() {
-                    if av != 0.0 {
-                        for (acc_j, &wj) in acc_r.iter_mut().zip(&w[o * nr..][..nr]) {
-                            *acc_j += av * wj;
-                        }
+        }
+        for (r, acc_r) in acc.chunks_exact_mut(nr).enumerate() {
+            let a = &t.lhs_row(r)[b * bl..][..bl];
+            for (o, &av) in a.iter().enumerate() {
+                if av != 0.0 {
+                    for (acc_j, &wj) in acc_r.iter_mut().zip(&w[o * nr..][..nr]) {
+                        *acc_j += av * wj;
                     }
                 }
             }
         }
-        let c0 = panel * nr;
-        let width = nr.min(args.cols - c0);
-        for r in 0..args.rows {
-            t.store(r, c0, &acc[r * nr..][..width]);
-        }
-    }
+    });
 }
 
 /// 4-bit codes in the nr = 8, kr = 4 layout.
@@ -71,42 +61,33 @@ fn q4_nr8_kr4(t: &Tile<'_, f32>, args: &RunArgs) {
     let (chunk, groups_per_chunk) = (bl.min(32), bl.min(32) / 8);
     // (q − zp) of one block, per 32-byte group: 32 low-nibble lanes then 32 high-nibble lanes.
     let mut wq = vec![0f32; bl * NR];
-    let mut y = vec![[0f32; NR]; args.rows];
-    for panel in 0..args.cols.div_ceil(NR) {
-        y.iter_mut().for_each(|r| *r = [0.0; NR]);
-        for b in 0..args.blocks {
-            let (codes, scales, zps) = t.record(panel, b);
-            let zp: [f32; LANES] = std::array::from_fn(|l| t.zero_point(zps, l / 4));
-            for (bytes, w) in codes.chunks_exact(LANES).zip(wq.chunks_exact_mut(2 * LANES)) {
-                let (lo, hi) = w.split_at_mut(LANES);
+    t.for_each_panel_block(|panel, b, y| {
+        let (codes, scales, zps) = t.record(panel, b);
+        let zp: [f32; LANES] = std::array::from_fn(|l| t.zero_point(zps, l / 4));
+        for (bytes, w) in codes.chunks_exact(LANES).zip(wq.chunks_exact_mut(2 * LANES)) {
+            let (lo, hi) = w.split_at_mut(LANES);
+            for l in 0..LANES {
+                lo[l] = (bytes[l] & 0x0F) as f32 - zp[l];
+                hi[l] = (bytes[l] >> 4) as f32 - zp[l];
+            }
+        }
+        for (r, y_r) in y.chunks_exact_mut(NR).enumerate() {
+            let a = &t.lhs_row(r)[b * bl..][..bl];
+            let mut acc = [0f32; LANES];
+            for (gi, w) in wq.chunks_exact(2 * LANES).enumerate() {
+                let (c, g) = (gi / groups_per_chunk, gi % groups_per_chunk);
+                let k0 = c * chunk + g * 4;
+                let a_lo: [f32; 4] = a[k0..k0 + 4].try_into().expect("4 values");
+                let a_hi: [f32; 4] = a[k0 + chunk / 2..k0 + chunk / 2 + 4].try_into().expect("4 values");
+                let (lo, hi) = w.split_at(LANES);
                 for l in 0..LANES {
-                    lo[l] = (bytes[l] & 0x0F) as f32 - zp[l];
-                    hi[l] = (bytes[l] >> 4) as f32 - zp[l];
+                    acc[l] += lo[l] * a_lo[l & 3] + hi[l] * a_hi[l & 3];
                 }
             }
-            for (r, y_r) in y.iter_mut().enumerate() {
-                let a = &t.lhs_row(r)[b * bl..][..bl];
-                let mut acc = [0f32; LANES];
-                for (gi, w) in wq.chunks_exact(2 * LANES).enumerate() {
-                    let (c, g) = (gi / groups_per_chunk, gi % groups_per_chunk);
-                    let k0 = c * chunk + g * 4;
-                    let a_lo: [f32; 4] = a[k0..k0 + 4].try_into().expect("4 values");
-                    let a_hi: [f32; 4] = a[k0 + chunk / 2..k0 + chunk / 2 + 4].try_into().expect("4 values");
-                    let (lo, hi) = w.split_at(LANES);
-                    for l in 0..LANES {
-                        acc[l] += lo[l] * a_lo[l & 3] + hi[l] * a_hi[l & 3];
-                    }
-                }
-                for (j, y_j) in y_r.iter_mut().enumerate() {
-                    let s = read_f32(&scales[4 * j..]);
-                    *y_j += s * (acc[4 * j] + acc[4 * j + 1] + acc[4 * j + 2] + acc[4 * j + 3]);
-                }
+            for (j, y_j) in y_r.iter_mut().enumerate() {
+                let s = read_f32(&scales[4 * j..]);
+                *y_j += s * (acc[4 * j] + acc[4 * j + 1] + acc[4 * j + 2] + acc[4 * j + 3]);
             }
         }
-        let c0 = panel * NR;
-        let width = NR.min(args.cols - c0);
-        for (r, y_r) in y.iter().enumerate() {
-            t.store(r, c0, &y_r[..width]);
-        }
-    }
+    });
 }

@@ -29,100 +29,84 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 
 /// Any layout, any bit width: decode to (column, block offset) order, exact integer dot products.
 fn generic(t: &Tile<'_, i8>, args: &RunArgs) {
-    let (nr, bl, blocks) = (args.nr, args.bl, args.blocks);
+    let (nr, bl) = (args.nr, args.bl);
     let layout = RhsLayout { nr, kr: args.kr };
     let mut codes = vec![0u8; bl * nr];
     // Codes transposed to [j][o] so each column's dot product runs over contiguous memory.
     let mut wt = vec![0i32; nr * bl];
-    let mut acc = vec![0f32; args.rows * nr];
-    for panel in 0..args.cols.div_ceil(nr) {
-        acc.fill(0.0);
-        for b in 0..blocks {
-            let (code_bytes, scales, zps) = t.record(panel, b);
-            decode_block(code_bytes, args.bits, bl, layout, &mut codes);
-            for j in 0..nr {
-                for o in 0..bl {
-                    wt[j * bl + o] = codes[o * nr + j] as i32;
-                }
-            }
-            for r in 0..args.rows {
-                let (sa, qsum) = (t.lhs_scale[r * blocks + b], t.lhs_sum[r * blocks + b]);
-                if qsum == 0 && sa == 0.0 {
-                    continue; // an all-zero block of A (e.g. padding) contributes nothing
-                }
-                let qa = &t.lhs_row(r)[b * bl..][..bl];
-                for j in 0..nr {
-                    let isum = dot(qa, &wt[j * bl..][..bl]);
-                    let s = read_f32(&scales[4 * j..]);
-                    let corr = t.zero_point(zps, j) * qsum as f32;
-                    acc[r * nr + j] += sa * s * (isum as f32 - corr);
-                }
+    t.for_each_panel_block(|panel, b, acc| {
+        let (code_bytes, scales, zps) = t.record(panel, b);
+        decode_block(code_bytes, args.bits, bl, layout, &mut codes);
+        for j in 0..nr {
+            for o in 0..bl {
+                wt[j * bl + o] = codes[o * nr + j] as i32;
             }
         }
-        let c0 = panel * nr;
-        let width = nr.min(args.cols - c0);
-        for r in 0..args.rows {
-            t.store(r, c0, &acc[r * nr..][..width]);
+        for (r, acc_r) in acc.chunks_exact_mut(nr).enumerate() {
+            let Some((sa, qsum)) = block_activation(t, r, b) else { continue };
+            let qa = &t.lhs_row(r)[b * bl..][..bl];
+            for (j, acc_j) in acc_r.iter_mut().enumerate() {
+                let isum = dot(qa, &wt[j * bl..][..bl]);
+                let s = read_f32(&scales[4 * j..]);
+                let corr = t.zero_point(zps, j) * qsum as f32;
+                *acc_j += sa * s * (isum as f32 - corr);
+            }
         }
-    }
+    });
 }
 
 /// 4-bit codes in the nr = 8, kr = 4 layout.
 fn q4_nr8_kr4(t: &Tile<'_, i8>, args: &RunArgs) {
     const NR: usize = 8;
     const LANES: usize = 32; // NR columns × 4 K values
-    let (bl, blocks) = (args.bl, args.blocks);
+    let bl = args.bl;
     let (chunk, groups_per_chunk) = (bl.min(32), bl.min(32) / 8);
     // Codes of one block, per 32-byte group: 32 low-nibble lanes then 32 high-nibble lanes.
     let mut wq = vec![0i16; bl * NR];
-    let mut y = vec![[0f32; NR]; args.rows];
-    for panel in 0..args.cols.div_ceil(NR) {
-        y.iter_mut().for_each(|r| *r = [0.0; NR]);
-        for b in 0..blocks {
-            let (codes, scales, zps) = t.record(panel, b);
-            for (bytes, w) in codes.chunks_exact(LANES).zip(wq.chunks_exact_mut(2 * LANES)) {
-                let (lo, hi) = w.split_at_mut(LANES);
-                for l in 0..LANES {
-                    lo[l] = (bytes[l] & 0x0F) as i16;
-                    hi[l] = (bytes[l] >> 4) as i16;
-                }
+    t.for_each_panel_block(|panel, b, y| {
+        let (codes, scales, zps) = t.record(panel, b);
+        for (bytes, w) in codes.chunks_exact(LANES).zip(wq.chunks_exact_mut(2 * LANES)) {
+            let (lo, hi) = w.split_at_mut(LANES);
+            for l in 0..LANES {
+                lo[l] = (bytes[l] & 0x0F) as i16;
+                hi[l] = (bytes[l] >> 4) as i16;
             }
-            for (r, y_r) in y.iter_mut().enumerate() {
-                let (sa, qsum) = (t.lhs_scale[r * blocks + b], t.lhs_sum[r * blocks + b]);
-                if qsum == 0 && sa == 0.0 {
-                    continue; // an all-zero block of A (e.g. padding) contributes nothing
-                }
-                let qa = &t.lhs_row(r)[b * bl..][..bl];
-                let mut isum = [0i32; LANES];
-                for (c, wc) in wq.chunks_exact(2 * LANES * groups_per_chunk).enumerate() {
-                    let mut acc = [0i16; LANES];
-                    for (g, w) in wc.chunks_exact(2 * LANES).enumerate() {
-                        let k0 = c * chunk + g * 4;
-                        let a_lo: [i16; 4] = std::array::from_fn(|i| qa[k0 + i] as i16);
-                        let a_hi: [i16; 4] = std::array::from_fn(|i| qa[k0 + chunk / 2 + i] as i16);
-                        let (lo, hi) = w.split_at(LANES);
-                        for l in 0..LANES {
-                            acc[l] += lo[l] * a_lo[l & 3] + hi[l] * a_hi[l & 3];
-                        }
-                    }
+        }
+        for (r, y_r) in y.chunks_exact_mut(NR).enumerate() {
+            let Some((sa, qsum)) = block_activation(t, r, b) else { continue };
+            let qa = &t.lhs_row(r)[b * bl..][..bl];
+            let mut isum = [0i32; LANES];
+            for (c, wc) in wq.chunks_exact(2 * LANES * groups_per_chunk).enumerate() {
+                let mut acc = [0i16; LANES];
+                for (g, w) in wc.chunks_exact(2 * LANES).enumerate() {
+                    let k0 = c * chunk + g * 4;
+                    let a_lo: [i16; 4] = std::array::from_fn(|i| qa[k0 + i] as i16);
+                    let a_hi: [i16; 4] = std::array::from_fn(|i| qa[k0 + chunk / 2 + i] as i16);
+                    let (lo, hi) = w.split_at(LANES);
                     for l in 0..LANES {
-                        isum[l] += acc[l] as i32;
+                        acc[l] += lo[l] * a_lo[l & 3] + hi[l] * a_hi[l & 3];
                     }
                 }
-                for (j, y_j) in y_r.iter_mut().enumerate() {
-                    let dot = isum[4 * j] + isum[4 * j + 1] + isum[4 * j + 2] + isum[4 * j + 3];
-                    let s = read_f32(&scales[4 * j..]);
-                    let corr = t.zero_point(zps, j) * qsum as f32;
-                    *y_j += sa * s * (dot as f32 - corr);
+                for l in 0..LANES {
+                    isum[l] += acc[l] as i32;
                 }
             }
+            for (j, y_j) in y_r.iter_mut().enumerate() {
+                let dot = isum[4 * j] + isum[4 * j + 1] + isum[4 * j + 2] + isum[4 * j + 3];
+                let s = read_f32(&scales[4 * j..]);
+                let corr = t.zero_point(zps, j) * qsum as f32;
+                *y_j += sa * s * (dot as f32 - corr);
+            }
         }
-        let c0 = panel * NR;
-        let width = NR.min(args.cols - c0);
-        for (r, y_r) in y.iter().enumerate() {
-            t.store(r, c0, &y_r[..width]);
-        }
-    }
+    });
+}
+
+/// Scale and Σ q of block `b` of tile row `r`, or None for an all-zero block (e.g. padding), which contributes
+/// nothing.
+fn block_activation(t: &Tile<'_, i8>, r: usize, b: usize) -> Option<(f32, i32)> {
+    let i = r * t.args.blocks + b;
+    let (sa, qsum) = (t.lhs_scale[i], t.lhs_sum[i]);
+    (qsum != 0 || sa != 0.0).then_some((sa, qsum))
 }
 
 /// Σ a·w, exact: i32 partial sums over 32 values (|Σ| ≤ 32·127·255 < 2^20), i64 across them.

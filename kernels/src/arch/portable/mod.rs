@@ -102,6 +102,24 @@ impl<'a, L> Tile<'a, L> {
         (codes, scales, if a.has_zp != 0 { zps } else { &[] })
     }
 
+    /// Walks the tile panel by panel: per panel, `block(panel, b, acc)` runs for every block with the panel's
+    /// accumulators (`rows × nr`, row-major, zeroed per panel), which are then stored (+ bias) into its columns.
+    pub fn for_each_panel_block(&self, mut block: impl FnMut(usize, usize, &mut [f32])) {
+        let (nr, rows, cols) = (self.args.nr, self.args.rows, self.args.cols);
+        let mut acc = vec![0f32; rows * nr];
+        for panel in 0..cols.div_ceil(nr) {
+            acc.fill(0.0);
+            for b in 0..self.args.blocks {
+                block(panel, b, &mut acc);
+            }
+            let c0 = panel * nr;
+            let width = nr.min(cols - c0);
+            for (r, acc_r) in acc.chunks_exact(nr).enumerate() {
+                self.store(r, c0, &acc_r[..width]);
+            }
+        }
+    }
+
     /// Zero point of column j from a record's zero-point bytes.
     pub fn zero_point(&self, zps: &[u8], j: usize) -> f32 {
         if zps.is_empty() { self.args.default_zp } else { read_f32(&zps[4 * j..]) }
