@@ -150,23 +150,28 @@ def quantize(
     mid = 1 << (bits - 1)
     block_of_row = np.arange(K) // block_size if g_idx is None else np.asarray(g_idx[:K], dtype=np.int64)
 
-    scales = np.ones((N, n_blocks))
+    # Per-block range [min(w, 0), max(w, 0)]: zero padding of the last block does not change it, so plain blocks
+    # are one reshape; a g_idx regroups the rows first. Blocks no row maps to (a hand-made g_idx) get [0, 0].
+    if g_idx is None:
+        padded = np.zeros((N, n_blocks * block_size))
+        padded[:, :K] = w
+        blocks = padded.reshape(N, n_blocks, block_size)
+        lo = np.minimum(blocks.min(axis=2), 0.0)
+        hi = np.maximum(blocks.max(axis=2), 0.0)
+    else:
+        lo = np.zeros((N, n_blocks))
+        hi = np.zeros((N, n_blocks))
+        np.minimum.at(lo.T, block_of_row, w.T)
+        np.maximum.at(hi.T, block_of_row, w.T)
     zps = np.full((N, n_blocks), float(mid))
-    for b in range(n_blocks):
-        block = w[:, block_of_row == b]
-        if block.shape[1] == 0:
-            continue  # a block no row maps to (possible with a hand-made g_idx): keep scale 1
-        lo = np.minimum(block.min(axis=1), 0.0)
-        hi = np.maximum(block.max(axis=1), 0.0)
-        if symmetric:
-            signed_max = np.where(np.abs(hi) >= np.abs(lo), hi, lo)
-            scales[:, b] = signed_max / -mid
-        else:
-            scales[:, b] = (hi - lo) / qmax
-            scales[scales[:, b] == 0, b] = 1.0
-            zero = -lo / scales[:, b]
-            zps[:, b] = zero if zp_kind == "float" else np.clip(np.round(zero), 0, qmax)
-        scales[scales[:, b] == 0, b] = 1.0  # an all-zero block
+    if symmetric:
+        scales = np.where(np.abs(hi) >= np.abs(lo), hi, lo) / -mid
+    else:
+        scales = (hi - lo) / qmax
+        scales[scales == 0] = 1.0
+        zero = -lo / scales
+        zps = zero if zp_kind == "float" else np.clip(np.round(zero), 0, qmax)
+    scales[scales == 0] = 1.0  # an all-zero block
     scales = scales.astype(np.float32)
     if zp_kind == "float":
         zps = zps.astype(np.float32)

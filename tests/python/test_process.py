@@ -93,3 +93,55 @@ def test_bad_nibble_isa_is_a_clear_session_error(nibble_lib: Path, value: str, w
     assert "[MatMulNBits] node 'probe_node'" in r.stderr, r.stderr[-2000:]
     for w in words:
         assert w in r.stderr, f"{w!r} not in: {r.stderr[-2000:]}"
+
+
+# A reaches MatMulNBits through a Reshape to a computed shape, so its leading dims are unknown and unnamed; a Concat of the output with
+# a graph input then feeds a graph output. ORT stores any unnamed dim our shape inference returns as a fixed value,
+# so an unknown dim must come back symbolic, not as a concrete -1 that ORT warns about on every run.
+UNNAMED_DIMS_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import numpy as np, onnx, onnxruntime as ort
+    from onnx import helper, TensorProto
+    sys.path.insert(0, {models!r})
+    import build_matmulnbits as bm
+    rng = np.random.default_rng(0)
+    B, scales, _ = bm.quantize(rng.normal(0, 0.25, (5, 64)), 4, 32)
+    inits = [onnx.numpy_helper.from_array(B, "B"), onnx.numpy_helper.from_array(scales, "scales"),
+             ]
+    nodes = [helper.make_node("Shape", ["X"], ["shape"]), helper.make_node("Reshape", ["X", "shape"], ["A"]),
+             helper.make_node("MatMulNBits", ["A", "B", "scales"], ["Y"], domain="com.microsoft",
+                              K=64, N=5, bits=4, block_size=32, accuracy_level=4, name="mm"),
+             helper.make_node("Concat", ["P", "Y"], ["Z"], axis=1)]
+    graph = helper.make_graph(nodes, "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["b", "s", 64]),
+         helper.make_tensor_value_info("P", TensorProto.FLOAT, ["b", "p", 5])],
+        [helper.make_tensor_value_info("Z", TensorProto.FLOAT, ["b", "t", 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    so = ort.SessionOptions()
+    so.log_severity_level = 2
+    so.register_custom_ops_library({lib!r})
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    for s in (1, 3):
+        z = sess.run(None, {{"X": rng.normal(size=(2, s, 64)).astype(np.float32),
+                            "P": np.zeros((2, 4, 5), np.float32)}})[0]
+    print("OK", z.shape)
+    """
+)
+
+
+def test_unknown_unnamed_dims_stay_symbolic(nibble_lib: Path) -> None:
+    if ort_version() < (1, 24):
+        pytest.skip("nibble registers shape inference only on ORT >= 1.24")
+    script = UNNAMED_DIMS_SCRIPT.format(models=str(REPO_ROOT / "models"), lib=str(nibble_lib))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "OK (2, 7, 5)" in r.stdout, r.stderr[-2000:]
+    assert "Expected shape from model" not in r.stderr, r.stderr[-2000:]
+
+
+def ort_version() -> tuple[int, ...]:
+    import onnxruntime
+
+    return tuple(int(p) for p in onnxruntime.__version__.split(".")[:2])
