@@ -27,7 +27,8 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from collections.abc import Mapping
+from typing import Callable, Iterable
 
 import numpy as np
 import onnx
@@ -37,6 +38,7 @@ import build_matmulnbits as mnb
 
 OPSET = 17
 FORMAT = "nibble-llama/1"
+LAYER_TENSORS = ("attn_norm", "q", "k", "v", "o", "ffn_norm", "gate", "up", "down")
 # Above this many bytes of initializers the weights go to model.onnx.data (protobuf caps a file at 2 GiB).
 EXTERNAL_DATA_BYTES = 1_800_000_000
 
@@ -61,6 +63,7 @@ class LlamaConfig:
     add_bos_token: bool = False
     chat_template: str | None = None
     source: str = ""
+    synthetic: bool = False  # random weights (models/synthetic_llama.py): the text is noise
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
@@ -120,6 +123,16 @@ def rope_tables(cfg: LlamaConfig) -> tuple[np.ndarray, np.ndarray]:
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
+def quantize_rows(w: np.ndarray, bits: int, block_size: int, symmetric: bool, rows: int = 4096) -> mnb.Quantized:
+    """build_matmulnbits.quantize on slices of `rows` output rows (rows are independent), so a 128k-vocab table
+    never needs more than a few hundred MB of float64 temporaries."""
+    zp_kind = None if symmetric else "uint8"
+    parts = [mnb.quantize(w[r : r + rows], bits, block_size, symmetric=symmetric, zp_kind=zp_kind)
+             for r in range(0, w.shape[0], rows)]
+    zps = None if symmetric else np.concatenate([p.zero_points for p in parts])
+    return mnb.Quantized(np.concatenate([p.B for p in parts]), np.concatenate([p.scales for p in parts]), zps)
+
+
 class _Graph:
     """Node/initializer bookkeeping with unique names."""
 
@@ -168,8 +181,7 @@ class _Builder:
         if q.bits == 0:
             return g.op("MatMul", [x, g.const(f"{name}.weight", np.ascontiguousarray(w.T, dtype=np.float32))],
                         name=name, outputs=outputs)
-        packed = mnb.quantize(w, q.bits, q.block_size, symmetric=q.symmetric,
-                              zp_kind=None if q.symmetric else "uint8")
+        packed = quantize_rows(w, q.bits, q.block_size, q.symmetric)
         inputs = [x, g.const(f"{name}.qweight", packed.B), g.const(f"{name}.scales", packed.scales)]
         if packed.zero_points is not None:
             inputs.append(g.const(f"{name}.zero_points", packed.zero_points))
@@ -183,7 +195,7 @@ class _Builder:
         # GatherBlockQuantized: data uint8 [V, H/2] (4-bit, low nibble first), scales [V, ceil(H/bs)],
         # zero points packed the same way (absent: symmetric, implicit 8).
         V, H = embed.shape
-        packed = mnb.quantize(embed, 4, q.block_size, symmetric=q.symmetric, zp_kind=None if q.symmetric else "uint8")
+        packed = quantize_rows(embed, 4, q.block_size, q.symmetric)
         n_blocks = packed.scales.shape[1]
         data = packed.B.reshape(V, -1)[:, : (H + 1) // 2]
         inputs = [g.const("embed.qweight", data), ids, g.const("embed.scales", packed.scales)]
@@ -194,7 +206,7 @@ class _Builder:
 
     def lm_head(self, x: str, weights: Mapping[str, np.ndarray]) -> str:
         g, q, cfg = self.g, self.q, self.cfg
-        head = weights.get("lm_head")
+        head = weights["lm_head"] if "lm_head" in weights else None
         if q.bits and q.lm_head == "matmulnbits":
             return self.linear(x, weights["embed"] if head is None else head, "lm_head", outputs=["logits"])
         if head is None:
@@ -292,7 +304,7 @@ class _Builder:
 
         x = self.embedding("input_ids", weights["embed"])
         for i in progress(range(cfg.num_layers)):
-            lw = {k.split(".", 2)[2]: v for k, v in weights.items() if k.startswith(f"layers.{i}.")}
+            lw = {k: weights[f"layers.{i}.{k}"] for k in LAYER_TENSORS}
             h = self.attention(self.rmsnorm(x, lw["attn_norm"], f"layers.{i}.attn_norm"), lw, i, cos, sin, mask)
             x = g.op("Add", [x, h], name=f"layers.{i}/residual_attn")
             h = self.mlp(self.rmsnorm(x, lw["ffn_norm"], f"layers.{i}.ffn_norm"), lw, i)
@@ -310,15 +322,18 @@ class _Builder:
                 outputs.append(helper.make_tensor_value_info(f"present.{i}.{kind}", f32, present))
         graph = helper.make_graph(g.nodes, cfg.name.replace(" ", "_") or "llama", inputs, outputs, g.inits)
         opsets = [helper.make_opsetid("", OPSET)]
-        domains = {n.domain for n in g.nodes if n.domain}
+        # com.microsoft is always imported: ORT's graph optimizer inserts com.microsoft nodes (FusedMatMul for the
+        # attention's Transpose + MatMul) and fails the session ("com.microsoft:FusedMatMul(-1) is not a
+        # registered function/op") when the model does not import that domain, as a pure nibble graph would not.
+        domains = {n.domain for n in g.nodes if n.domain} | {"com.microsoft"}
         opsets += [helper.make_opsetid(d, 1) for d in sorted(domains)]
         model = helper.make_model(graph, opset_imports=opsets, producer_name="nibble models/llama_onnx.py")
         model.ir_version = 8  # ORT 1.20+ reads IR 8..10; 8 keeps older runtimes working
         return model, g.init_bytes
 
 
-def check_weights(cfg: LlamaConfig, weights: Mapping[str, np.ndarray]) -> None:
-    """Every tensor the graph needs, with its expected shape; a clear error names the first wrong one."""
+def expected_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor the graph needs, with its shape (weights layout in the module docstring)."""
     H, F, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
     qd, kd = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
     want = {"embed": (V, H), "norm": (H,)}
@@ -328,18 +343,38 @@ def check_weights(cfg: LlamaConfig, weights: Mapping[str, np.ndarray]) -> None:
         want.update({f"layers.{i}.attn_norm": (H,), f"layers.{i}.q": (qd, H), f"layers.{i}.k": (kd, H),
                      f"layers.{i}.v": (kd, H), f"layers.{i}.o": (H, qd), f"layers.{i}.ffn_norm": (H,),
                      f"layers.{i}.gate": (F, H), f"layers.{i}.up": (F, H), f"layers.{i}.down": (H, F)})
-    for name, shape in want.items():
-        if name not in weights:
-            raise ValueError(f"weight {name} is missing (expected shape {shape})")
-        if tuple(weights[name].shape) != shape:
-            raise ValueError(f"weight {name} has shape {tuple(weights[name].shape)}, expected {shape}")
+    return want
+
+
+class _Checked(Mapping):
+    """The weights, each checked against its expected shape when first read (the source may be lazy: the
+    synthetic builder makes each tensor on demand, so a whole 8B model never sits in memory)."""
+
+    def __init__(self, cfg: LlamaConfig, weights: Mapping[str, np.ndarray]) -> None:
+        self.want, self.weights = expected_shapes(cfg), weights
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.weights:
+            raise ValueError(f"weight {name} is missing (expected shape {self.want.get(name)})")
+        w = self.weights[name]
+        if name in self.want and tuple(w.shape) != self.want[name]:
+            raise ValueError(f"weight {name} has shape {tuple(w.shape)}, expected {self.want[name]}")
+        return w
+
+    def __contains__(self, name) -> bool:
+        return name in self.weights
+
+    def __iter__(self):
+        return iter(self.want)
+
+    def __len__(self) -> int:
+        return len(self.want)
 
 
 def build_model(cfg: LlamaConfig, weights: Mapping[str, np.ndarray], quant: QuantSpec,
                 progress: Callable[[Iterable[int]], Iterable[int]] = lambda r: r) -> tuple[onnx.ModelProto, int]:
     """The ONNX decoder and the number of initializer bytes."""
-    check_weights(cfg, weights)
-    return _Builder(cfg, quant).build(weights, progress)
+    return _Builder(cfg, quant).build(_Checked(cfg, weights), progress)
 
 
 def model_config(cfg: LlamaConfig, quant: QuantSpec) -> dict:
@@ -347,6 +382,7 @@ def model_config(cfg: LlamaConfig, quant: QuantSpec) -> dict:
         "format": FORMAT,
         "name": cfg.name,
         "source": cfg.source,
+        "synthetic": cfg.synthetic,
         "num_layers": cfg.num_layers,
         "hidden_size": cfg.hidden_size,
         "intermediate_size": cfg.intermediate_size,

@@ -1,0 +1,131 @@
+//! Command-line arguments.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// The metric definitions, shown by `--help` (and repeated in README.md / `metrics.rs`).
+pub const METRICS_HELP: &str = "\
+Metrics (all wall-clock, one request, batch 1):
+  session create s  building the ORT session: graph load, optimisation and, with nibble, packing every
+                    MatMulNBits weight into kernel layout (once per session, not per request)
+  tokenize s        chat template + tokenizer (not part of TTFT)
+  TTFT s            time to first token: from the start of the prefill run to the first sampled token
+  prefill s         the prefill run alone (all prompt tokens through the graph, P = 0)
+  prefill tok/s     prompt tokens / prefill s
+  decode s          from the first sampled token to the last one (includes streaming the text)
+  decode tok/s      (generated tokens - 1) / decode s    (undefined for fewer than 2 tokens)
+  total s           TTFT + decode s (session creation and tokenization excluded)
+  cost              at --usd-per-hour (default $1/h, i.e. a machine rented at that price, fully used):
+                    total $ = usd_per_hour * total s / 3600
+                    $/M output tokens = usd_per_hour / 3600 / decode tok/s * 1e6
+                    $/M prompt tokens = usd_per_hour / 3600 / prefill tok/s * 1e6
+Generated tokens include the stop (EOS) token when one was produced; the text leaves special tokens out.";
+
+/// Runs a quantized Llama decoder (a model directory written by models/gguf_to_onnx.py, see
+/// models/LLAMA_MODEL_DIR.md) on ONNX Runtime with nibble's MatMulNBits kernels, streams the answer and reports
+/// time to first token, tokens/s and cost.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "nibble-llama", version, after_long_help = METRICS_HELP, after_help = "See --help for the metric definitions.")]
+pub struct Args {
+    /// Model directory (model.onnx, tokenizer.json, model_config.json), or the path of its model.onnx.
+    #[arg(long, value_name = "DIR")]
+    pub model: PathBuf,
+
+    /// The user message (or, with --raw, the whole prompt text).
+    #[arg(long, default_value = "What is the capital of France, and why is it famous?")]
+    pub prompt: String,
+
+    /// Optional system message (chat mode only; without it the template's default applies).
+    #[arg(long)]
+    pub system: Option<String>,
+
+    /// No chat template: tokenize --prompt as is (BOS prepended only if model_config.json says add_bos_token).
+    #[arg(long)]
+    pub raw: bool,
+
+    /// Generate at most this many tokens (generation also stops at an EOS token and at the context length).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_new_tokens: u32,
+
+    /// Sampling temperature; 0 = greedy (argmax, ties to the lowest token id).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+
+    /// Keep only the K most likely tokens before sampling (0 = all). Ignored when greedy.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+
+    /// Nucleus sampling: keep the smallest set of most likely tokens whose probability reaches P (1 = all).
+    /// Ignored when greedy.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+
+    /// Seed of the sampler's PRNG (same seed, same settings -> same tokens). Default: from the clock.
+    #[arg(long)]
+    pub seed: Option<u64>,
+
+    /// ORT intra-op threads (default: ORT's own choice, one per physical core).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub threads: Option<u32>,
+
+    /// Price of the machine in US$ per hour, for the cost figures.
+    #[arg(long, default_value_t = 1.0)]
+    pub usd_per_hour: f64,
+
+    /// Write the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Do not stream the generated text; print the metrics only.
+    #[arg(long)]
+    pub quiet: bool,
+
+    /// Run without libnibble_ort.so: ORT's own kernels (com.microsoft::MatMulNBits built in).
+    #[arg(long, conflicts_with = "compare")]
+    pub no_nibble: bool,
+
+    /// Compare, on the same prompt and sampling settings (greedy by default): the fp32 graph (--fp32-model), the INT4 --model on ORT's
+    /// built-in MatMulNBits, and the INT4 --model on nibble. Prints one table.
+    #[arg(long, requires = "fp32_model")]
+    pub compare: bool,
+
+    /// The fp32 model directory (plain MatMul) for --compare.
+    #[arg(long, value_name = "DIR")]
+    pub fp32_model: Option<PathBuf>,
+
+    /// ONNX Runtime library. Default: $NIBBLE_ORT_DYLIB, else $ORT_DYLIB_PATH, else
+    /// <workspace>/.cache/ort/1.31.1/libonnxruntime.so.1.31.1 (scripts/setup.sh puts it there).
+    #[arg(long, value_name = "PATH")]
+    pub ort_dylib: Option<PathBuf>,
+
+    /// nibble's custom-op library. Default: $NIBBLE_LIB, else $CARGO_TARGET_DIR/release/libnibble_ort.so, else
+    /// <workspace>/target/release/libnibble_ort.so (cargo build --release -p nibble-ort).
+    #[arg(long, value_name = "PATH")]
+    pub lib: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_is_well_formed() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn compare_requires_fp32_model() {
+        assert!(Args::try_parse_from(["nibble-llama", "--model", "m", "--compare"]).is_err());
+        let a = Args::try_parse_from(["nibble-llama", "--model", "m", "--compare", "--fp32-model", "f"]).unwrap();
+        assert!(a.compare);
+        assert_eq!(a.max_new_tokens, 128);
+        assert_eq!(a.temperature, 0.0);
+    }
+
+    #[test]
+    fn max_new_tokens_must_be_positive() {
+        assert!(Args::try_parse_from(["nibble-llama", "--model", "m", "--max-new-tokens", "0"]).is_err());
+    }
+}

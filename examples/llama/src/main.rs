@@ -1,0 +1,292 @@
+//! `nibble-llama`: runs a quantized Llama decoder graph (models/LLAMA_MODEL_DIR.md) on ONNX Runtime with nibble's
+//! MatMulNBits kernels, streams the answer and reports chatbot metrics (see `cli::METRICS_HELP`).
+//!
+//! Output: the generated text on stdout (streamed), progress and the metrics on stderr; with --compare the table
+//! on stdout.
+
+mod chat;
+mod cli;
+mod generate;
+mod metrics;
+mod model;
+mod paths;
+mod sampling;
+mod stream;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow, ensure};
+use clap::Parser;
+use ort::environment::Environment;
+use tokenizers::Tokenizer;
+
+use cli::Args;
+use metrics::{Metrics, Row, RunReport, Timings};
+use model::{Llama, ModelDir, SessionOptions};
+use sampling::{Sampler, SamplingParams};
+use stream::StreamDecoder;
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(&args) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: &Args) -> Result<()> {
+    let params = SamplingParams { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p };
+    params.validate()?;
+    ensure!(
+        args.usd_per_hour.is_finite() && args.usd_per_hour >= 0.0,
+        "--usd-per-hour {} must be >= 0",
+        args.usd_per_hour
+    );
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    });
+    if args.compare { compare(args, params, seed) } else { single(args, params, seed) }
+}
+
+/// The prompt's token ids and the time it took to build them.
+struct Prompt {
+    ids: Vec<u32>,
+    tokenize_s: f64,
+}
+
+/// Chat template (unless --raw) + tokenizer. Special tokens in the rendered template (e.g. `<|im_start|>`) are
+/// matched as such; BOS is prepended when model_config.json says add_bos_token and the text does not start with it.
+fn tokenize_prompt(args: &Args, model: &ModelDir, tok: &Tokenizer) -> Result<Prompt> {
+    let start = Instant::now();
+    let cfg = &model.config;
+    let text = match (&cfg.chat_template, args.raw) {
+        (Some(template), false) => {
+            let token = |id: Option<u32>| id.and_then(|i| tok.id_to_token(i)).unwrap_or_default();
+            let eos = token(cfg.eos_token_ids.first().copied());
+            chat::render(
+                template,
+                &chat::messages(args.system.as_deref(), &args.prompt),
+                true,
+                &token(cfg.bos_token_id),
+                &eos,
+            )
+            .with_context(|| format!("chat template of {}", model.dir.join("model_config.json").display()))?
+        }
+        (None, false) => {
+            eprintln!("note: {} has no chat_template: using the prompt as is (--raw)", model.dir.display());
+            args.prompt.clone()
+        }
+        (_, true) => args.prompt.clone(),
+    };
+    let enc = tok.encode(text.as_str(), false).map_err(|e| anyhow!("tokenizing the prompt: {e}"))?;
+    let mut ids = enc.get_ids().to_vec();
+    if cfg.add_bos_token
+        && let Some(bos) = cfg.bos_token_id
+        && ids.first() != Some(&bos)
+    {
+        ids.insert(0, bos);
+    }
+    ensure!(!ids.is_empty(), "the prompt is empty after tokenization");
+    Ok(Prompt { ids, tokenize_s: start.elapsed().as_secs_f64() })
+}
+
+/// What one run needs besides the model.
+struct RunSpec<'a> {
+    label: Option<String>,
+    params: SamplingParams,
+    seed: u64,
+    nibble_lib: Option<&'a Path>,
+    stream: bool,
+}
+
+/// Creates the session, generates, and measures.
+fn run_once(
+    args: &Args,
+    env: &Environment,
+    model: &ModelDir,
+    tok: &Tokenizer,
+    prompt: &Prompt,
+    spec: &RunSpec,
+) -> Result<RunReport> {
+    let (params, seed) = (spec.params, spec.seed);
+    let opts = SessionOptions { nibble_lib: spec.nibble_lib, threads: args.threads };
+    let mut llama = Llama::load(env, model, &opts)?;
+    let mut sampler = Sampler::new(params, seed)?;
+    let mut dec = StreamDecoder::new();
+    let mut stdout = std::io::stdout().lock();
+    let gen_result = generate::generate(&mut llama, &prompt.ids, args.max_new_tokens as usize, &mut sampler, |id| {
+        if spec.stream {
+            let piece = dec.push(tok, id)?;
+            if !piece.is_empty() {
+                stdout.write_all(piece.as_bytes()).and_then(|_| stdout.flush()).context("writing to stdout")?;
+            }
+        }
+        Ok(())
+    })?;
+    if spec.stream {
+        let rest = dec.finish(tok)?;
+        writeln!(stdout, "{rest}").and_then(|_| stdout.flush()).context("writing to stdout")?;
+    }
+    let timings = Timings { session_create_s: llama.create_s, tokenize_s: prompt.tokenize_s, ..gen_result.timings };
+    let m = Metrics::new(&timings, prompt.ids.len(), gen_result.ids.len(), args.usd_per_hour);
+    let text = tok.decode(&gen_result.ids, true).map_err(|e| anyhow!("decoding the generated ids: {e}"))?;
+    Ok(RunReport {
+        label: spec.label.clone(),
+        model: model.dir.display().to_string(),
+        weights: model.config.describe_weights(),
+        nibble: spec.nibble_lib.is_some(),
+        threads: args.threads,
+        temperature: params.temperature,
+        top_k: params.top_k,
+        top_p: params.top_p,
+        seed,
+        prompt_tokens: prompt.ids.len(),
+        prompt_token_ids: prompt.ids.clone(),
+        generated_tokens: gen_result.ids.len(),
+        generated_token_ids: gen_result.ids,
+        stop_reason: gen_result.stop,
+        text,
+        session_create_s: timings.session_create_s,
+        tokenize_s: timings.tokenize_s,
+        ttft_s: timings.ttft_s,
+        prefill_s: timings.prefill_s,
+        prefill_tok_s: m.prefill_tok_s,
+        decode_s: timings.decode_s,
+        decode_tok_s: m.decode_tok_s,
+        total_s: m.total_s,
+        usd_per_hour: args.usd_per_hour,
+        usd_total: m.usd_total,
+        usd_per_million_output_tokens: m.usd_per_million_output_tokens,
+        usd_per_million_prompt_tokens: m.usd_per_million_prompt_tokens,
+        vs_fp32: None,
+        same_prefix_as_fp32: None,
+    })
+}
+
+fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+}
+
+/// The libraries: ORT always, nibble's unless `without_nibble`.
+fn libraries(args: &Args, without_nibble: bool) -> Result<(PathBuf, Option<PathBuf>)> {
+    let ort = paths::ort_dylib(args.ort_dylib.as_deref())?;
+    let lib = if without_nibble { None } else { Some(paths::nibble_lib(args.lib.as_deref())?) };
+    Ok((ort, lib))
+}
+
+fn single(args: &Args, params: SamplingParams, seed: u64) -> Result<()> {
+    let model = ModelDir::open(&args.model)?;
+    let (ort_dylib, lib) = libraries(args, args.no_nibble)?;
+    let tok = model.load_tokenizer()?;
+    let prompt = tokenize_prompt(args, &model, &tok)?;
+    let env = model::init_ort(&ort_dylib)?;
+    eprintln!(
+        "[nibble-llama] {} ({}), {} prompt tokens; ONNX Runtime {}; {}",
+        model.config.name.as_deref().unwrap_or("model"),
+        model.config.describe_weights(),
+        prompt.ids.len(),
+        ort_dylib.display(),
+        lib.as_ref().map_or("ORT built-in kernels (--no-nibble)".to_string(), |l| format!("nibble {}", l.display()))
+    );
+    let spec = RunSpec { label: None, params, seed, nibble_lib: lib.as_deref(), stream: !args.quiet };
+    let report = run_once(args, &env, &model, &tok, &prompt, &spec)?;
+    eprintln!("\n--- metrics ---\n{}", report.summary());
+    if let Some(path) = &args.json {
+        write_json(path, &serde_json::to_value(&report)?)?;
+    }
+    Ok(())
+}
+
+fn compare(args: &Args, params: SamplingParams, seed: u64) -> Result<()> {
+    let fp32_path = args.fp32_model.as_deref().context("--compare needs --fp32-model DIR")?;
+    let fp32 = ModelDir::open(fp32_path)?;
+    let q = ModelDir::open(&args.model)?;
+    let (ort_dylib, lib) = libraries(args, false)?;
+    let lib = lib.context("nibble library")?;
+    ensure!(
+        fp32.config.vocab_size == q.config.vocab_size,
+        "--fp32-model {} has vocab_size {}, --model {} has {}: not the same model",
+        fp32.dir.display(),
+        fp32.config.vocab_size,
+        q.dir.display(),
+        q.config.vocab_size
+    );
+    let tok = q.load_tokenizer()?;
+    let prompt = tokenize_prompt(args, &q, &tok)?;
+    let env = model::init_ort(&ort_dylib)?;
+    eprintln!(
+        "[compare] {} prompt tokens, up to {} new tokens, {}; ONNX Runtime {}",
+        prompt.ids.len(),
+        args.max_new_tokens,
+        if params.is_greedy() { "greedy".to_string() } else { format!("sampling with seed {seed}") },
+        ort_dylib.display()
+    );
+
+    let q_weights = q.config.describe_weights();
+    let q_short = match &q.config.quantization {
+        Some(qz) => format!("int{}", qz.bits.unwrap_or(4)),
+        None => "model".into(),
+    };
+    let runs: [(String, &ModelDir, Option<&Path>); 3] = [
+        ("fp32 ORT MatMul".to_string(), &fp32, None),
+        (format!("{q_short} ORT built-in"), &q, None),
+        (format!("{q_short} nibble"), &q, Some(lib.as_path())),
+    ];
+    let mut rows = Vec::new();
+    let mut fp32_ids: Option<Vec<u32>> = None;
+    for (label, model, nib) in runs {
+        if nib.is_none() && model.config.needs_nibble() {
+            let note = "domain-nibble graph: ORT has no such op".to_string();
+            eprintln!("[compare] {label}: skipped ({note})");
+            rows.push(Row::Skipped { label, note });
+            continue;
+        }
+        eprintln!("[compare] {label}: {} ...", model.dir.display());
+        let spec = RunSpec { label: Some(label.clone()), params, seed, nibble_lib: nib, stream: false };
+        let mut r =
+            run_once(args, &env, model, &tok, &prompt, &spec).with_context(|| format!("--compare run \"{label}\""))?;
+        match &fp32_ids {
+            None => {
+                r.vs_fp32 = Some("(reference)".into());
+                fp32_ids = Some(r.generated_token_ids.clone());
+            }
+            Some(reference) => {
+                r.vs_fp32 = Some(metrics::compare_ids(&r.generated_token_ids, reference));
+                r.same_prefix_as_fp32 = Some(metrics::same_prefix(&r.generated_token_ids, reference));
+            }
+        }
+        eprintln!(
+            "[compare] {label}: session {:.2} s, {} tokens in {:.2} s",
+            r.session_create_s, r.generated_tokens, r.total_s
+        );
+        rows.push(Row::Ran(Box::new(r)));
+    }
+
+    println!("\n{} vs fp32; weights {q_weights}", q_short);
+    print!("{}", metrics::table(&rows, args.usd_per_hour));
+    for r in &rows {
+        if let Row::Ran(r) = r {
+            println!("{}: {:?}", r.label.as_deref().unwrap_or(""), r.text);
+        }
+    }
+    if let Some(path) = &args.json {
+        let rows_json: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| match r {
+                Row::Ran(r) => serde_json::to_value(r).map_err(anyhow::Error::from),
+                Row::Skipped { label, note } => Ok(serde_json::json!({ "label": label, "skipped": note })),
+            })
+            .collect::<Result<_>>()?;
+        let doc = serde_json::json!({
+            "prompt_tokens": prompt.ids.len(),
+            "max_new_tokens": args.max_new_tokens,
+            "usd_per_hour": args.usd_per_hour,
+            "rows": rows_json,
+        });
+        write_json(path, &doc)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,321 @@
+//! End-to-end tests of the `nibble-llama` binary on real model directories (models/LLAMA_MODEL_DIR.md).
+//!
+//! Environment:
+//! - `NIBBLE_LLAMA_Q4_DIR`: the INT4 (com.microsoft MatMulNBits) model; default `<workspace>/target/llama/smollm2-q4`.
+//! - `NIBBLE_LLAMA_FP32_DIR`: the fp32 model for --compare; default `<workspace>/target/llama/smollm2-fp32`.
+//!   A missing directory fails the tests, saying how to make it.
+//! - The binary finds ONNX Runtime and libnibble_ort.so itself (`NIBBLE_ORT_DYLIB`/`ORT_DYLIB_PATH`, `NIBBLE_LIB`,
+//!   else the workspace defaults; see `nibble-llama --help`).
+//! - `NIBBLE_SKIP_ORT_TESTS=1` skips the tests that need ONNX Runtime (as in provider/tests).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn workspace() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("..");
+    std::fs::canonicalize(&p).unwrap_or(p)
+}
+
+fn skipped(test: &str) -> bool {
+    let skip = std::env::var("NIBBLE_SKIP_ORT_TESTS").is_ok_and(|v| v == "1");
+    if skip {
+        eprintln!("{test}: SKIPPED (NIBBLE_SKIP_ORT_TESTS=1)");
+    }
+    skip
+}
+
+fn model_dir(var: &str, default: &str, how: &str) -> PathBuf {
+    let dir = std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target").join("llama").join(default));
+    assert!(
+        dir.join("model.onnx").is_file() && dir.join("model_config.json").is_file(),
+        "no model directory at {} ({var}): create it with `.venv/bin/python models/gguf_to_onnx.py --out {} {how}` \
+         (see models/LLAMA_MODEL_DIR.md), or point {var} at one",
+        dir.display(),
+        dir.display()
+    );
+    dir
+}
+
+fn q4_dir() -> PathBuf {
+    model_dir("NIBBLE_LLAMA_Q4_DIR", "smollm2-q4", "--bits 4 --block-size 32 --asymmetric --accuracy-level 4")
+}
+
+fn fp32_dir() -> PathBuf {
+    model_dir("NIBBLE_LLAMA_FP32_DIR", "smollm2-fp32", "--bits 0")
+}
+
+fn run(args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_nibble-llama")).args(args).output().expect("spawn nibble-llama");
+    eprintln!(
+        "$ nibble-llama {}\n--- stdout\n{}--- stderr\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn run_ok(args: &[&str]) -> Output {
+    let out = run(args);
+    assert!(out.status.success(), "nibble-llama {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+fn tmp_json(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("nibble-llama-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("read --json output")).expect("parse --json output")
+}
+
+fn ids(v: &Value) -> Vec<u64> {
+    v["generated_token_ids"].as_array().expect("generated_token_ids").iter().map(|x| x.as_u64().unwrap()).collect()
+}
+
+fn eos_ids(dir: &Path) -> Vec<u64> {
+    let cfg: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("model_config.json")).unwrap()).unwrap();
+    cfg["eos_token_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+}
+
+/// 8 greedy tokens, or fewer ending in EOS.
+fn check_eight(v: &Value, eos: &[u64]) {
+    let got = ids(v);
+    assert!(
+        got.len() == 8 || (!got.is_empty() && got.len() < 8 && eos.contains(got.last().unwrap())),
+        "expected 8 ids (or fewer ending in EOS {eos:?}), got {got:?}"
+    );
+    assert_eq!(v["generated_tokens"].as_u64(), Some(got.len() as u64));
+    assert!(v["prompt_tokens"].as_u64().unwrap() > 0);
+    for k in ["session_create_s", "ttft_s", "prefill_s", "prefill_tok_s", "total_s", "usd_total"] {
+        assert!(v[k].as_f64().is_some_and(|x| x >= 0.0), "{k} = {}", v[k]);
+    }
+    if got.len() >= 2 {
+        assert!(v["decode_tok_s"].as_f64().is_some_and(|x| x > 0.0));
+    }
+}
+
+#[test]
+fn greedy_raw_json_with_and_without_nibble() {
+    if skipped("greedy_raw_json_with_and_without_nibble") {
+        return;
+    }
+    let dir = q4_dir();
+    let eos = eos_ids(&dir);
+    let model = dir.to_str().unwrap();
+    let mut results = Vec::new();
+    for (tag, extra) in [("nibble", None), ("builtin", Some("--no-nibble"))] {
+        let json = tmp_json(&format!("raw-{tag}.json"));
+        let mut args = vec![
+            "--model",
+            model,
+            "--raw",
+            "--prompt",
+            "The capital of France is",
+            "--max-new-tokens",
+            "8",
+            "--threads",
+            "1",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let out = run_ok(&args);
+        let v = read_json(&json);
+        check_eight(&v, &eos);
+        assert_eq!(v["nibble"].as_bool(), Some(tag == "nibble"));
+        assert_eq!(v["threads"].as_u64(), Some(1));
+        // the streamed text is the decoded text
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), v["text"].as_str().unwrap().trim_end());
+        results.push(ids(&v));
+    }
+    eprintln!("nibble {:?}\nbuiltin {:?}", results[0], results[1]);
+}
+
+#[test]
+fn chat_prompt_streams_the_decoded_text() {
+    if skipped("chat_prompt_streams_the_decoded_text") {
+        return;
+    }
+    let dir = q4_dir();
+    let json = tmp_json("chat.json");
+    let out = run_ok(&[
+        "--model",
+        dir.join("model.onnx").to_str().unwrap(), // the model.onnx path works as well as the directory
+        "--prompt",
+        "Say hello in French.",
+        "--max-new-tokens",
+        "12",
+        "--no-nibble",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let v = read_json(&json);
+    // the chat template adds the system and assistant turns: many more tokens than the user text
+    assert!(v["prompt_tokens"].as_u64().unwrap() > 15, "{}", v["prompt_tokens"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), v["text"].as_str().unwrap().trim_end());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for label in ["TTFT", "prefill", "decode", "per million output tokens", "$1/hour"] {
+        assert!(stderr.contains(label), "metrics lack {label:?}");
+    }
+}
+
+#[test]
+fn sampling_is_deterministic_per_seed() {
+    if skipped("sampling_is_deterministic_per_seed") {
+        return;
+    }
+    let dir = q4_dir();
+    let model = dir.to_str().unwrap();
+    let mut got = Vec::new();
+    for i in 0..2 {
+        let json = tmp_json(&format!("seed-{i}.json"));
+        run_ok(&[
+            "--model",
+            model,
+            "--raw",
+            "--prompt",
+            "Once upon a time",
+            "--max-new-tokens",
+            "10",
+            "--temperature",
+            "0.9",
+            "--top-k",
+            "40",
+            "--top-p",
+            "0.95",
+            "--seed",
+            "1234",
+            "--no-nibble",
+            "--quiet",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        let v = read_json(&json);
+        assert_eq!(v["seed"].as_u64(), Some(1234));
+        got.push(ids(&v));
+    }
+    assert_eq!(got[0], got[1], "same seed, different tokens");
+}
+
+#[test]
+fn compare_prints_three_rows() {
+    if skipped("compare_prints_three_rows") {
+        return;
+    }
+    let (q4, fp32) = (q4_dir(), fp32_dir());
+    let json = tmp_json("compare.json");
+    let out = run_ok(&[
+        "--model",
+        q4.to_str().unwrap(),
+        "--fp32-model",
+        fp32.to_str().unwrap(),
+        "--compare",
+        "--raw",
+        "--prompt",
+        "The capital of France is",
+        "--max-new-tokens",
+        "6",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| {
+            l.starts_with("fp32 ORT MatMul ") || l.starts_with("int4 ORT built-in ") || l.starts_with("int4 nibble ")
+        })
+        .collect();
+    assert_eq!(rows.len(), 3, "expected three table rows in:\n{stdout}");
+    assert!(rows[0].contains("(reference)"));
+    for r in &rows[1..] {
+        assert!(r.contains("same as fp32") || r.contains("diff") || r.contains("same prefix"), "{r}");
+    }
+    assert!(stdout.contains("decode tok/s") && stdout.contains("$/M out"));
+    let v = read_json(&json);
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 3);
+    let eos = eos_ids(&q4);
+    let labels: Vec<&str> = rows.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, ["fp32 ORT MatMul", "int4 ORT built-in", "int4 nibble"]);
+    for (r, nibble) in rows.iter().zip([false, false, true]) {
+        assert_eq!(r["nibble"].as_bool(), Some(nibble));
+        let n = ids(r);
+        assert!(n.len() == 6 || eos.contains(n.last().unwrap()), "{n:?}");
+    }
+}
+
+#[test]
+fn bad_model_path_is_a_clear_error() {
+    let bad = workspace().join("target").join("llama").join("no-such-model-dir");
+    let out = run(&["--model", bad.to_str().unwrap(), "--max-new-tokens", "1"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no-such-model-dir") && stderr.contains("does not exist"), "{stderr}");
+    assert!(stderr.contains("gguf_to_onnx.py"), "{stderr}");
+
+    // a directory that exists but is not a model directory names the missing file
+    let empty = tmp_json("not-a-model");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = run(&["--model", empty.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("model.onnx") && stderr.contains("not-a-model"), "{stderr}");
+}
+
+/// A model whose config says its MatMulNBits nodes are in domain `nibble` (the graph is symlinked, the config
+/// edited): --no-nibble refuses it, --compare skips the ORT built-in row with a note.
+#[test]
+fn nibble_domain_model_needs_nibble() {
+    if skipped("nibble_domain_model_needs_nibble") {
+        return;
+    }
+    let (q4, fp32) = (q4_dir(), fp32_dir());
+    let dir = tmp_json("nibble-domain");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["model.onnx", "tokenizer.json"] {
+        let link = dir.join(f);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(std::fs::canonicalize(q4.join(f)).unwrap(), &link).unwrap();
+    }
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(q4.join("model_config.json")).unwrap()).unwrap();
+    cfg["quantization"]["op_domain"] = Value::from("nibble");
+    std::fs::write(dir.join("model_config.json"), cfg.to_string()).unwrap();
+    let model = dir.to_str().unwrap();
+
+    let out = run(&["--model", model, "--no-nibble", "--max-new-tokens", "1"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("domain \"nibble\"") && stderr.contains("model.onnx"), "{stderr}");
+
+    let json = tmp_json("nibble-domain-compare.json");
+    let out = run_ok(&[
+        "--model",
+        model,
+        "--fp32-model",
+        fp32.to_str().unwrap(),
+        "--compare",
+        "--raw",
+        "--prompt",
+        "Hello",
+        "--max-new-tokens",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let skipped_row = stdout.lines().find(|l| l.starts_with("int4 ORT built-in")).expect("built-in row");
+    assert!(skipped_row.contains("skipped"), "{skipped_row}");
+    let v = read_json(&json);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    assert!(rows[1]["skipped"].is_string() && rows[1].get("generated_token_ids").is_none());
+    assert_eq!(ids(&rows[2]).len(), 2);
+}
