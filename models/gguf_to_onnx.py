@@ -203,11 +203,11 @@ def main(argv: list[str] | None = None) -> None:
     gguf = GGUF(path)
     name = args.name or (SMOLLM2_NAME if digest == SMOLLM2_SHA256 else str(gguf.get("general.name", path.stem)))
     cfg = read_config(gguf, name, f"{path.name} (sha256 {digest})")
-    weights = read_weights(gguf, cfg, lambda r: tqdm(r, desc="read + dequantize GGUF", unit="layer"))
+    weights = read_weights(gguf, cfg, lambda r: tqdm(r, desc="read + dequantize GGUF", unit="layer", disable=None))
     tok = tokenizer_json(gguf)
     label = "fp32" if quant.bits == 0 else f"{quant.bits}-bit bs{quant.block_size}"
     model, nbytes = llama_onnx.build_model(cfg, weights, quant,
-                                           lambda r: tqdm(r, desc=f"build graph ({label})", unit="layer"))
+                                           lambda r: tqdm(r, desc=f"build graph ({label})", unit="layer", disable=None))
     print(f"gguf_to_onnx: writing {args.out} ({nbytes / 1e6:.0f} MB of weights)", file=sys.stderr)
     llama_onnx.write_model_dir(args.out, model, nbytes, cfg, quant, tok)
     print(f"gguf_to_onnx: {args.out} done in {time.time() - t0:.1f} s", file=sys.stderr)

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     weights = RandomWeights(llama_onnx.expected_shapes(cfg), args.seed)
     label = "fp32" if quant.bits == 0 else f"{quant.bits}-bit bs{quant.block_size}"
     model, nbytes = llama_onnx.build_model(cfg, weights, quant,
-                                           lambda r: tqdm(r, desc=f"random weights + graph ({label})", unit="layer"))
+                                           lambda r: tqdm(r, desc=f"random weights + graph ({label})", unit="layer", disable=None))
     print(f"synthetic_llama: writing {args.out} ({nbytes / 1e6:.0f} MB of weights)", file=sys.stderr)
     llama_onnx.write_model_dir(args.out, model, nbytes, cfg, quant, tokenizer_json(gguf))
     print(f"synthetic_llama: {args.out} done in {time.time() - t0:.1f} s", file=sys.stderr)

@@ -13,6 +13,7 @@
 #                                                    extracted from the cp311 manylinux x86_64 wheel (sha256-pinned)
 # Usage: scripts/setup.sh                      (from anywhere; paths are relative to the repository root)
 #        scripts/setup.sh --ort-versions       print the extra ORT versions (one per line) and exit; test.sh uses it
+#        scripts/setup.sh --no-extra-ort       steps 1-4a only (what the Llama demo, scripts/demo.sh, needs)
 # Prints one line per step: what it did, or "ok" when there was nothing to do.
 set -euo pipefail
 
@@ -39,8 +40,10 @@ ORT_PINNED=(
     "1.24.4 e54ad52e61d2d4618dcff8fa1480ac66b24ee2eab73331322db1049f11ccf330"
 )
 
+extra_ort=1
 case "${1:-}" in
     "") ;;
+    --no-extra-ort) extra_ort=0 ;;
     --ort-versions) for pin in "${ORT_PINNED[@]}"; do echo "${pin%% *}"; done; exit 0 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (try --help)" ;;
@@ -133,6 +136,7 @@ else
 fi
 
 # 4b. the extra versions: pip download each wheel (hash-checked), extract only the shared library.
+[ $extra_ort = 1 ] || { say "done (extra ORT versions skipped: --no-extra-ort)"; exit 0; }
 for pin in "${ORT_PINNED[@]}"; do
     ver=${pin%% *} sha256=${pin#* }
     bash scripts/fetch-ort-lib.sh "$ver" manylinux_2_28_x86_64 "$sha256" "$CACHE/ort/$ver" | sed 's/^/[setup] /'

@@ -9,15 +9,18 @@
 #   1. scripts/setup.sh                          toolchain, .venv, ONNX Runtime 1.31.1 + the extra versions
 #                                                (scripts/setup.sh --ort-versions: 1.20.1 1.23.2 1.24.4) in .cache/ort/
 #   2. tests/fixtures/make_fixtures.py           models + golden data -> target/fixtures/
+#      scripts/convert-smollm2.sh                SmolLM2-135M GGUF -> target/llama/smollm2-{fp32,q4} (ONNX)
 #   3. cargo build --release -p nibble-ort       target/release/libnibble_ort.so (what ORT loads)
 #   4. cargo test --workspace                    kernels unit/property tests, provider tests; the ORT integration
-#                                                test (provider/tests/session.rs) runs here against ORT 1.31.1
+#                                                test (provider/tests/session.rs) and the Llama driver's tests
+#                                                (examples/llama/tests/driver.rs) run here against ORT 1.31.1
 #   5. tests/cpp/run.sh                          C++ end-to-end test: g++ against ORT's C++ API, ORT 1.31.1
 #   6. cargo test -p nibble-ort --test session   the ORT integration test again, once per extra ORT version
 #                                                (one summary line each)
 #   7. .venv/bin/python -m pytest tests/python   Python tests (onnxruntime 1.31.1 from .venv)
 #   8. scripts/test-aarch64.sh                   kernel tests cross-built for aarch64, under qemu on 6 CPU models
-# Environment passed to the tests: NIBBLE_LIB, NIBBLE_FIXTURES, NIBBLE_ORT_DYLIB, NIBBLE_ORT_VERSION.
+# Environment passed to the tests: NIBBLE_LIB, NIBBLE_FIXTURES, NIBBLE_ORT_DYLIB, NIBBLE_ORT_VERSION,
+# NIBBLE_LLAMA_FP32_DIR, NIBBLE_LLAMA_Q4_DIR.
 # ORT_LOG defaults to "fatal": the error-path tests make ORT log the (expected) errors; ORT_LOG=warning shows them.
 set -euo pipefail
 
@@ -38,6 +41,7 @@ done
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 export NIBBLE_LIB=$TARGET/release/libnibble_ort.so
 export NIBBLE_FIXTURES=$TARGET/fixtures
+export NIBBLE_LLAMA_FP32_DIR=$TARGET/llama/smollm2-fp32 NIBBLE_LLAMA_Q4_DIR=$TARGET/llama/smollm2-q4
 export ORT_LOG=${ORT_LOG:-fatal}
 ORT_NEW=1.31.1
 # The extra ONNX Runtime versions (pinned in setup.sh, the one list): 1.20.1 1.23.2 1.24.4.
@@ -95,6 +99,7 @@ else
 fi
 
 step "fixtures (tests/fixtures/make_fixtures.py)" .venv/bin/python tests/fixtures/make_fixtures.py --out "$NIBBLE_FIXTURES"
+step "SmolLM2 model directories (scripts/convert-smollm2.sh)" bash scripts/convert-smollm2.sh "$TARGET/llama"
 step "cargo build --release -p nibble-ort" cargo build "${LOCKED[@]}" --release -p nibble-ort
 step "lint (cargo fmt --check, cargo clippy -D warnings)" \
     bash -c 'cargo fmt --all -- --check && cargo clippy -q "$@" --workspace --all-targets -- -D warnings' _ "${LOCKED[@]}"
