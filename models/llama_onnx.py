@@ -83,6 +83,10 @@ class QuantSpec:
     domain: str = "com.microsoft"
     embedding: str = "fp32"  # "fp32" Gather | "gather_block_quantized" (4-bit, same block size and symmetry)
     lm_head: str = "fp32"  # "fp32" Gemm on the (tied) embedding | "matmulnbits"
+    # "requantized": linear weights quantized here from fp32; or a note on where pre-quantized weights came from
+    # (e.g. "gguf Q4_1 blocks as they are"), recorded in model_config.json
+    weights: str = "requantized"
+    zero_points: str | None = None  # model_config.json only: None (derived from symmetric), "uint8" or "float"
 
     def __post_init__(self) -> None:
         if self.bits not in (0, 2, 4, 8):
@@ -107,8 +111,10 @@ class QuantSpec:
             "block_size": self.block_size,
             "symmetric": self.symmetric,
             "accuracy_level": self.accuracy_level,
+            "zero_points": self.zero_points or ("none" if self.symmetric else "uint8"),
             "embedding": self.embedding,
             "lm_head": self.lm_head,
+            "weights": self.weights,
         }
 
 
@@ -121,6 +127,26 @@ def rope_tables(cfg: LlamaConfig) -> tuple[np.ndarray, np.ndarray]:
     angles = np.outer(np.arange(cfg.context_length, dtype=np.float64), inv_freq)
     angles = np.concatenate([angles, angles], axis=1)
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class PreQuantized:
+    """A linear weight [N, K] already in MatMulNBits form (e.g. a GGUF's own Q4_0 / Q4_1 / Q8_0 blocks), used as
+    it is instead of being re-quantized. The graph takes bits and block_size from here, not from the QuantSpec."""
+
+    packed: mnb.Quantized
+    N: int
+    K: int
+    bits: int
+    block_size: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.N, self.K)
+
+    def dequantize(self) -> np.ndarray:
+        q = self.packed
+        return mnb.dequantize(q.B, q.scales, q.zero_points, None, self.K, self.N, self.bits, self.block_size)
 
 
 def quantize_rows(w: np.ndarray, bits: int, block_size: int, symmetric: bool, rows: int = 4096) -> mnb.Quantized:
@@ -174,19 +200,23 @@ class _Builder:
         rs = g.op("Sqrt", [g.op("Add", [ms, "const.eps"], name=f"{name}/Add")], name=f"{name}/Sqrt")
         return g.op("Mul", [g.op("Div", [x, rs], name=f"{name}/Div"), w], name=f"{name}/Mul")
 
-    def linear(self, x: str, w: np.ndarray, name: str, outputs: list[str] | None = None) -> str:
-        """y = x @ w.T for w [N, K]: fp32 MatMul, or MatMulNBits with the quantized weight."""
+    def linear(self, x: str, w: np.ndarray | PreQuantized, name: str, outputs: list[str] | None = None) -> str:
+        """y = x @ w.T for w [N, K]: fp32 MatMul, or MatMulNBits with the quantized (or pre-quantized) weight."""
         g, q = self.g, self.q
         N, K = w.shape
         if q.bits == 0:
-            return g.op("MatMul", [x, g.const(f"{name}.weight", np.ascontiguousarray(w.T, dtype=np.float32))],
+            dense = w.dequantize() if isinstance(w, PreQuantized) else w
+            return g.op("MatMul", [x, g.const(f"{name}.weight", np.ascontiguousarray(dense.T, dtype=np.float32))],
                         name=name, outputs=outputs)
-        packed = quantize_rows(w, q.bits, q.block_size, q.symmetric)
+        if isinstance(w, PreQuantized):
+            packed, bits, block_size = w.packed, w.bits, w.block_size
+        else:
+            packed, bits, block_size = quantize_rows(w, q.bits, q.block_size, q.symmetric), q.bits, q.block_size
         inputs = [x, g.const(f"{name}.qweight", packed.B), g.const(f"{name}.scales", packed.scales)]
         if packed.zero_points is not None:
             inputs.append(g.const(f"{name}.zero_points", packed.zero_points))
-        return g.op("MatMulNBits", inputs, name=name, domain=q.domain, K=K, N=N, bits=q.bits,
-                    block_size=q.block_size, accuracy_level=q.accuracy_level, outputs=outputs)
+        return g.op("MatMulNBits", inputs, name=name, domain=q.domain, K=K, N=N, bits=bits,
+                    block_size=block_size, accuracy_level=q.accuracy_level, outputs=outputs)
 
     def embedding(self, ids: str, embed: np.ndarray) -> str:
         g, q = self.g, self.q

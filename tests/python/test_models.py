@@ -222,3 +222,60 @@ def test_synthetic_llama_1b_dims(tmp_path: Path) -> None:
          "past_key_values.0.value": np.zeros((1, 8, 0, 64), np.float32)}
     logits = sess.run(["logits"], f)[0]
     assert logits.shape == (1, 3, 128256) and np.isfinite(logits).all()
+
+
+class _FakeTensor:
+    def __init__(self, data: np.ndarray, qtype, n: int, k: int) -> None:
+        self.data, self.tensor_type, self.shape = data, qtype, np.array([k, n])
+
+
+class _FakeGGUF:
+    def __init__(self, tensors: dict) -> None:
+        self.tensors = tensors
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0"])
+def test_gguf_native_blocks_are_bit_exact(kind: str) -> None:
+    """--gguf-native keeps GGUF blocks as MatMulNBits weights: dequantizing them gives gguf's own dequantization
+    (to float32 rounding of Q4_1's float zero point), rows reordered as asked; blocks with d = 0 included."""
+    from gguf import GGMLQuantizationType, quants
+
+    qtype = GGMLQuantizationType[kind]
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((12, 96)).astype(np.float32)
+    w[0, :32] = 0.37  # a constant block: Q4_1 stores d = 0, m = 0.37
+    w[1, 32:64] = 0.0
+    data = quants.quantize(w, qtype)
+    want = quants.dequantize(data, qtype).astype(np.float64)
+    order = rng.permutation(12)
+    got = gguf_to_onnx.native_blocks(_FakeGGUF({"t": _FakeTensor(data, qtype, 12, 96)}), "t", order)
+    assert (got.bits, got.block_size, got.shape) == ((8 if kind == "Q8_0" else 4), 32, (12, 96))
+    np.testing.assert_allclose(got.dequantize(), want[order], rtol=0, atol=1e-6 * np.abs(want).max())
+    assert (got.packed.zero_points is not None) == (kind == "Q4_1")
+
+
+def test_gguf_native_smollm2_graph_matches_fp32(tmp_path: Path, nibble_lib: Path) -> None:
+    """SmolLM2's Q4_1 weights kept as they are: the 4-bit graph at accuracy_level 1 computes what the fp32 graph
+    (the dequantized GGUF) computes, on ORT's kernel and on nibble's."""
+    for name, extra in (("fp32", ["--bits", "0"]), ("native", ["--gguf-native", "--accuracy-level", "1"])):
+        gguf_to_onnx.main(["--out", str(tmp_path / name), *extra])
+    import json
+
+    cfg = json.loads((tmp_path / "native" / "model_config.json").read_text())
+    assert cfg["quantization"]["zero_points"] == "float" and "Q4_1" in cfg["quantization"]["weights"]
+    ids = [504, 2365, 6354, 16438, 27003, 690, 260, 23790]
+    feeds_ = {"input_ids": np.array([ids], np.int64)}
+    for i in range(cfg["num_layers"]):
+        for kind in ("key", "value"):
+            feeds_[f"past_key_values.{i}.{kind}"] = np.zeros((1, 3, 0, 64), np.float32)
+    out = {}
+    for name, lib in (("fp32", None), ("native", None), ("native", nibble_lib)):
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        if lib is not None:
+            so.register_custom_ops_library(str(lib))
+        s = ort.InferenceSession(str(tmp_path / name / "model.onnx"), so, providers=["CPUExecutionProvider"])
+        out[(name, lib is not None)] = s.run(["logits"], feeds_)[0][0]
+    ref = out[("fp32", False)]
+    for key in (("native", False), ("native", True)):
+        np.testing.assert_allclose(out[key], ref, rtol=0, atol=1e-5 * np.abs(ref).max(), err_msg=str(key))
