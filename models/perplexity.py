@@ -4,10 +4,13 @@
     python models/perplexity.py --model target/llama/smollm2-fp32 --model target/llama/smollm2-q4 --text wiki
     python models/perplexity.py --model target/llama/smollm2-q4 --kernels both --text wiki --text tiny --json out.json
 
-Method (shared/research/models.md): the text is tokenized with the model directory's tokenizer.json, without BOS;
-the first --max-tokens tokens are cut into non-overlapping windows of --ctx tokens (a shorter last window is kept
-if it has >= 2 tokens); each window is one prefill call with empty past tensors ([1, kv_heads, 0, head_dim]); the
-perplexity is exp(mean negative log-likelihood) over every predicted position (window length - 1 per window).
+Method (shared/research/models.md, whose numbers it reproduces: SmolLM2 fp32, ctx 512, 8192 tokens: wiki 20.44,
+tiny 8.13): the text is tokenized with the model directory's tokenizer.json, without BOS; tokens t0 … tN
+(N = --max-tokens) are scored in non-overlapping windows of --ctx predicted tokens: window j is one prefill call on
+t[j*ctx] … t[(j+1)*ctx] (ctx + 1 tokens, empty past tensors [1, kv_heads, 0, head_dim]) and predicts
+t[j*ctx+1] … t[(j+1)*ctx], so every token after t0 is predicted exactly once, from 1 … ctx tokens of context.
+The perplexity is exp(mean negative log-likelihood) over all N predicted tokens. (Windows of ctx tokens predicting
+ctx - 1 each give 20.51 / 8.12 instead.)
 
 Texts (exllamav2 0.3.2's calibration sets, located with importlib.util.find_spec, never imported):
   wiki  exllamav2/conversion/standard_cal_data/wiki.utf8, lines starting with <doc / </doc dropped
@@ -70,10 +73,12 @@ class OnnxLlama:
     """One onnxruntime session on a model directory, with the contract's KV-cache feeds (batch 1).
 
     nibble_lib: path of libnibble_ort.so to register, or None for ORT alone. config_entries: session config
-    entries, set before the library is registered (e.g. {"nibble.override_com_microsoft": "0"})."""
+    entries, set before the library is registered (e.g. {"nibble.override_com_microsoft": "0"}). model: a
+    serialized ModelProto to use instead of <model_dir>/model.onnx (a variant of the directory's graph)."""
 
     def __init__(self, model_dir: str | Path, nibble_lib: str | Path | None = None, threads: int | None = None,
-                 config_entries: dict[str, str] | None = None, log_severity: int = 3) -> None:
+                 config_entries: dict[str, str] | None = None, log_severity: int = 3,
+                 model: bytes | None = None) -> None:
         import onnxruntime as ort
 
         self.dir = Path(model_dir)
@@ -89,7 +94,8 @@ class OnnxLlama:
             so.add_session_config_entry(key, value)
         if self.nibble_lib is not None:
             so.register_custom_ops_library(str(self.nibble_lib))
-        self.session = ort.InferenceSession(str(self.dir / "model.onnx"), so, providers=["CPUExecutionProvider"])
+        source = model if model is not None else str(self.dir / "model.onnx")
+        self.session = ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
         c = self.config
         self.num_layers, self.kv_heads, self.head_dim = c["num_layers"], c["num_kv_heads"], c["head_dim"]
         self.output_names = ["logits"] + [f"present.{i}.{kind}" for i in range(self.num_layers)
@@ -161,7 +167,8 @@ def load_text(name: str) -> str:
 
 
 def text_tokens(name: str, tokenizer, max_tokens: int | None = None) -> list[int]:
-    """Token ids of a prepared text (no BOS), cut to max_tokens (None or 0: all)."""
+    """Token ids of a prepared text (no BOS), cut to max_tokens (None or 0: all). perplexity() needs
+    max_tokens + 1 of them to predict max_tokens."""
     text = load_text(name)
     if max_tokens:
         # Tokenize a generous prefix only (>= 2 bytes per token in English); the cut is far from the tail.
@@ -185,16 +192,16 @@ def window_nll(logits: np.ndarray, targets: np.ndarray) -> float:
 
 def perplexity(model: OnnxLlama, tokens: Sequence[int], ctx: int = 512, progress: bool = True,
                desc: str | None = None) -> dict:
-    """{'ppl', 'nll', 'predicted', 'windows', 'seconds'} over non-overlapping windows of ctx tokens."""
-    if ctx < 2:
-        raise ValueError("ctx must be >= 2")
+    """{'ppl', 'nll', 'predicted', 'windows', 'seconds'}: tokens[1:] predicted in windows of ctx (each call sees
+    ctx + 1 tokens: the window's first token is the previous window's last target; see the module docstring)."""
+    if ctx < 1:
+        raise ValueError("ctx must be >= 1")
     tokens = np.asarray(tokens, np.int64)
-    windows = [tokens[s:s + ctx] for s in range(0, len(tokens), ctx)]
-    windows = [w for w in windows if len(w) >= 2]
+    windows = [tokens[s:s + ctx + 1] for s in range(0, len(tokens) - 1, ctx)]
     if not windows:
         raise ValueError(f"{len(tokens)} tokens: need at least 2")
-    if ctx > model.config["context_length"]:
-        raise ValueError(f"ctx {ctx} exceeds the model's context_length {model.config['context_length']}")
+    if ctx + 1 > model.config["context_length"]:
+        raise ValueError(f"ctx + 1 = {ctx + 1} exceeds the model's context_length {model.config['context_length']}")
     iterator = windows
     if progress:
         from tqdm import tqdm
@@ -230,8 +237,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  epilog=__doc__.split("\n\n", 2)[2])
     ap.add_argument("--model", action="append", required=True, metavar="DIR", help="model directory (repeatable)")
     ap.add_argument("--text", action="append", metavar="wiki|tiny|PATH", help="text (repeatable; default wiki)")
-    ap.add_argument("--ctx", type=int, default=512, help="window length in tokens (default 512)")
-    ap.add_argument("--max-tokens", type=int, default=8192, help="first N tokens of the text; 0 = all (default 8192)")
+    ap.add_argument("--ctx", type=int, default=512,
+                    help="tokens predicted per window; each call sees ctx + 1 tokens (default 512)")
+    ap.add_argument("--max-tokens", type=int, default=8192,
+                    help="tokens to predict (those after the text's first); 0 = all (default 8192)")
     ap.add_argument("--threads", type=int, default=None, help="intra_op_num_threads (default: ORT's choice)")
     ap.add_argument("--nibble", metavar="LIB", type=Path, default=DEFAULT_LIB,
                     help=f"libnibble_ort.so to register (default {DEFAULT_LIB.relative_to(REPO_ROOT)})")
@@ -267,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for text in texts:
                 key = (text, str(hash(tok_key)))
                 if key not in token_cache:
-                    token_cache[key] = text_tokens(text, tok, args.max_tokens)
+                    token_cache[key] = text_tokens(text, tok, args.max_tokens + 1 if args.max_tokens else 0)
                 tokens = token_cache[key]
                 desc = f"{model_dir.name} [{runner.kernels}] {text}"
                 r = perplexity(runner, tokens, args.ctx, progress=not args.no_progress, desc=desc)

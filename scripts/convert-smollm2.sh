@@ -7,7 +7,10 @@
 #                               ORT's kernel without libnibble_ort.so, nibble's with it
 #
 # A directory is rebuilt only when the converter sources or the options changed (stamp file inside it).
-# Usage: scripts/convert-smollm2.sh [OUT_ROOT]   (default target/llama; $CARGO_TARGET_DIR/llama when that is set)
+# Usage: scripts/convert-smollm2.sh [OUT_ROOT]                 the two above (OUT_ROOT default target/llama, or
+#                                                              $CARGO_TARGET_DIR/llama when that is set)
+#        scripts/convert-smollm2.sh OUT_ROOT NAME OPTION...    one directory OUT_ROOT/NAME converted with
+#                                                              gguf_to_onnx.py OPTIONS (models/quality.sh uses it)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -27,9 +30,14 @@ convert() {
     fi
     echo "[convert] ${dir#"$ROOT"/}: models/gguf_to_onnx.py $*"
     rm -f "$dir/.nibble-stamp"
-    "$PY" models/gguf_to_onnx.py --out "$dir" "$@"
+    "$PY" models/gguf_to_onnx.py --out "$dir" "$@" >&2
     echo "$stamp" > "$dir/.nibble-stamp"
 }
 
+if [ $# -ge 2 ]; then
+    shift
+    convert "$@"
+    exit 0
+fi
 convert smollm2-fp32 --bits 0
 convert smollm2-q4 --bits 4 --block-size 32 --asymmetric --accuracy-level 4 --domain com.microsoft

@@ -20,7 +20,7 @@
 #   7. .venv/bin/python -m pytest tests/python   Python tests (onnxruntime 1.31.1 from .venv)
 #   8. scripts/test-aarch64.sh                   kernel tests cross-built for aarch64, under qemu on 6 CPU models
 # Environment passed to the tests: NIBBLE_LIB, NIBBLE_FIXTURES, NIBBLE_ORT_DYLIB, NIBBLE_ORT_VERSION,
-# NIBBLE_LLAMA_FP32_DIR, NIBBLE_LLAMA_Q4_DIR.
+# NIBBLE_LLAMA_FP32_DIR, NIBBLE_LLAMA_Q4_DIR, NIBBLE_LLAMA_BIN.
 # ORT_LOG defaults to "fatal": the error-path tests make ORT log the (expected) errors; ORT_LOG=warning shows them.
 set -euo pipefail
 
@@ -42,6 +42,7 @@ TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 export NIBBLE_LIB=$TARGET/release/libnibble_ort.so
 export NIBBLE_FIXTURES=$TARGET/fixtures
 export NIBBLE_LLAMA_FP32_DIR=$TARGET/llama/smollm2-fp32 NIBBLE_LLAMA_Q4_DIR=$TARGET/llama/smollm2-q4
+export NIBBLE_LLAMA_BIN=$TARGET/debug/nibble-llama   # built by step 4 (cargo test --workspace); pytest drives it
 export ORT_LOG=${ORT_LOG:-fatal}
 ORT_NEW=1.31.1
 # The extra ONNX Runtime versions (pinned in setup.sh, the one list): 1.20.1 1.23.2 1.24.4.
