@@ -4,7 +4,7 @@
     python models/perplexity.py --model target/llama/smollm2-fp32 --model target/llama/smollm2-q4 --text wiki
     python models/perplexity.py --model target/llama/smollm2-q4 --kernels both --text wiki --text tiny --json out.json
 
-Method (shared/research/models.md, whose numbers it reproduces: SmolLM2 fp32, ctx 512, 8192 tokens: wiki 20.44,
+Method (as in the project's model research, whose numbers it reproduces: SmolLM2 fp32, ctx 512, 8192 tokens: wiki 20.44,
 tiny 8.13): the text is tokenized with the model directory's tokenizer.json, without BOS; tokens t0 … tN
 (N = --max-tokens) are scored in non-overlapping windows of --ctx predicted tokens: window j is one prefill call on
 t[j*ctx] … t[(j+1)*ctx] (ctx + 1 tokens, empty past tensors [1, kv_heads, 0, head_dim]) and predicts

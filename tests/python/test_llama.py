@@ -50,7 +50,7 @@ Q4_CMD = (f"{PY} models/gguf_to_onnx.py --out {{dir}} --bits 4 --block-size 32 -
 PROMPT_8 = "The quick brown fox jumps over the lazy"  # 8 tokens
 PROMPT_8_IDS = [504, 2365, 6354, 16438, 27003, 690, 260, 23790]
 FOX = "The quick brown fox jumps over the lazy dog because"
-FOX_IDS = [504, 2365, 6354, 16438, 27003, 690, 260, 23790, 2767, 975]  # shared/research/models.md
+FOX_IDS = [504, 2365, 6354, 16438, 27003, 690, 260, 23790, 2767, 975]  # ids recorded when the tokenizer was first rebuilt from the GGUF
 GREEDY_PROMPTS = ["The capital of France is", "Once upon a time, there was a little girl named Lily. She"]
 DECODE_STEPS = 3
 GREEDY_STEPS = 8
@@ -223,7 +223,7 @@ def test_fp32_cache_consistency(fp32_run, fp32_model):
 
 
 def test_reference_greedy_sanity(reference, tokenizer):
-    """The reference itself: the greedy continuation recorded in shared/research/models.md (a few tokens)."""
+    """The reference itself: the known greedy continuation of this prompt (a few tokens)."""
     ids = tokenizer.encode("The capital of France is").ids
     new = reference.greedy(ids, 4)
     assert tokenizer.decode(new) == " Paris.\n\n", tokenizer.decode(new)
