@@ -2,39 +2,29 @@
 //! matmul kernels chosen at run time for the CPU. No ONNX Runtime dependency.
 //!
 //! The walk of a node: [`format::Params`]/[`format::Weights`] validate what the model holds →
-//! [`registry::select`] picks the kernels (once per process for the CPU, per node for bits/block size) →
-//! [`ukernel::Selected::pack_rhs`] packs the weights once → per call [`ukernel::Selected::pack_lhs`] packs A
-//! once, [`ukernel::Selected::plan`] cuts the output into tiles, and [`ukernel::Selected::run_tile`] computes
-//! each tile (the caller runs tiles on its thread pool).
+//! [`Problem::of`] says what the node asks (path, bits, block size, zero points, scales) →
+//! [`registry::select`] picks the best-ranked [`Family`] (GEMV kernel, GEMM kernel, one packed layout) this CPU
+//! runs (the CPU probed once per process) → [`Selected::pack_rhs`] packs the weights once → per call
+//! [`Selected::matmul`] packs A once in the format of the kernel that runs for this M, plans tiles from that
+//! kernel's geometry and runs them on the caller's parallel-for, each through [`Selected::run_tile`], the one
+//! safe → unsafe bridge into an arch kernel.
 
 pub mod arch;
 pub mod cpu;
+pub mod family;
 pub mod format;
 pub mod pack;
+pub mod plan;
+pub mod problem;
 pub mod reference;
 pub mod registry;
 pub mod ukernel;
 
-pub use cpu::{Cpu, Isa};
+pub use cpu::{Cpu, Feature, Features, Isa};
+pub use family::{Family, Selected, matmul_serial};
 pub use format::{FormatError, Params, Weights, ZeroPoints};
-pub use pack::{ComputePath, LhsSource, PackedLhs, PackedRhs, RhsLayout};
+pub use pack::{LhsFormat, LhsSource, PackedLhs, PackedRhs, RhsLayout};
+pub use plan::{OutTiles, TilePlan};
+pub use problem::{ComputePath, Problem};
 pub use registry::{SelectError, select};
-pub use ukernel::{OutTiles, Selected, TilePlan, UKernel};
-
-/// Runs a whole matmul on the calling thread: pack A, then every tile in order. Convenience for tests,
-/// benchmarks and callers without a thread pool.
-pub fn matmul_serial(
-    sel: &Selected,
-    rhs: &PackedRhs,
-    a: LhsSource<'_>,
-    m: usize,
-    bias: Option<&[f32]>,
-    out: &mut [f32],
-) {
-    let lhs = sel.pack_lhs(a, m, rhs);
-    let plan = sel.plan(m, rhs);
-    let tiles = OutTiles::new(out, plan);
-    for t in 0..plan.count() {
-        sel.run_tile(&lhs, rhs, bias, &tiles, t);
-    }
-}
+pub use ukernel::{Geometry, UKernel};

@@ -1,26 +1,35 @@
-//! The kernel registry and `select()`: one list feeds dispatch, tests and benchmarks.
+//! The registry: every kernel and every family of this build, ranked explicitly, and [`select`].
 //!
-//! Ladders, best first: aarch64 `sme → sve → i8mm → dotprod → neon → portable`, x86_64
-//! `avx512vnni → avx2 → portable`. The CPU is probed once per process ([`Cpu::get`]); `NIBBLE_ISA=<rung>`
-//! caps the ladder at that rung (e.g. `NIBBLE_ISA=portable`), and naming a rung this CPU lacks is an error.
+//! Selection is family-first: for a node's [`Problem`] the best-ranked family that serves it on this CPU wins
+//! (both its kernels run here and take the bits and block size; its layout can hold the weights). The CPU is
+//! probed once per process; `NIBBLE_ISA=<rung>` caps the features kernels may use (e.g. `NIBBLE_ISA=portable`),
+//! and `NIBBLE_FAMILIES=a,b` restricts the candidates to the named families, in that order (a test and
+//! debugging hook). Naming a rung this CPU lacks, or an unknown or unrunnable family, is an error.
 
 use crate::arch::portable;
 use crate::cpu::{Cpu, Isa};
-use crate::pack::{ComputePath, RhsLayout};
-use crate::ukernel::{Role, Selected, UKernel};
+use crate::family::{Family, Selected};
+use crate::problem::Problem;
+use crate::ukernel::UKernel;
 use std::sync::OnceLock;
 
-/// Every kernel in this build, for every architecture it was compiled for.
-pub fn all() -> &'static [&'static UKernel] {
-    static ALL: &[&UKernel] = &[&portable::FP32, &portable::INT8];
+/// Every kernel in this build.
+pub fn kernels() -> &'static [&'static UKernel] {
+    static ALL: &[&UKernel] = &[&portable::FP32, &portable::INT8, &portable::INT8_U8, &portable::INT8_P4X8];
     ALL
 }
 
-/// The layout packed for families made only of layout-generic (portable) kernels: 8 columns per panel, 4 K
-/// values per column group (the shape the SIMD dot-product kernels read).
-pub const DEFAULT_LAYOUT: RhsLayout = RhsLayout { nr: 8, kr: 4 };
+/// Every family in this build, best first (by rank).
+pub fn families() -> &'static [&'static Family] {
+    static SORTED: OnceLock<Vec<&'static Family>> = OnceLock::new();
+    SORTED.get_or_init(|| {
+        let mut v: Vec<&'static Family> = portable::FAMILIES.to_vec();
+        v.sort_by_key(|f| std::cmp::Reverse(f.rank()));
+        v
+    })
+}
 
-/// Why no kernel could be selected.
+/// Why no family could be selected, or a bad setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SelectError(pub String);
 
@@ -32,27 +41,68 @@ impl std::fmt::Display for SelectError {
 
 impl std::error::Error for SelectError {}
 
-/// The usable kernels of this process, best first, under `NIBBLE_ISA`. Computed once.
-fn ladder() -> Result<&'static [&'static UKernel], SelectError> {
-    static LADDER: OnceLock<Result<Vec<&'static UKernel>, SelectError>> = OnceLock::new();
+/// What selection works from: the CPU as capped by `NIBBLE_ISA`, and the candidate families in order.
+#[derive(Debug, Clone)]
+pub struct Ladder {
+    cpu: Cpu,
+    cap: Option<Isa>,
+    families: Vec<&'static Family>,
+}
+
+impl Ladder {
+    /// The CPU kernels may use (this CPU, capped).
+    pub fn cpu(&self) -> &Cpu {
+        &self.cpu
+    }
+
+    /// The `NIBBLE_ISA` cap, if any.
+    pub fn cap(&self) -> Option<Isa> {
+        self.cap
+    }
+
+    /// Candidate families, in the order they are tried.
+    pub fn families(&self) -> &[&'static Family] {
+        &self.families
+    }
+
+    /// The best family serving `p`, resolved for this ladder's CPU.
+    pub fn select(&self, p: &Problem) -> Result<Selected, SelectError> {
+        let mut why = Vec::new();
+        for &f in &self.families {
+            match Selected::new(f, &self.cpu, p) {
+                Ok(s) => return Ok(s),
+                Err(e) => why.push(format!("{}: {e}", f.name())),
+            }
+        }
+        let cap = self.cap.map(|c| format!(" (NIBBLE_ISA={c})")).unwrap_or_default();
+        Err(SelectError(format!("no kernel family for {p} on this CPU{cap}: {}", why.join("; "))))
+    }
+}
+
+/// This process's ladder, from `NIBBLE_ISA` and `NIBBLE_FAMILIES`. Built once.
+pub fn ladder() -> Result<&'static Ladder, SelectError> {
+    static LADDER: OnceLock<Result<Ladder, SelectError>> = OnceLock::new();
     LADDER
-        .get_or_init(|| build_ladder(Cpu::get(), std::env::var("NIBBLE_ISA").ok().as_deref()))
+        .get_or_init(|| {
+            let env = |k| std::env::var(k).ok();
+            build_ladder(Cpu::get(), env("NIBBLE_ISA").as_deref(), env("NIBBLE_FAMILIES").as_deref())
+        })
         .as_ref()
-        .map(|v| v.as_slice())
         .map_err(Clone::clone)
 }
 
-/// The kernels `cpu` can run, best first, capped at the rung named by `force` (`NIBBLE_ISA`).
-pub fn build_ladder(cpu: &Cpu, force: Option<&str>) -> Result<Vec<&'static UKernel>, SelectError> {
-    let cap = match force.map(str::trim).filter(|s| !s.is_empty()) {
+/// The ladder for `cpu`, capped at the rung `isa` (`NIBBLE_ISA`), restricted to the comma-separated
+/// `families` in their order (`NIBBLE_FAMILIES`).
+pub fn build_ladder(cpu: &Cpu, isa: Option<&str>, families: Option<&str>) -> Result<Ladder, SelectError> {
+    let cap = match isa.map(str::trim).filter(|s| !s.is_empty()) {
         None => None,
         Some(name) => {
             let names: Vec<&str> = Isa::ALL.iter().map(|i| i.name()).collect();
             let isa = Isa::from_name(&name.to_ascii_lowercase()).ok_or_else(|| {
                 SelectError(format!("NIBBLE_ISA={name} is not a known rung (one of: {})", names.join(", ")))
             })?;
-            if !cpu.has(isa) {
-                let have: Vec<&str> = cpu.isas().iter().map(|i| i.name()).collect();
+            if !cpu.has_rung(isa) {
+                let have: Vec<&str> = cpu.rungs().iter().map(|i| i.name()).collect();
                 return Err(SelectError(format!(
                     "NIBBLE_ISA={name}: this CPU does not support {isa} (it supports: {})",
                     have.join(", ")
@@ -61,99 +111,94 @@ pub fn build_ladder(cpu: &Cpu, force: Option<&str>) -> Result<Vec<&'static UKern
             Some(isa)
         }
     };
-    let mut v: Vec<&'static UKernel> = all()
-        .iter()
-        .copied()
-        .filter(|k| cpu.has(k.isa))
-        .filter(|k| cap.is_none_or(|c| k.isa == Isa::Portable || k.isa.rank() <= c.rank()))
-        .collect();
-    v.sort_by_key(|k| std::cmp::Reverse(k.isa.rank()));
-    Ok(v)
-}
-
-/// Picks the kernels for a node with this compute path, bit width and block size on this CPU.
-pub fn select(path: ComputePath, bits: u32, bl: usize) -> Result<Selected, SelectError> {
-    select_from(ladder()?, path, bits, bl)
-}
-
-/// [`select`] over an explicit ladder (tests walk forced ladders with it).
-pub fn select_from(
-    ladder: &[&'static UKernel],
-    path: ComputePath,
-    bits: u32,
-    bl: usize,
-) -> Result<Selected, SelectError> {
-    // A kernel fits if it computes this path in this role, takes this block, and its layout can hold it (else a
-    // lower rung is tried).
-    let fits = |k: &&&'static UKernel, role: Role| {
-        k.path == path
-            && (k.role == role || k.role == Role::Any)
-            && (k.supports)(bits, bl)
-            && k.rhs.unwrap_or(DEFAULT_LAYOUT).supports(bits, bl)
-    };
-    let gemv = ladder.iter().find(|k| fits(k, Role::Gemv)).ok_or_else(|| no_kernel(path, bits, bl))?;
-    let layout = gemv.rhs.unwrap_or(DEFAULT_LAYOUT);
-    let gemm = ladder
-        .iter()
-        .find(|k| fits(k, Role::Gemm) && k.rhs.is_none_or(|l| l == layout))
-        .ok_or_else(|| no_kernel(path, bits, bl))?;
-    // A ladder built for another CPU (tests do that) must not hand out kernels this one cannot run.
-    for k in [gemv, gemm] {
-        if !Cpu::get().has(k.isa) {
-            return Err(SelectError(format!("{} needs {}, which this CPU lacks", k.name, k.isa)));
+    let capped = cap.map_or(*cpu, |c| cpu.capped(c));
+    let list = match families.map(str::trim).filter(|s| !s.is_empty()) {
+        None => self::families().to_vec(),
+        Some(names) => {
+            let mut v = Vec::new();
+            for name in names.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let f = self::families().iter().find(|f| f.name() == name).ok_or_else(|| {
+                    let known: Vec<&str> = self::families().iter().map(|f| f.name()).collect();
+                    SelectError(format!("NIBBLE_FAMILIES: unknown family {name} (known: {})", known.join(", ")))
+                })?;
+                if let Some(k) = [f.gemv(), f.gemm()].into_iter().find(|k| !k.runs_on(&capped)) {
+                    return Err(SelectError(format!(
+                        "NIBBLE_FAMILIES: {name} cannot run on this CPU: {} needs {}",
+                        k.name(),
+                        k.requires().missing_from(capped.features())
+                    )));
+                }
+                v.push(*f);
+            }
+            v
         }
-    }
-    Ok(Selected { gemv, gemm, layout, path })
+    };
+    Ok(Ladder { cpu: capped, cap, families: list })
 }
 
-fn no_kernel(path: ComputePath, bits: u32, bl: usize) -> SelectError {
-    SelectError(format!("no {} kernel for bits={bits} block_size={bl} in this build", path.name()))
+/// The family for problem `p` on this process's ladder.
+pub fn select(p: &Problem) -> Result<Selected, SelectError> {
+    ladder()?.select(p)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::Features;
+    use crate::problem::ComputePath;
 
     #[test]
-    fn names_are_unique_and_portable_covers_everything() {
-        let mut names: Vec<&str> = all().iter().map(|k| k.name).collect();
+    fn names_are_unique_and_ranks_distinct_per_path() {
+        let mut names: Vec<&str> = kernels().iter().map(|k| k.name()).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), all().len());
-        let cpu = Cpu::with(&[]);
-        let ladder = build_ladder(&cpu, None).unwrap();
-        for path in [ComputePath::Fp32, ComputePath::Int8] {
-            for bits in [2, 4, 8] {
-                for bl in [16, 32, 64, 256, 2048] {
-                    let s = select_from(&ladder, path, bits, bl).unwrap();
-                    assert!(s.gemv_name().ends_with("_portable"), "{}", s.gemv_name());
+        assert_eq!(names.len(), kernels().len());
+        for f in families() {
+            assert!(kernels().iter().any(|k| std::ptr::eq(*k, f.gemv())), "{}: gemv not registered", f.name());
+            assert!(kernels().iter().any(|k| std::ptr::eq(*k, f.gemm())), "{}: gemm not registered", f.name());
+            for g in families() {
+                if !std::ptr::eq(*f, *g) {
+                    assert_ne!(f.name(), g.name());
+                    assert!(f.path() != g.path() || f.rank() != g.rank(), "{} and {} tie", f.name(), g.name());
                 }
             }
         }
     }
 
-    /// Names follow `matmul_<dst>_<lhs>_<rhs>[...]_<isa>`: the LHS part says the compute path (`f32` or
-    /// `qsi8db`), the suffix the ISA, so logs and bench ids are self-describing.
     #[test]
-    fn names_describe_path_and_isa() {
-        for k in all() {
-            let lhs = match k.path {
-                ComputePath::Fp32 => "matmul_f32_f32_",
-                ComputePath::Int8 => "matmul_f32_qsi8db_",
-            };
-            assert!(k.name.starts_with(lhs), "{}: path {:?}", k.name, k.path);
-            assert!(k.name.ends_with(&format!("_{}", k.isa.name())), "{}: isa {}", k.name, k.isa);
+    fn portable_covers_everything() {
+        let ladder = build_ladder(&Cpu::with(Features::NONE), None, None).unwrap();
+        for path in [ComputePath::Fp32, ComputePath::Int8] {
+            for bits in [2, 4, 8] {
+                for bl in [16, 32, 64, 256, 2048, 1 << 16] {
+                    for zp in [false, true] {
+                        let s = ladder.select(&Problem::new(path, bits, bl, zp)).unwrap();
+                        assert!(s.gemv().name().ends_with("_portable"), "{}", s.gemv().name());
+                    }
+                }
+            }
         }
     }
 
     #[test]
-    fn forced_rungs() {
-        let cpu = Cpu::with(&[Isa::Avx2]);
-        assert!(build_ladder(&cpu, Some("portable")).unwrap().iter().all(|k| k.isa == Isa::Portable));
-        let e = build_ladder(&cpu, Some("sme")).unwrap_err();
+    fn forced_rungs_and_families() {
+        let cpu = Cpu::with(Isa::Avx2.features());
+        let l = build_ladder(&cpu, Some("portable"), None).unwrap();
+        assert_eq!(l.cpu().features(), Features::NONE);
+        let e = build_ladder(&cpu, Some("sme"), None).unwrap_err();
         assert!(e.0.contains("NIBBLE_ISA=sme") && e.0.contains("does not support"), "{e}");
-        let e = build_ladder(&cpu, Some("bogus")).unwrap_err();
+        let e = build_ladder(&cpu, Some("bogus"), None).unwrap_err();
         assert!(e.0.contains("bogus") && e.0.contains("avx512vnni"), "{e}");
-        assert!(build_ladder(&cpu, Some("avx2")).is_ok());
+        assert!(build_ladder(&cpu, Some("avx2"), None).is_ok());
+        let e = build_ladder(&cpu, None, Some("nope")).unwrap_err();
+        assert!(e.0.contains("unknown family nope"), "{e}");
+        // Restricting to the second-ranked int8 family selects it.
+        let second = families().iter().filter(|f| f.path() == ComputePath::Int8).nth(1).unwrap();
+        let l = build_ladder(&cpu, None, Some(second.name())).unwrap();
+        let s = l.select(&Problem::new(ComputePath::Int8, 4, 32, true)).unwrap();
+        assert_eq!(s.name(), second.name());
+        // An fp32 node has no family in an int8-only list: the error says why for each candidate.
+        let e = l.select(&Problem::new(ComputePath::Fp32, 4, 32, true)).unwrap_err();
+        assert!(e.0.contains(second.name()) && e.0.contains("int8 family"), "{e}");
     }
 }

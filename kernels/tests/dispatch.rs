@@ -1,8 +1,9 @@
-//! CPU detection and the `NIBBLE_ISA` ladder. Under qemu, `NIBBLE_EXPECT_ISAS` (set by scripts/test-aarch64.sh
-//! per `-cpu` model) states what detection must find, so a detection bug fails here instead of as a SIGILL.
+//! CPU detection, the `NIBBLE_ISA` ladder and family selection. Under qemu, `NIBBLE_EXPECT_ISAS` (set by
+//! scripts/test-aarch64.sh per `-cpu` model) states which rungs detection must find, so a detection bug fails
+//! here instead of as a SIGILL.
 
-use nibble_kernels::registry::{self, build_ladder, select_from};
-use nibble_kernels::{ComputePath, Cpu, Isa};
+use nibble_kernels::registry::{self, build_ladder};
+use nibble_kernels::{ComputePath, Cpu, Isa, Problem};
 
 fn names(isas: &[Isa]) -> String {
     isas.iter().map(|i| i.name()).collect::<Vec<_>>().join(",")
@@ -10,40 +11,61 @@ fn names(isas: &[Isa]) -> String {
 
 #[test]
 fn detected_isas_match_expectation() {
-    let got = names(Cpu::get().isas());
-    eprintln!("detected: {got}");
+    let cpu = Cpu::get();
+    let got = names(&cpu.rungs());
+    eprintln!("detected: {got}; features {cpu}");
     assert!(got.starts_with("portable"), "portable is always available: {got}");
     if let Ok(want) = std::env::var("NIBBLE_EXPECT_ISAS") {
         assert_eq!(got, want, "CPU feature detection");
     }
+    // SVE/SME kernels size their tiles by vector length: detection must know it wherever the feature is.
+    assert_eq!(cpu.sve_vl().is_some(), cpu.has(nibble_kernels::Feature::Sve), "{cpu}");
+    assert_eq!(cpu.sme_svl().is_some(), cpu.has(nibble_kernels::Feature::Sme), "{cpu}");
 }
 
 #[test]
 fn every_available_rung_can_be_forced() {
     let cpu = Cpu::get();
-    for &isa in cpu.isas() {
-        let ladder = build_ladder(cpu, Some(isa.name())).unwrap();
-        assert!(!ladder.is_empty());
-        assert!(ladder.iter().all(|k| k.isa().rank() <= isa.rank() && cpu.has(k.isa())), "{isa}");
-        // Best first.
-        assert!(ladder.windows(2).all(|w| w[0].isa().rank() >= w[1].isa().rank()));
+    for isa in cpu.rungs() {
+        let ladder = build_ladder(cpu, Some(isa.name()), None).unwrap();
+        assert!(isa.features().contains(ladder.cpu().features()), "{isa}: {}", ladder.cpu());
+        assert!(cpu.features().contains(ladder.cpu().features()));
         for path in [ComputePath::Fp32, ComputePath::Int8] {
-            let sel = select_from(&ladder, path, 4, 32).unwrap();
-            assert!(registry::all().iter().any(|k| k.name() == sel.gemv_name()));
+            let sel = ladder.select(&Problem::new(path, 4, 32, true)).unwrap();
+            for k in [sel.gemv(), sel.gemm()] {
+                assert!(ladder.cpu().supports(k.requires()), "{isa}: {} needs {}", k.name(), k.requires());
+            }
         }
     }
     // Forcing a rung this CPU lacks is an error naming it.
-    if let Some(missing) = Isa::ALL.into_iter().find(|&i| !cpu.has(i)) {
-        let e = build_ladder(cpu, Some(missing.name())).unwrap_err();
+    if let Some(missing) = Isa::ALL.into_iter().find(|&i| !cpu.has_rung(i)) {
+        let e = build_ladder(cpu, Some(missing.name()), None).unwrap_err();
         assert!(e.0.contains(missing.name()), "{e}");
     }
 }
 
 #[test]
 fn portable_rung_selects_portable_kernels() {
-    let ladder = build_ladder(Cpu::get(), Some("portable")).unwrap();
+    let ladder = build_ladder(Cpu::get(), Some("portable"), None).unwrap();
     for path in [ComputePath::Fp32, ComputePath::Int8] {
-        let sel = select_from(&ladder, path, 4, 32).unwrap();
-        assert!(sel.gemv_name().ends_with("_portable") && sel.gemm_name().ends_with("_portable"));
+        let sel = ladder.select(&Problem::new(path, 4, 32, false)).unwrap();
+        assert!(sel.gemv().name().ends_with("_portable") && sel.gemm().name().ends_with("_portable"));
     }
+}
+
+/// Families are tried best rank first; the process ladder (no env override in tests) selects, for every problem,
+/// the first family in that order that serves it.
+#[test]
+fn selection_is_family_first_by_rank() {
+    let ladder = build_ladder(Cpu::get(), None, None).unwrap();
+    assert!(ladder.families().windows(2).all(|w| w[0].rank() >= w[1].rank()));
+    for path in [ComputePath::Fp32, ComputePath::Int8] {
+        for (bits, bl, zp) in [(4, 32, false), (4, 32, true), (2, 16, true), (8, 4096, false)] {
+            let p = Problem::new(path, bits, bl, zp);
+            let sel = ladder.select(&p).unwrap();
+            let first = ladder.families().iter().find(|f| f.why_not(ladder.cpu(), &p).is_none()).unwrap();
+            assert_eq!(sel.name(), first.name(), "{p}");
+        }
+    }
+    assert!(registry::families().len() >= 4);
 }

@@ -1,37 +1,81 @@
-//! Every registered kernel this CPU can run, against the reference, over the edge-case taxonomy: odd N, K not a
-//! multiple of the block, pad codes set to garbage, every bit width, zero-point kind, g_idx flavour, bias,
-//! several panel layouts; plus MLAS's shape sweeps and a property test over random shapes.
+//! Kernel-driven tests: every registered kernel this CPU can run, on every layout it reads (its own for
+//! fixed-layout kernels; for layout-generic ones every family's layout and a variety of descriptors), against
+//! the reference over the edge-case taxonomy: odd N, K not a multiple of the block, pad codes set to garbage,
+//! every bit width, every block size the kernel claims (16 … 65536), zero-point kinds, g_idx flavours, bias,
+//! M = 1..9 and ≥ 64; plus every family as selected, MLAS's shape sweeps and a property test. A runnable kernel
+//! that the suite could not exercise on one of its layouts fails the suite.
 
 mod common;
 
 use common::*;
-use nibble_kernels::pack::{ComputePath, LhsSource, RhsLayout};
-use nibble_kernels::registry::{self, DEFAULT_LAYOUT};
-use nibble_kernels::{Cpu, Selected, UKernel, matmul_serial, reference};
+use nibble_kernels::pack::{Codes, LhsFormat, LhsSource, RhsLayout, ScaleType, ZpStorage};
+use nibble_kernels::ukernel::RhsReads;
+use nibble_kernels::{ComputePath, Cpu, Problem, Selected, UKernel, matmul_serial, reference, registry};
 use proptest::prelude::{ProptestConfig, any, proptest};
+use std::collections::BTreeMap;
+
+/// Descriptors layout-generic kernels are run on, beside every family's layout: both code encodings, every
+/// scale type and zero-point storage, block sums on and off, several panel geometries.
+fn variety() -> Vec<RhsLayout> {
+    let l = |nr, kr, codes, scales, zero_points, block_sums| RhsLayout { nr, kr, codes, scales, zero_points, block_sums };
+    vec![
+        RhsLayout::plain(8, 4),
+        l(4, 8, Codes::Signed, ScaleType::F16, ZpStorage::Correction, true),
+        l(16, 4, Codes::Unsigned, ScaleType::Bf16, ZpStorage::PerBlock, true),
+        l(4, 4, Codes::Signed, ScaleType::F32, ZpStorage::PerBlock, false),
+        l(8, 8, Codes::Unsigned, ScaleType::F32, ZpStorage::Correction, true),
+        l(3, 2, Codes::Signed, ScaleType::Bf16, ZpStorage::None, true),
+    ]
+}
 
 /// Kernels to test: all this CPU runs; the rest are reported as skipped. `NIBBLE_REQUIRE_ISAS=a,b` makes a
-/// skip of those ISAs a failure (CI on a machine that has them).
+/// skip of kernels of those rungs a failure (CI on a machine that has them).
 fn kernels() -> Vec<&'static UKernel> {
     let cpu = Cpu::get();
     let required: Vec<String> = std::env::var("NIBBLE_REQUIRE_ISAS")
         .map(|s| s.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect())
         .unwrap_or_default();
     let mut out = Vec::new();
-    for &uk in registry::all() {
-        if cpu.has(uk.isa()) {
+    for &uk in registry::kernels() {
+        if uk.runs_on(cpu) {
             out.push(uk);
         } else {
+            let missing = uk.requires().missing_from(cpu.features());
             assert!(
                 !required.iter().any(|r| r == uk.isa().name()),
-                "{} skipped but NIBBLE_REQUIRE_ISAS has {}",
+                "{} skipped (needs {missing}) but NIBBLE_REQUIRE_ISAS has {}",
                 uk.name(),
                 uk.isa()
             );
-            eprintln!("SKIP {}: needs {}", uk.name(), uk.isa());
+            eprintln!("SKIP {}: needs {missing}", uk.name());
         }
     }
     out
+}
+
+/// The layouts kernel `uk` is tested on.
+fn layouts_of(uk: &UKernel) -> Vec<RhsLayout> {
+    let cpu = Cpu::get();
+    let mut v: Vec<RhsLayout> = match uk.rhs() {
+        RhsReads::Only(f) => vec![f(cpu)],
+        RhsReads::Any | RhsReads::Where(_) => {
+            registry::families().iter().map(|f| f.layout(cpu)).chain(variety()).filter(|l| uk.reads(cpu, l)).collect()
+        }
+    };
+    v.dedup();
+    let mut seen = Vec::new();
+    v.retain(|l| {
+        let new = !seen.contains(l);
+        seen.push(*l);
+        new
+    });
+    v
+}
+
+/// `case` as kernel `uk` on `layout` sees it: an fp32-path kernel only takes lossy scale types for models whose
+/// scales they hold exactly (f16 models), so those cases get such scales.
+fn case_for(uk: &UKernel, layout: &RhsLayout, case: Case) -> Case {
+    if uk.path() == ComputePath::Fp32 && layout.scales != ScaleType::F32 { case.with_scales(layout.scales) } else { case }
 }
 
 /// Runs `sel` on `case` with M rows and checks it against the references. Returns the max |error|.
@@ -39,12 +83,13 @@ fn check(sel: &Selected, case: &Case, m: usize, rng: &mut Rng) -> f64 {
     let w = case.weights();
     let p = w.params;
     let a = activations(rng, m, p.k);
-    let rhs = sel.pack_rhs(&w);
+    let rhs = sel.pack_rhs(&w).unwrap_or_else(|e| panic!("{}: {e}", sel.name()));
     let mut out = vec![f32::NAN; m * p.n];
     matmul_serial(sel, &rhs, LhsSource::F32(&a), m, case.bias.as_deref(), &mut out);
+    let (kernel, _) = sel.kernel_for(m);
     let what = format!(
-        "{} layout={:?} M={m} N={} K={} bits={} bl={} zp={:?} g_idx={} bias={}",
-        sel.gemv_name(),
+        "{} layout={} M={m} N={} K={} bits={} bl={} zp={:?} g_idx={} bias={}",
+        kernel.name(),
         sel.layout(),
         p.n,
         p.k,
@@ -54,26 +99,30 @@ fn check(sel: &Selected, case: &Case, m: usize, rng: &mut Rng) -> f64 {
         case.g_idx.is_some(),
         case.bias.is_some()
     );
-    let exact = reference::matmul(&a, m, &w, case.bias.as_deref());
-    let mag = magnitudes(&a, m, &w);
+    // The oracle computes with the scales as the layout stores them.
+    let eff = case.with_scales(sel.layout().scales);
+    let we = eff.weights();
+    let exact = reference::matmul(&a, m, &we, case.bias.as_deref());
+    let mag = magnitudes(&a, m, &we);
     let bias_mag = |i: usize| case.bias.as_ref().map_or(0.0, |b| b[i % p.n].abs() as f64);
     match sel.path() {
         ComputePath::Fp32 => {
             // f32 products and sums: a few ulps of the magnitude sum, far below any quantization effect.
-            assert_close(&what, &out, &exact, |i| 3e-6 * mag[i] + 1e-6 * bias_mag(i) + 1e-7);
+            let cmag = code_magnitudes(&a, m, &we);
+            assert_close(&what, &out, &exact, |i| 3e-6 * mag[i] + 1e-6 * cmag[i] + 1e-6 * bias_mag(i) + 1e-7);
         }
         ComputePath::Int8 => {
-            let cmag = code_magnitudes(&a, m, &w);
+            let cmag = code_magnitudes(&a, m, &we);
             let float_tol = |i: usize| 1e-5 * cmag[i] + 1e-6 * bias_mag(i) + 1e-7;
-            if !w.has_reordering_g_idx() {
+            if !we.has_reordering_g_idx() {
                 // Same integer numerics: only the f32 epilogue may differ.
-                let int_ref = reference::matmul_int8(&a, m, &w, case.bias.as_deref());
+                let int_ref = reference::matmul_int8(&a, m, &we, case.bias.as_deref());
                 assert_close(&format!("{what} vs int8 reference"), &out, &int_ref, float_tol);
             }
             // Against exact arithmetic: at most half a quantization step per activation.
-            let wd = reference::dequantize(&w);
+            let wd = reference::dequantize(&we);
             // Activation blocks are the weight blocks, except with g_idx regrouping (then bound by the row).
-            let a_block = if w.has_reordering_g_idx() { p.k } else { p.block_size };
+            let a_block = if we.has_reordering_g_idx() { p.k } else { p.block_size };
             assert_close(&format!("{what} vs exact"), &out, &exact, |i| {
                 let (row, n) = (i / p.n, i % p.n);
                 let bound = reference::int8_error_bound(&a[row * p.k..][..p.k], &wd[n * p.k..][..p.k], a_block);
@@ -84,19 +133,22 @@ fn check(sel: &Selected, case: &Case, m: usize, rng: &mut Rng) -> f64 {
     out.iter().zip(&exact).map(|(&g, &e)| (g as f64 - e).abs()).fold(0.0, f64::max)
 }
 
-fn layouts() -> [RhsLayout; 4] {
-    [DEFAULT_LAYOUT, RhsLayout { nr: 4, kr: 4 }, RhsLayout { nr: 16, kr: 4 }, RhsLayout { nr: 4, kr: 8 }]
-}
+/// Cases run per (kernel, layout): the coverage check at the end of the taxonomy reads it.
+type Coverage = BTreeMap<(&'static str, String), usize>;
+
+/// M values cycled through: 1..9 and two beyond 64.
+const MS: [usize; 11] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 64, 67];
 
 #[test]
 fn every_kernel_edge_taxonomy() {
     let mut rng = Rng::new(1);
-    let mut cases = 0;
+    let mut coverage = Coverage::new();
+    let mut mi = 0;
     for uk in kernels() {
-        for layout in layouts() {
+        for layout in layouts_of(uk) {
+            coverage.entry((uk.name(), layout.name())).or_default();
             for bits in [2u32, 4, 8] {
                 for bl in [16usize, 32, 64, 128] {
-                    let Some(sel) = Selected::single(uk, Some(layout), bits, bl) else { continue };
                     let nr = layout.nr;
                     for (zp, g) in [
                         (ZpKind::None, GIdx::None),
@@ -106,12 +158,175 @@ fn every_kernel_edge_taxonomy() {
                         (ZpKind::None, GIdx::Shuffled),
                         (ZpKind::Float, GIdx::Random),
                     ] {
-                        for &n in &[1, nr - 1, nr + 1, 2 * nr + 1] {
-                            for &k in &[bl, 2 * bl + 7, 3 * bl - 1] {
-                                let m = 1 + rng.below(5) as usize;
-                                let case = Case::random(&mut rng, k, n.max(1), bits, bl, zp, g, n % 2 == 1);
-                                check(&sel, &case, m, &mut rng);
-                                cases += 1;
+                        let ns = [1, nr.saturating_sub(1).max(1), nr + 1, 2 * nr + 1];
+                        let ks = [bl, 2 * bl + 7, 3 * bl - 1];
+                        // Two (N, K) picks per combination; M cycles through MS (small M more often).
+                        for _ in 0..2 {
+                            let (n, k) = (ns[rng.below(4) as usize], ks[rng.below(3) as usize]);
+                            let m = if mi % 4 == 3 { MS[(mi / 4) % MS.len()] } else { 1 + mi % 9 };
+                            mi += 1;
+                            let case = Case::random(&mut rng, k, n, bits, bl, zp, g, n % 2 == 1);
+                            let case = case_for(uk, &layout, case);
+                            let p = Problem::of(uk.path(), &case.weights());
+                            let Ok(sel) = Selected::single(uk, layout, &p) else { continue };
+                            check(&sel, &case, m, &mut rng);
+                            *coverage.entry((uk.name(), layout.name())).or_default() += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let missed: Vec<String> =
+        coverage.iter().filter(|(_, n)| **n == 0).map(|((k, l), _)| format!("{k} on {l}")).collect();
+    assert!(missed.is_empty(), "kernels the suite could not exercise on their own layouts: {}", missed.join(", "));
+    eprintln!("{} cases over {} (kernel, layout) pairs", coverage.values().sum::<usize>(), coverage.len());
+}
+
+/// Every block size a kernel claims, 16 … 65536, with a K tail, on each of its layouts that holds it.
+#[test]
+fn every_claimed_block_size() {
+    let mut rng = Rng::new(2);
+    for uk in kernels() {
+        let layouts = layouts_of(uk);
+        for log in 4..=16 {
+            let bl = 1usize << log;
+            for bits in [2u32, 4, 8] {
+                if !uk.supports(bits, bl) {
+                    continue;
+                }
+                // Large blocks: 4-bit on every layout, 2/8-bit on the first that holds them (time).
+                let mut ran = 0;
+                for layout in &layouts {
+                    if bl >= 1024 && bits != 4 && ran > 0 {
+                        break;
+                    }
+                    let k = if bl >= 4096 { bl + 5 } else { [bl + 5, 2 * bl][rng.below(2) as usize] };
+                    let zp = [ZpKind::Packed, ZpKind::Float, ZpKind::None][rng.below(3) as usize];
+                    let case = Case::random(&mut rng, k, layout.nr + 1, bits, bl, zp, GIdx::None, true);
+                    let case = case_for(uk, layout, case);
+                    let Ok(sel) = Selected::single(uk, *layout, &Problem::of(uk.path(), &case.weights())) else {
+                        continue;
+                    };
+                    let m = if bl >= 4096 { 2 } else { MS[rng.below(MS.len() as u64) as usize].min(9) };
+                    check(&sel, &case, m, &mut rng);
+                    ran += 1;
+                }
+                assert!(ran > 0, "{} claims bits={bits} bl={bl} but none of its layouts holds it", uk.name());
+            }
+        }
+    }
+}
+
+/// MLAS's sweep (test_sqnbitgemm.cpp): cubes 1..15, (1, b, 32), and the odd large shapes; on each kernel's first
+/// layout.
+#[test]
+fn mlas_shapes() {
+    let mut rng = Rng::new(3);
+    for uk in kernels() {
+        let layout = layouts_of(uk)[0];
+        let run = |rng: &mut Rng, m, n, k, bl, zp, bias| {
+            let case = case_for(uk, &layout, Case::random(rng, k, n, 4, bl, zp, GIdx::None, bias));
+            let sel = Selected::single(uk, layout, &Problem::of(uk.path(), &case.weights())).unwrap();
+            check(&sel, &case, m, rng);
+        };
+        for s in 1..=15 {
+            run(&mut rng, s, s, s, 16, ZpKind::Packed, false);
+        }
+        for b in [1, 7, 33, 95] {
+            run(&mut rng, 1, b, 32, 32, ZpKind::None, false);
+        }
+        for (m, n, k, bl) in [(43, 500, 401, 32), (1, 1027, 1031, 64), (11, 1027, 1031, 128)] {
+            run(&mut rng, m, n, k, bl, ZpKind::Float, true);
+        }
+    }
+}
+
+/// Every family this CPU runs, as selected (GEMV for small M, GEMM beyond), over the whole M range, tiled.
+#[test]
+fn every_family_tiles_correctly() {
+    let mut rng = Rng::new(4);
+    let ladder = registry::build_ladder(Cpu::get(), None, None).unwrap();
+    let mut ran = 0;
+    for f in registry::families() {
+        let l = registry::build_ladder(Cpu::get(), None, Some(f.name()));
+        let Ok(l) = l else {
+            eprintln!("SKIP family {}: {}", f.name(), l.unwrap_err());
+            continue;
+        };
+        for (zp, bits, bl) in [(ZpKind::Packed, 4, 32), (ZpKind::None, 4, 64), (ZpKind::Float, 8, 32), (ZpKind::Packed, 2, 32)] {
+            let case = Case::random(&mut rng, 288, 300, bits, bl, zp, GIdx::None, true);
+            let p = Problem::of(f.path(), &case.weights());
+            let sel = l.select(&p).unwrap();
+            assert_eq!(sel.name(), f.name());
+            for m in [1usize, 2, 3, 4, 5, 7, 9, 33, 67] {
+                check(&sel, &case, m, &mut rng);
+            }
+            ran += 1;
+        }
+    }
+    assert!(ran > 0);
+    // What the provider gets by default: the best family of each path.
+    for path in [ComputePath::Fp32, ComputePath::Int8] {
+        let sel = ladder.select(&Problem::new(path, 4, 32, true)).unwrap();
+        assert_eq!(sel.name(), registry::families().iter().find(|f| f.path() == path).unwrap().name());
+    }
+}
+
+/// Packing is a function of (weights, layout): every layout unpacks to the source weights (codes exactly,
+/// scales as the scale type rounds them, zero points exactly or through the correction term, block sums).
+#[test]
+fn every_layout_unpacks_to_the_source() {
+    let mut rng = Rng::new(10);
+    let mut all: Vec<RhsLayout> = registry::families().iter().map(|f| f.layout(Cpu::get())).chain(variety()).collect();
+    all.dedup();
+    for layout in all {
+        for bits in [2u32, 4, 8] {
+            for bl in [16usize, 32, 128] {
+                if !layout.holds_blocks(bits, bl) {
+                    continue;
+                }
+                for (zp, g) in [(ZpKind::None, GIdx::None), (ZpKind::Packed, GIdx::None), (ZpKind::Float, GIdx::Shuffled)] {
+                    if zp != ZpKind::None && layout.zero_points == ZpStorage::None {
+                        continue;
+                    }
+                    let case = Case::random(&mut rng, 2 * bl + 3, 2 * layout.nr + 1, bits, bl, zp, g, false);
+                    let w = case.weights();
+                    let rhs = nibble_kernels::PackedRhs::pack(&w, layout).unwrap();
+                    let what = format!("{layout} bits={bits} bl={bl} zp={zp:?} g_idx={g:?}");
+                    let p = w.params;
+                    let kmap: Vec<Option<usize>> = match rhs.k_map() {
+                        Some(m) => m.iter().map(|&s| (s != nibble_kernels::pack::NO_SOURCE).then_some(s as usize)).collect(),
+                        None => (0..rhs.k_packed()).map(|k| (k < p.k).then_some(k)).collect(),
+                    };
+                    for n in 0..p.n {
+                        for vb in 0..rhs.blocks() {
+                            let mut sum = 0i32;
+                            let mut src_blk = None;
+                            for o in 0..bl {
+                                let kk = vb * bl + o;
+                                let v = rhs.value_at(n, kk);
+                                sum += v;
+                                let Some(k) = kmap[kk] else {
+                                    assert_eq!(v, 0, "{what}: pad position ({n},{kk}) must hold v = 0");
+                                    continue;
+                                };
+                                assert_eq!(rhs.code_at(n, kk), w.code(n, k), "{what}: code ({n},{k})");
+                                src_blk = Some(w.block_of(k));
+                                let s = layout.scales.round(w.scale(n, w.block_of(k))) as f64;
+                                let want = (w.code(n, k) as f64 - w.zero_point(n, w.block_of(k)) as f64) * s;
+                                let got = rhs.weight_at(n, kk);
+                                // f32 rounding of v·s + c: a few ulps of (2^bits · s).
+                                let tol = 1e-6 * (1u32 << bits) as f64 * s.abs();
+                                assert!((got - want).abs() <= tol, "{what}: w({n},{k}) {got} vs {want}");
+                            }
+                            if let Some(b) = src_blk {
+                                assert_eq!(rhs.scale_at(n, vb), layout.scales.round(w.scale(n, b)), "{what}: scale");
+                                let z = rhs.zero_point_at(n, vb);
+                                assert!((z - w.zero_point(n, b)).abs() <= 1e-3, "{what}: zero point {z}");
+                            }
+                            if layout.block_sums {
+                                assert_eq!(rhs.block_sum_at(n, vb), Some(sum), "{what}: block sum ({n},{vb})");
                             }
                         }
                     }
@@ -119,57 +334,31 @@ fn every_kernel_edge_taxonomy() {
             }
         }
     }
-    eprintln!("{cases} cases");
 }
 
+/// Every LHS format holds the same quantized numbers, and pads interleaved groups with zeros.
 #[test]
-fn large_blocks_and_tails() {
-    let mut rng = Rng::new(2);
-    for uk in kernels() {
-        for bl in [256usize, 512, 1024, 2048] {
-            for bits in [2u32, 4, 8] {
-                let sel = Selected::single(uk, None, bits, bl).expect("portable takes every block size");
-                for k in [16usize, 93, bl + 5, 2 * bl] {
-                    let case = Case::random(&mut rng, k, 19, bits, bl, ZpKind::Packed, GIdx::None, true);
-                    check(&sel, &case, 3, &mut rng);
-                }
+fn every_lhs_format_unpacks_to_the_same_numbers() {
+    let mut rng = Rng::new(11);
+    let case = Case::random(&mut rng, 93, 5, 4, 32, ZpKind::None, GIdx::Shuffled, false);
+    let rhs = nibble_kernels::PackedRhs::pack(&case.weights(), RhsLayout::plain(8, 4)).unwrap();
+    let m = 7;
+    let a = activations(&mut rng, m, 93);
+    let base = nibble_kernels::PackedLhs::pack(LhsSource::F32(&a), m, &rhs, LhsFormat::Qsi8Db);
+    for f in [LhsFormat::Qsu8Db, LhsFormat::Qsi8DbP { mr: 4, kr: 8 }, LhsFormat::Qsi8DbP { mr: 2, kr: 4 }] {
+        let other = nibble_kernels::PackedLhs::pack(LhsSource::F32(&a), m, &rhs, f);
+        for r in 0..m {
+            for b in 0..rhs.blocks() {
+                assert_eq!(base.block_at(r, b), other.block_at(r, b), "{}", f.name());
+            }
+            for kk in 0..rhs.k_packed() {
+                assert_eq!(base.q_at(r, kk), other.q_at(r, kk), "{} row {r} k {kk}", f.name());
             }
         }
-    }
-}
-
-/// MLAS's sweep (test_sqnbitgemm.cpp): cubes 1..15, (1, b, 32), and the odd large shapes.
-#[test]
-fn mlas_shapes() {
-    let mut rng = Rng::new(3);
-    for uk in kernels() {
-        let sel = Selected::single(uk, None, 4, 16).unwrap();
-        for s in 1..=15 {
-            let case = Case::random(&mut rng, s, s, 4, 16, ZpKind::Packed, GIdx::None, false);
-            check(&sel, &case, s, &mut rng);
-        }
-        let sel32 = Selected::single(uk, None, 4, 32).unwrap();
-        for b in [1, 7, 33, 95] {
-            let case = Case::random(&mut rng, 32, b, 4, 32, ZpKind::None, GIdx::None, false);
-            check(&sel32, &case, 1, &mut rng);
-        }
-        for (m, n, k, bl) in [(43, 500, 401, 32), (1, 1027, 1031, 64), (11, 1027, 1031, 128)] {
-            let sel = Selected::single(uk, None, 4, bl).unwrap();
-            let case = Case::random(&mut rng, k, n, 4, bl, ZpKind::Float, GIdx::None, true);
-            check(&sel, &case, m, &mut rng);
-        }
-    }
-}
-
-/// The selected families (what the provider gets) on the whole M range, including tiling across many tiles.
-#[test]
-fn selected_families_tile_correctly() {
-    let mut rng = Rng::new(4);
-    for path in [ComputePath::Fp32, ComputePath::Int8] {
-        let sel = registry::select(path, 4, 32).unwrap();
-        for m in [1usize, 2, 7, 33, 100] {
-            let case = Case::random(&mut rng, 288, 300, 4, 32, ZpKind::Packed, GIdx::None, true);
-            check(&sel, &case, m, &mut rng);
+        if f.mr() > 1 {
+            for kk in 0..rhs.k_packed() {
+                assert_eq!(other.q_at(m.next_multiple_of(f.mr()) - 1, kk), 0, "padding rows are zero");
+            }
         }
     }
 }
@@ -180,8 +369,8 @@ fn f16_activations_equal_their_f32_values() {
     let case = Case::random(&mut rng, 93, 21, 4, 32, ZpKind::Packed, GIdx::Shuffled, true);
     let w = case.weights();
     for path in [ComputePath::Fp32, ComputePath::Int8] {
-        let sel = registry::select(path, 4, 32).unwrap();
-        let rhs = sel.pack_rhs(&w);
+        let sel = registry::select(&Problem::of(path, &w)).unwrap();
+        let rhs = sel.pack_rhs(&w).unwrap();
         let a16: Vec<half::f16> = activations(&mut rng, 3, 93).into_iter().map(half::f16::from_f32).collect();
         let a32: Vec<f32> = a16.iter().map(|x| x.to_f32()).collect();
         let (mut y16, mut y32) = (vec![0f32; 3 * 21], vec![0f32; 3 * 21]);
@@ -196,8 +385,8 @@ fn f16_activations_equal_their_f32_values() {
 fn a_tile_cannot_be_written_twice() {
     let mut rng = Rng::new(6);
     let case = Case::random(&mut rng, 32, 8, 4, 32, ZpKind::None, GIdx::None, false);
-    let sel = registry::select(ComputePath::Fp32, 4, 32).unwrap();
-    let rhs = sel.pack_rhs(&case.weights());
+    let sel = registry::select(&Problem::of(ComputePath::Fp32, &case.weights())).unwrap();
+    let rhs = sel.pack_rhs(&case.weights()).unwrap();
     let a = activations(&mut rng, 1, 32);
     let lhs = sel.pack_lhs(LhsSource::F32(&a), 1, &rhs);
     let mut out = vec![0f32; 8];
@@ -206,13 +395,39 @@ fn a_tile_cannot_be_written_twice() {
     sel.run_tile(&lhs, &rhs, None, &tiles, 0);
 }
 
+/// Activations packed in another kernel's format are refused, not misread.
+#[test]
+#[should_panic(expected = "activations packed as")]
+fn lhs_in_the_wrong_format_is_refused() {
+    let mut rng = Rng::new(12);
+    let case = Case::random(&mut rng, 64, 8, 4, 32, ZpKind::None, GIdx::None, false);
+    let sel = registry::select(&Problem::of(ComputePath::Int8, &case.weights())).unwrap();
+    let rhs = sel.pack_rhs(&case.weights()).unwrap();
+    let a = activations(&mut rng, 1, 64);
+    let lhs = nibble_kernels::PackedLhs::pack(LhsSource::F32(&a), 1, &rhs, LhsFormat::F32);
+    let mut out = vec![0f32; 8];
+    let tiles = nibble_kernels::OutTiles::new(&mut out, sel.plan(1, &rhs));
+    sel.run_tile(&lhs, &rhs, None, &tiles, 0);
+}
+
+/// A family refuses weights its layout cannot hold instead of packing them wrong.
+#[test]
+fn pack_refuses_what_a_family_cannot_hold() {
+    let mut rng = Rng::new(13);
+    let case = Case::random(&mut rng, 64, 8, 2, 16, ZpKind::Packed, GIdx::None, false);
+    let f = registry::families().iter().find(|f| f.layout(Cpu::get()).kr == 8).expect("a kr=8 family");
+    let sel = Selected::single(f.gemm(), f.layout(Cpu::get()), &Problem::new(f.path(), 4, 32, true)).unwrap();
+    let e = sel.pack_rhs(&case.weights()).unwrap_err();
+    assert!(e.0.contains("cannot hold bits=2"), "{e}");
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
     fn random_shapes_match_reference(
         seed in any::<u64>(),
-        m in 1usize..9,
+        m in 1usize..10,
         n in 1usize..70,
         k in 1usize..300,
         bits_i in 0usize..3,
@@ -220,6 +435,7 @@ proptest! {
         zp_i in 0usize..3,
         g_i in 0usize..4,
         bias in any::<bool>(),
+        layout_i in any::<usize>(),
     ) {
         let bits = [2u32, 4, 8][bits_i];
         let bl = 1usize << bl_log;
@@ -228,33 +444,39 @@ proptest! {
         let mut rng = Rng::new(seed);
         let case = Case::random(&mut rng, k, n, bits, bl, zp, g, bias);
         for uk in kernels() {
-            if let Some(sel) = Selected::single(uk, None, bits, bl) {
+            let layouts = layouts_of(uk);
+            let layout = layouts[layout_i % layouts.len()];
+            let case = case_for(uk, &layout, case.clone());
+            if let Ok(sel) = Selected::single(uk, layout, &Problem::of(uk.path(), &case.weights())) {
                 check(&sel, &case, m, &mut rng);
             }
         }
     }
 }
 
-/// A NaN in A must reach the output rows it feeds (as f32 arithmetic would), on both paths, and only those rows.
+/// A NaN in A must reach the output rows it feeds (as f32 arithmetic would), on every family, and only those rows.
 #[test]
 fn nan_activations_propagate() {
     let mut rng = Rng::new(7);
     let case = Case::random(&mut rng, 93, 21, 4, 32, ZpKind::Packed, GIdx::None, true);
     let w = case.weights();
-    for path in [ComputePath::Fp32, ComputePath::Int8] {
-        let sel = registry::select(path, 4, 32).unwrap();
-        let rhs = sel.pack_rhs(&w);
-        let mut a = activations(&mut rng, 3, 93);
-        a[93 + 40] = f32::NAN; // row 1
-        let mut out = vec![0f32; 3 * 21];
-        matmul_serial(&sel, &rhs, LhsSource::F32(&a), 3, case.bias.as_deref(), &mut out);
-        assert!(out[21..42].iter().all(|y| y.is_nan()), "{path:?}: row 1 should be NaN");
-        assert!(out[..21].iter().chain(&out[42..]).all(|y| y.is_finite()), "{path:?}: other rows finite");
+    for f in registry::families() {
+        let Ok(l) = registry::build_ladder(Cpu::get(), None, Some(f.name())) else { continue };
+        let sel = l.select(&Problem::of(f.path(), &w)).unwrap();
+        let rhs = sel.pack_rhs(&w).unwrap();
+        for m in [3, 5] {
+            let mut a = activations(&mut rng, m, 93);
+            a[93 + 40] = f32::NAN; // row 1
+            let mut out = vec![0f32; m * 21];
+            matmul_serial(&sel, &rhs, LhsSource::F32(&a), m, case.bias.as_deref(), &mut out);
+            assert!(out[21..42].iter().all(|y| y.is_nan()), "{}: row 1 should be NaN", f.name());
+            assert!(out[..21].iter().chain(&out[42..]).all(|y| y.is_finite()), "{}: other rows finite", f.name());
+        }
     }
 }
 
 /// Integer sums at their extremes: the largest block size, every code at its maximum, every activation at ±amax
-/// (q = ±127), no zero point subtraction (zp = 0). Nothing may overflow on either path.
+/// (q = ±127), no zero point subtraction (zp = 0). Nothing may overflow in any family.
 #[test]
 fn worst_case_sums_at_the_largest_block() {
     use nibble_kernels::format::{MAX_BLOCK_SIZE, Params, Weights, ZeroPoints};
@@ -266,15 +488,18 @@ fn worst_case_sums_at_the_largest_block() {
         let zp = vec![0u8; 3 * p.zp_row_bytes()];
         let w = Weights::new(p, &b, &scales, ZeroPoints::Packed(&zp), None).unwrap();
         for sign in [1.0f32, -1.0] {
-            let a = vec![sign; bl];
             let want = sign as f64 * p.max_code() as f64 * bl as f64;
-            for path in [ComputePath::Fp32, ComputePath::Int8] {
-                let sel = registry::select(path, bits, bl).unwrap();
-                let rhs = sel.pack_rhs(&w);
-                let mut out = vec![0f32; 3];
-                matmul_serial(&sel, &rhs, LhsSource::F32(&a), 1, None, &mut out);
-                for &y in &out {
-                    assert!((y as f64 - want).abs() <= want.abs() * 1e-6, "bits={bits} {path:?}: {y} vs {want}");
+            for f in registry::families() {
+                let Ok(l) = registry::build_ladder(Cpu::get(), None, Some(f.name())) else { continue };
+                let sel = l.select(&Problem::of(f.path(), &w)).unwrap();
+                let rhs = sel.pack_rhs(&w).unwrap();
+                for m in [1, 5] {
+                    let a = vec![sign; m * bl];
+                    let mut out = vec![0f32; m * 3];
+                    matmul_serial(&sel, &rhs, LhsSource::F32(&a), m, None, &mut out);
+                    for &y in &out {
+                        assert!((y as f64 - want).abs() <= want.abs() * 1e-6, "bits={bits} {}: {y} vs {want}", f.name());
+                    }
                 }
             }
         }
@@ -283,48 +508,45 @@ fn worst_case_sums_at_the_largest_block() {
 
 /// The safe API refuses activations that do not cover the plan instead of reading past them.
 #[test]
-#[should_panic(expected = "activations hold")]
+#[should_panic(expected = "activations")]
 fn short_activations_are_refused() {
     let mut rng = Rng::new(8);
     let case = Case::random(&mut rng, 64, 8, 4, 32, ZpKind::None, GIdx::None, false);
-    let sel = registry::select(ComputePath::Fp32, 4, 32).unwrap();
-    let rhs = sel.pack_rhs(&case.weights());
-    let lhs = nibble_kernels::PackedLhs::F32 { m: 64, k_packed: rhs.k_packed(), data: vec![1.0] };
+    let sel = registry::select(&Problem::of(ComputePath::Fp32, &case.weights())).unwrap();
+    let rhs = sel.pack_rhs(&case.weights()).unwrap();
+    let a = activations(&mut rng, 2, 64);
+    let lhs = sel.pack_lhs(LhsSource::F32(&a), 2, &rhs);
     let plan = sel.plan(64, &rhs);
     let mut out = vec![0f32; 64 * 8];
     let tiles = nibble_kernels::OutTiles::new(&mut out, plan);
     sel.run_tile(&lhs, &rhs, None, &tiles, 0);
 }
 
-/// Tiles computed concurrently from several threads through one `OutTiles` give the serial result, bit for bit.
+/// Tiles computed concurrently from several threads give the serial result, bit for bit, in every family.
 #[test]
 fn tiles_run_concurrently() {
     let mut rng = Rng::new(9);
     let case = Case::random(&mut rng, 300, 257, 4, 32, ZpKind::Packed, GIdx::None, true);
     let w = case.weights();
-    for path in [ComputePath::Fp32, ComputePath::Int8] {
-        let sel = registry::select(path, 4, 32).unwrap();
-        let rhs = sel.pack_rhs(&w);
+    for f in registry::families() {
+        let Ok(l) = registry::build_ladder(Cpu::get(), None, Some(f.name())) else { continue };
+        let sel = l.select(&Problem::of(f.path(), &w)).unwrap();
+        let rhs = sel.pack_rhs(&w).unwrap();
         let m = 37;
         let a = activations(&mut rng, m, 300);
         let mut serial = vec![0f32; m * 257];
         matmul_serial(&sel, &rhs, LhsSource::F32(&a), m, case.bias.as_deref(), &mut serial);
-        let lhs = sel.pack_lhs(LhsSource::F32(&a), m, &rhs);
-        let plan = sel.plan(m, &rhs);
-        assert!(plan.count() >= 4, "want several tiles, got {}", plan.count());
         let mut parallel = vec![f32::NAN; m * 257];
-        let tiles = nibble_kernels::OutTiles::new(&mut parallel, plan);
-        std::thread::scope(|s| {
-            for i in 0..4 {
-                let (sel, lhs, rhs, tiles, bias) = (&sel, &lhs, &rhs, &tiles, case.bias.as_deref());
-                s.spawn(move || {
-                    for t in (i..plan.count()).step_by(4) {
-                        sel.run_tile(lhs, rhs, bias, tiles, t);
-                    }
-                });
-            }
+        let r: Result<(), ()> = sel.matmul(&rhs, LhsSource::F32(&a), m, case.bias.as_deref(), &mut parallel, |n, job| {
+            assert!(n >= 4, "want several tiles, got {n}");
+            std::thread::scope(|s| {
+                for i in 0..4 {
+                    s.spawn(move || (i..n).step_by(4).for_each(job));
+                }
+            });
+            Ok(())
         });
-        drop(tiles);
-        assert_eq!(serial, parallel, "{path:?}");
+        r.unwrap();
+        assert_eq!(serial, parallel, "{}", f.name());
     }
 }

@@ -3,59 +3,111 @@
 
 pub mod portable;
 
-use crate::cpu::Isa;
+use crate::cpu::{Cpu, Feature, Features};
+use std::sync::OnceLock;
 
-/// The rungs this CPU supports, beyond portable.
-pub(crate) fn detect() -> Vec<Isa> {
-    let mut v = Vec::new();
+impl Cpu {
+    /// This process's CPU, detected once (kept here, beside the platform code, so that `cpu` depends on
+    /// nothing and `arch` on `cpu` only).
+    pub fn get() -> &'static Cpu {
+        static CPU: OnceLock<Cpu> = OnceLock::new();
+        CPU.get_or_init(detect)
+    }
+}
+
+/// This CPU's features and vector lengths.
+fn detect() -> Cpu {
+    let mut f: Vec<Feature> = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-            v.push(Isa::Avx2);
-            if std::is_x86_feature_detected!("avx512f")
-                && std::is_x86_feature_detected!("avx512bw")
-                && std::is_x86_feature_detected!("avx512vl")
-                && std::is_x86_feature_detected!("avx512vnni")
-            {
-                v.push(Isa::Avx512Vnni);
+        use std::is_x86_feature_detected as has;
+        for (on, feat) in [
+            (has!("avx2"), Feature::Avx2),
+            (has!("fma"), Feature::Fma),
+            (has!("f16c"), Feature::F16c),
+            (has!("avx512f"), Feature::Avx512f),
+            (has!("avx512bw"), Feature::Avx512bw),
+            (has!("avx512vl"), Feature::Avx512vl),
+            (has!("avx512vnni"), Feature::Avx512Vnni),
+            (has!("avxvnni"), Feature::AvxVnni),
+        ] {
+            if on {
+                f.push(feat);
             }
         }
     }
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", target_os = "linux"))]
     {
-        use std::arch::is_aarch64_feature_detected as has;
-        if has!("neon") {
-            v.push(Isa::Neon);
-            if has!("dotprod") {
-                v.push(Isa::Dotprod);
-                if has!("i8mm") {
-                    v.push(Isa::I8mm);
+        let (cpu, sve_vl, sme_svl) = aarch64_linux::detect();
+        return cpu.with_vector_lengths(sve_vl, sme_svl);
+    }
+    #[allow(unreachable_code)]
+    Cpu::with(Features::of(&f))
+}
+
+/// aarch64 Linux: features from the auxiliary vector (`getauxval(AT_HWCAP / AT_HWCAP2)`, what the kernel
+/// vouches for; never /proc or /sys, which qemu-user and containers may show wrong), vector lengths from
+/// `prctl(PR_SVE_GET_VL / PR_SME_GET_VL)`, which needs no SVE instruction.
+#[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+mod aarch64_linux {
+    use crate::cpu::{Cpu, Feature, Features};
+    use core::ffi::{c_int, c_ulong};
+
+    const AT_HWCAP: c_ulong = 16;
+    const AT_HWCAP2: c_ulong = 26;
+    // linux/arch/arm64/include/uapi/asm/hwcap.h
+    const HWCAP_ASIMD: c_ulong = 1 << 1;
+    const HWCAP_ASIMDHP: c_ulong = 1 << 10;
+    const HWCAP_ASIMDDP: c_ulong = 1 << 20;
+    const HWCAP_SVE: c_ulong = 1 << 22;
+    const HWCAP2_SVE2: c_ulong = 1 << 1;
+    const HWCAP2_I8MM: c_ulong = 1 << 13;
+    const HWCAP2_BF16: c_ulong = 1 << 14;
+    const HWCAP2_SME: c_ulong = 1 << 23;
+    // linux/include/uapi/linux/prctl.h
+    const PR_SVE_GET_VL: c_int = 51;
+    const PR_SME_GET_VL: c_int = 64;
+    const PR_VL_LEN_MASK: c_int = 0xffff;
+
+    unsafe extern "C" {
+        fn getauxval(kind: c_ulong) -> c_ulong;
+        fn prctl(option: c_int, ...) -> c_int;
+    }
+
+    pub(super) fn detect() -> (Cpu, usize, usize) {
+        // SAFETY: getauxval has no preconditions; unknown keys return 0.
+        let (hw, hw2) = unsafe { (getauxval(AT_HWCAP), getauxval(AT_HWCAP2)) };
+        let mut f = Vec::new();
+        if hw & HWCAP_ASIMD != 0 {
+            f.push(Feature::Neon);
+            for (bit, feat) in [(HWCAP_ASIMDHP, Feature::Fp16), (HWCAP_ASIMDDP, Feature::Dotprod)] {
+                if hw & bit != 0 {
+                    f.push(feat);
                 }
             }
-            if has!("sve") {
-                v.push(Isa::Sve);
-            }
-            if aarch64_has_sme() {
-                v.push(Isa::Sme);
+            for (bit, feat) in [(HWCAP2_I8MM, Feature::I8mm), (HWCAP2_BF16, Feature::Bf16)] {
+                if hw2 & bit != 0 {
+                    f.push(feat);
+                }
             }
         }
+        if hw & HWCAP_SVE != 0 {
+            f.push(Feature::Sve);
+            if hw2 & HWCAP2_SVE2 != 0 {
+                f.push(Feature::Sve2);
+            }
+        }
+        if hw2 & HWCAP2_SME != 0 {
+            f.push(Feature::Sme);
+        }
+        let vl = |option| {
+            // SAFETY: PR_SVE_GET_VL / PR_SME_GET_VL take no further arguments and only return a value (-1 with
+            // errno set where unsupported).
+            let r = unsafe { prctl(option) };
+            if r < 0 { 0 } else { (r & PR_VL_LEN_MASK) as usize }
+        };
+        let sve_vl = if hw & HWCAP_SVE != 0 { vl(PR_SVE_GET_VL) } else { 0 };
+        let sme_svl = if hw2 & HWCAP2_SME != 0 { vl(PR_SME_GET_VL) } else { 0 };
+        (Cpu::with(Features::of(&f)), sve_vl, sme_svl)
     }
-    v
-}
-
-/// SME from HWCAP2 (bit 23, `HWCAP2_SME`): `is_aarch64_feature_detected!("sme")` is unstable on Rust 1.95.
-#[cfg(all(target_arch = "aarch64", target_os = "linux"))]
-fn aarch64_has_sme() -> bool {
-    const AT_HWCAP2: core::ffi::c_ulong = 26;
-    const HWCAP2_SME: core::ffi::c_ulong = 1 << 23;
-    unsafe extern "C" {
-        fn getauxval(kind: core::ffi::c_ulong) -> core::ffi::c_ulong;
-    }
-    // SAFETY: getauxval is a glibc/musl function with no preconditions; unknown keys return 0.
-    unsafe { getauxval(AT_HWCAP2) & HWCAP2_SME != 0 }
-}
-
-#[cfg(all(target_arch = "aarch64", not(target_os = "linux")))]
-fn aarch64_has_sme() -> bool {
-    false
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use nibble_kernels::format::{Params, Weights, ZeroPoints};
+use nibble_kernels::pack::ScaleType;
 use nibble_kernels::reference;
 
 /// xorshift64*: small, seeded, reproducible.
@@ -45,6 +46,7 @@ pub enum GIdx {
 }
 
 /// Owned test data for one weight matrix.
+#[derive(Clone)]
 pub struct Case {
     pub params: Params,
     pub b: Vec<u8>,
@@ -87,6 +89,16 @@ impl Case {
         };
         let bias = bias.then(|| (0..n).map(|_| rng.f32(-1.0, 1.0)).collect());
         Case { params, b, scales, zp_packed, zp_float, zp, g_idx, bias }
+    }
+
+    /// The same weights with every scale rounded as `st` stores it: what a kernel reading that layout computes
+    /// with (the rounding itself is checked by the pack/unpack tests).
+    pub fn with_scales(&self, st: ScaleType) -> Case {
+        let mut c = self.clone();
+        for s in &mut c.scales {
+            *s = st.round(*s);
+        }
+        c
     }
 
     pub fn weights(&self) -> Weights<'_> {

@@ -1,47 +1,51 @@
 //! fp32-accurate path, portable: Y = A · dequant(B)ᵀ with f32 A and f32 accumulation.
 //!
-//! Tile: any rows × any columns (whole panels of the packed layout, the last one clipped). LHS: f32 rows of
-//! `blocks · bl` values (zero past K). RHS: any `qnb` layout (`pack::PackedRhs`). Per (panel, block) the
-//! codes are dequantized exactly as the spec says, w = (q − zp) · scale, into an f32 `bl × nr` buffer that
-//! every row of the tile then multiplies. No over-reads, no writes outside the tile.
+//! Tile: any rows × any columns (whole panels of the packed layout, the last one clipped); m_step 1,
+//! n_step nr. LHS: `f32` rows of `blocks · bl` values (zero past K). RHS: any layout (`pack::RhsLayout`), read
+//! through its descriptor. Per (panel, block) the codes are dequantized, w = (q − z)·s (or v·s + c where the
+//! layout stores the correction term), into an f32 `bl × nr` buffer that every row of the tile then
+//! multiplies. No over-reads, no writes outside the tile.
 //!
-//! The default layout for 4-bit codes (nr = 8, kr = 4) has a faster path that keeps the record's byte order:
-//! 32 lanes (8 columns × 4 K values), low nibbles at k and high nibbles at k + chunk/2, so every step is a
-//! fixed-width lane-wise multiply-add the compiler vectorizes with the baseline ISA.
+//! The default layout for 4-bit codes (`qunbp8x4_sf32_zpb`) has a faster path that keeps the record's byte
+//! order: 32 lanes (8 columns × 4 K values), low nibbles at k and high nibbles at k + chunk/2, so every step
+//! is a fixed-width lane-wise multiply-add the compiler vectorizes with the baseline ISA.
 
 use super::{Tile, decode_block};
-use crate::pack::{RhsLayout, read_f32};
+use crate::pack::{LhsFormat, RhsLayout};
 use crate::ukernel::RunArgs;
 
 /// # Safety
 /// `args` satisfies the `RunArgs` contract with f32 LHS rows.
 pub(crate) unsafe fn run(args: &RunArgs) {
     // SAFETY: forwarded from the caller.
-    let t: Tile<'_, f32> = unsafe { Tile::new(args) };
-    if args.bits == 4 && args.nr == 8 && args.kr == 4 {
-        q4_nr8_kr4(&t, args);
+    let t = unsafe { Tile::new(args, LhsFormat::F32) };
+    if args.bits == 4 && args.layout == RhsLayout::plain(8, 4) {
+        q4_qunbp8x4(&t, args);
     } else {
         generic(&t, args);
     }
 }
 
 /// Any layout, any bit width: decode to (block offset, column) order, dequantize, multiply.
-fn generic(t: &Tile<'_, f32>, args: &RunArgs) {
-    let (nr, bl) = (args.nr, args.bl);
-    let layout = RhsLayout { nr, kr: args.kr };
-    let mut codes = vec![0u8; bl * nr];
+fn generic(t: &Tile<'_>, args: &RunArgs) {
+    let (nr, bl) = (args.layout.nr, args.bl);
+    let mut v = vec![0i32; bl * nr];
     let mut w = vec![0f32; bl * nr];
     t.for_each_panel_block(|panel, b, acc| {
-        let (code_bytes, scales, zps) = t.record(panel, b);
-        decode_block(code_bytes, args.bits, bl, layout, &mut codes);
+        let rec = t.record(panel, b);
+        decode_block(rec.codes(), args.bits, bl, &args.layout, &mut v);
         for j in 0..nr {
-            let (s, z) = (read_f32(&scales[4 * j..]), t.zero_point(zps, j));
+            let ct = rec.terms(j);
             for o in 0..bl {
-                w[o * nr + j] = (codes[o * nr + j] as f32 - z) * s;
+                let vv = v[o * nr + j] as f32;
+                w[o * nr + j] = match ct.zo {
+                    Some(zo) => (vv - zo) * ct.s,
+                    None => vv * ct.s + ct.c,
+                };
             }
         }
         for (r, acc_r) in acc.chunks_exact_mut(nr).enumerate() {
-            let a = &t.lhs_row(r)[b * bl..][..bl];
+            let a = &t.row_f32(r)[b * bl..][..bl];
             for (o, &av) in a.iter().enumerate() {
                 if av != 0.0 {
                     for (acc_j, &wj) in acc_r.iter_mut().zip(&w[o * nr..][..nr]) {
@@ -53,8 +57,8 @@ fn generic(t: &Tile<'_, f32>, args: &RunArgs) {
     });
 }
 
-/// 4-bit codes in the nr = 8, kr = 4 layout.
-fn q4_nr8_kr4(t: &Tile<'_, f32>, args: &RunArgs) {
+/// 4-bit codes in the plain nr = 8, kr = 4 layout.
+fn q4_qunbp8x4(t: &Tile<'_>, args: &RunArgs) {
     const NR: usize = 8;
     const LANES: usize = 32; // NR columns × 4 K values
     let bl = args.bl;
@@ -62,9 +66,10 @@ fn q4_nr8_kr4(t: &Tile<'_, f32>, args: &RunArgs) {
     // (q − zp) of one block, per 32-byte group: 32 low-nibble lanes then 32 high-nibble lanes.
     let mut wq = vec![0f32; bl * NR];
     t.for_each_panel_block(|panel, b, y| {
-        let (codes, scales, zps) = t.record(panel, b);
-        let zp: [f32; LANES] = std::array::from_fn(|l| t.zero_point(zps, l / 4));
-        for (bytes, w) in codes.chunks_exact(LANES).zip(wq.chunks_exact_mut(2 * LANES)) {
+        let rec = t.record(panel, b);
+        let zo: [f32; NR] = std::array::from_fn(|j| rec.terms(j).zo.expect("plain layout: zero points"));
+        let zp: [f32; LANES] = std::array::from_fn(|l| zo[l / 4]);
+        for (bytes, w) in rec.codes().chunks_exact(LANES).zip(wq.chunks_exact_mut(2 * LANES)) {
             let (lo, hi) = w.split_at_mut(LANES);
             for l in 0..LANES {
                 lo[l] = (bytes[l] & 0x0F) as f32 - zp[l];
@@ -72,7 +77,7 @@ fn q4_nr8_kr4(t: &Tile<'_, f32>, args: &RunArgs) {
             }
         }
         for (r, y_r) in y.chunks_exact_mut(NR).enumerate() {
-            let a = &t.lhs_row(r)[b * bl..][..bl];
+            let a = &t.row_f32(r)[b * bl..][..bl];
             let mut acc = [0f32; LANES];
             for (gi, w) in wq.chunks_exact(2 * LANES).enumerate() {
                 let (c, g) = (gi / groups_per_chunk, gi % groups_per_chunk);
@@ -85,7 +90,7 @@ fn q4_nr8_kr4(t: &Tile<'_, f32>, args: &RunArgs) {
                 }
             }
             for (j, y_j) in y_r.iter_mut().enumerate() {
-                let s = read_f32(&scales[4 * j..]);
+                let s = rec.scale(j);
                 *y_j += s * (acc[4 * j] + acc[4 * j + 1] + acc[4 * j + 2] + acc[4 * j + 3]);
             }
         }

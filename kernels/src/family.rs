@@ -1,0 +1,309 @@
+//! Kernel families and the one orchestration entry point.
+//!
+//! A [`Family`] is (GEMV kernel, GEMM kernel, one packed layout) for one compute path: the weights are packed
+//! once in the family's layout and both kernels read them, the GEMV for M up to its `max_m` (decode), the GEMM
+//! beyond (prefill). The registry ranks families explicitly. [`Selected`] is a family resolved for this CPU
+//! (layout and geometry asked at run time) and one node's problem; holding one proves the CPU has every
+//! feature of both kernels and that they take the node's bits and block size. [`Selected::matmul`] is the walk
+//! of one call: pack A once in the format of the kernel that runs for this M, plan tiles from its geometry,
+//! run the tiles on the caller's parallel-for. [`Selected::run_tile`] is the single safe → unsafe bridge.
+
+use crate::cpu::Cpu;
+use crate::format::{FormatError, Weights};
+use crate::pack::{LhsSource, PackedLhs, PackedRhs, RhsLayout};
+use crate::plan::{OutTiles, TilePlan};
+use crate::problem::{ComputePath, Problem};
+use crate::ukernel::{Geometry, RunArgs, UKernel};
+
+/// One row of the family table.
+#[derive(Debug)]
+pub struct Family {
+    pub(crate) name: &'static str,
+    /// Higher is preferred; ties are a registry bug (tested).
+    pub(crate) rank: u32,
+    pub(crate) path: ComputePath,
+    pub(crate) gemv: &'static UKernel,
+    pub(crate) gemm: &'static UKernel,
+    /// The packed layout on this CPU (SVE/SME families size it by vector length).
+    pub(crate) layout: fn(&Cpu) -> RhsLayout,
+}
+
+impl Family {
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    pub fn path(&self) -> ComputePath {
+        self.path
+    }
+
+    pub fn gemv(&self) -> &'static UKernel {
+        self.gemv
+    }
+
+    pub fn gemm(&self) -> &'static UKernel {
+        self.gemm
+    }
+
+    pub fn layout(&self, cpu: &Cpu) -> RhsLayout {
+        (self.layout)(cpu)
+    }
+
+    /// Why this family cannot serve `p` on `cpu`, or None if it can.
+    pub fn why_not(&self, cpu: &Cpu, p: &Problem) -> Option<String> {
+        if self.path != p.path {
+            return Some(format!("{} is a {} family", self.name, self.path.name()));
+        }
+        for k in [self.gemv, self.gemm] {
+            if !k.runs_on(cpu) {
+                return Some(format!("{} needs {}", k.name, k.requires.missing_from(cpu.features())));
+            }
+            if !k.supports(p.bits, p.block_size) {
+                return Some(format!("{} does not take bits={} block_size={}", k.name, p.bits, p.block_size));
+            }
+        }
+        let layout = self.layout(cpu);
+        if let Some(why) = layout.why_not(p) {
+            return Some(why);
+        }
+        [self.gemv, self.gemm]
+            .into_iter()
+            .find(|k| !k.reads(cpu, &layout))
+            .map(|k| format!("{} does not read {layout}", k.name))
+    }
+}
+
+/// A family resolved for this process's CPU and one node's problem.
+#[derive(Debug, Clone, Copy)]
+pub struct Selected {
+    name: &'static str,
+    path: ComputePath,
+    layout: RhsLayout,
+    gemv: &'static UKernel,
+    gemm: &'static UKernel,
+    gemv_geometry: Geometry,
+    gemm_geometry: Geometry,
+}
+
+impl Selected {
+    /// `family` for `p` on `cpu` (the capped CPU the registry chose for), checked against this process's real
+    /// CPU as well: a table built for another CPU can never hand out a kernel this one cannot run.
+    pub(crate) fn new(family: &'static Family, cpu: &Cpu, p: &Problem) -> Result<Selected, String> {
+        let real = Cpu::get();
+        if let Some(why) = family.why_not(cpu, p).or_else(|| family.why_not(real, p)) {
+            return Err(why);
+        }
+        Self::build(family.name, family.path, family.layout(cpu), family.gemv, family.gemm, cpu)
+    }
+
+    /// One kernel in both roles reading `layout`, on this process's CPU: for tests and benchmarks that
+    /// exercise one kernel. Err says why not (CPU lacks a feature, kernel or layout cannot take `p`).
+    pub fn single(uk: &'static UKernel, layout: RhsLayout, p: &Problem) -> Result<Selected, String> {
+        let cpu = Cpu::get();
+        if !uk.runs_on(cpu) {
+            return Err(format!("{} needs {}", uk.name, uk.requires.missing_from(cpu.features())));
+        }
+        if uk.path != p.path || !uk.supports(p.bits, p.block_size) {
+            return Err(format!("{} does not take {p}", uk.name));
+        }
+        if let Some(why) = layout.why_not(p) {
+            return Err(why);
+        }
+        if !uk.reads(cpu, &layout) {
+            return Err(format!("{} does not read {layout}", uk.name));
+        }
+        Self::build(uk.name, uk.path, layout, uk, uk, cpu)
+    }
+
+    fn build(
+        name: &'static str,
+        path: ComputePath,
+        layout: RhsLayout,
+        gemv: &'static UKernel,
+        gemm: &'static UKernel,
+        cpu: &Cpu,
+    ) -> Result<Selected, String> {
+        let (gv, gm) = (gemv.geometry(cpu, &layout), gemm.geometry(cpu, &layout));
+        for (k, g) in [(gemv, gv), (gemm, gm)] {
+            // The planner relies on these: tiles of whole panels and whole LHS row groups.
+            if g.m_step == 0 || g.n_step == 0 || !g.n_step.is_multiple_of(layout.nr) {
+                return Err(format!("{}: n_step {} is not a multiple of nr {}", k.name, g.n_step, layout.nr));
+            }
+            if !g.m_step.is_multiple_of(k.lhs.mr()) {
+                return Err(format!("{}: m_step {} is not a multiple of mr {}", k.name, g.m_step, k.lhs.mr()));
+            }
+        }
+        Ok(Selected { name, path, layout, gemv, gemm, gemv_geometry: gv, gemm_geometry: gm })
+    }
+
+    /// The family's name (the kernel's, for [`Selected::single`]).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    pub fn path(&self) -> ComputePath {
+        self.path
+    }
+
+    pub fn layout(&self) -> RhsLayout {
+        self.layout
+    }
+
+    pub fn gemv(&self) -> &'static UKernel {
+        self.gemv
+    }
+
+    pub fn gemm(&self) -> &'static UKernel {
+        self.gemm
+    }
+
+    /// The largest M the GEMV takes.
+    pub fn gemv_max_m(&self) -> usize {
+        self.gemv_geometry.max_m
+    }
+
+    /// The kernel that runs for M rows, and its geometry.
+    pub fn kernel_for(&self, m: usize) -> (&'static UKernel, Geometry) {
+        if m <= self.gemv_geometry.max_m { (self.gemv, self.gemv_geometry) } else { (self.gemm, self.gemm_geometry) }
+    }
+
+    /// Packs weights for this family (once, at session creation). Errors if the layout cannot hold them
+    /// (zero points, scale precision, block geometry) or a kernel does not take their bits / block size.
+    pub fn pack_rhs(&self, w: &Weights<'_>) -> Result<PackedRhs, FormatError> {
+        let p = Problem::of(self.path, w);
+        if let Some(why) = self.layout.why_not(&p) {
+            return Err(FormatError(why));
+        }
+        if let Some(k) = [self.gemv, self.gemm].into_iter().find(|k| !k.supports(p.bits, p.block_size)) {
+            return Err(FormatError(format!("{} does not take bits={} block_size={}", k.name, p.bits, p.block_size)));
+        }
+        PackedRhs::pack(w, self.layout)
+    }
+
+    /// Packs one call's activations in the format of the kernel that runs for `m` rows.
+    pub fn pack_lhs(&self, a: LhsSource<'_>, m: usize, rhs: &PackedRhs) -> PackedLhs {
+        PackedLhs::pack(a, m, rhs, self.kernel_for(m).0.lhs)
+    }
+
+    /// The tile grid for an M×N output.
+    pub fn plan(&self, m: usize, rhs: &PackedRhs) -> TilePlan {
+        TilePlan::new(m, rhs.params.n, rhs.k_packed(), &self.kernel_for(m).1)
+    }
+
+    /// One whole call: Y = A·Bᵀ (+ bias) into `out` (M×N). A is packed once; the tiles run through `par`, a
+    /// parallel-for (`par(tasks, f)` must call `f(t)` exactly once for each `t < tasks`, on any threads, and
+    /// return when all are done; it may stop early with an error, which is returned).
+    ///
+    /// # Panics
+    /// If `a` is not M·K values, `out` not M·N, `bias` not N, or `rhs` was packed for another family.
+    pub fn matmul<E>(
+        &self,
+        rhs: &PackedRhs,
+        a: LhsSource<'_>,
+        m: usize,
+        bias: Option<&[f32]>,
+        out: &mut [f32],
+        par: impl FnOnce(usize, &(dyn Fn(usize) + Sync)) -> Result<(), E>,
+    ) -> Result<(), E> {
+        assert_eq!(rhs.layout, self.layout, "weights were packed for another kernel family");
+        if m == 0 {
+            return Ok(());
+        }
+        let lhs = self.pack_lhs(a, m, rhs);
+        let plan = self.plan(m, rhs);
+        let tiles = OutTiles::new(out, plan);
+        par(plan.count(), &|t| self.run_tile(&lhs, rhs, bias, &tiles, t))
+    }
+
+    /// Computes tile `t` of `out`: Y = A·Bᵀ (+ bias) for its rows and columns.
+    ///
+    /// # Panics
+    /// If the buffers do not belong together (sizes, layout, LHS format, plan), the kernel does not take the
+    /// weights' bits / block size, the tile is out of range, or it was already computed through this `out`.
+    pub fn run_tile(&self, lhs: &PackedLhs, rhs: &PackedRhs, bias: Option<&[f32]>, out: &OutTiles<'_>, t: usize) {
+        let plan = out.plan;
+        let p = rhs.params;
+        let (uk, g) = self.kernel_for(plan.m);
+        assert_eq!(rhs.layout, self.layout, "weights were packed for another kernel family");
+        assert!(uk.supports(p.bits, p.block_size), "{} does not take bits={} bl={}", uk.name, p.bits, p.block_size);
+        assert_eq!(lhs.format, uk.lhs, "activations packed as {}, {} reads {}", lhs.format.name(), uk.name, uk.lhs.name());
+        assert_eq!(plan.n, p.n, "plan has N={}, weights N={}", plan.n, p.n);
+        assert!(
+            (plan.m_step, plan.n_step) == (g.m_step, g.n_step)
+                && plan.m_tile.is_multiple_of(g.m_step)
+                && plan.n_tile.is_multiple_of(g.n_step),
+            "plan was made for another kernel's geometry"
+        );
+        assert!(t < plan.count(), "tile {t} out of range ({} tiles)", plan.count());
+        assert_eq!(rhs.data.len(), rhs.panels() * rhs.panel_bytes(), "packed weights truncated");
+        if let Some(b) = bias {
+            assert_eq!(b.len(), p.n, "bias has {} values, N = {}", b.len(), p.n);
+        }
+        let kp = rhs.k_packed();
+        assert!(lhs.m == plan.m && lhs.k_packed == kp && lhs.blocks == rhs.blocks, "activations packed for another shape");
+        let (m0, rows, n0, cols) = plan.tile(t);
+        // The LHS must hold the plan's rows (int8 formats: rounded up to whole row groups).
+        let (lhs_ptr, lhs_scale, lhs_sum): (*const u8, *const f32, *const i32) = if lhs.format.is_f32() {
+            assert_eq!(lhs.f32s.len(), plan.m * kp, "activations hold {} values, plan needs {}x{kp}", lhs.f32s.len(), plan.m);
+            (lhs.f32s[m0 * kp..].as_ptr().cast(), std::ptr::null(), std::ptr::null())
+        } else {
+            let padded = plan.m.next_multiple_of(lhs.format.mr());
+            assert_eq!(lhs.bytes.len(), padded * kp, "activations hold {} values, plan needs {padded}x{kp}", lhs.bytes.len());
+            let nb = rhs.blocks;
+            assert!(lhs.scale.len() == plan.m * nb && lhs.sum.len() == plan.m * nb, "activation scales");
+            (lhs.bytes[m0 * kp..].as_ptr(), lhs.scale[m0 * nb..].as_ptr(), lhs.sum[m0 * nb..].as_ptr())
+        };
+        assert!(out.claim(t), "tile {t} computed twice into the same output");
+        let rec = rhs.record;
+        let args = RunArgs {
+            lhs: lhs_ptr,
+            lhs_scale,
+            lhs_sum,
+            lhs_stride: kp,
+            rhs: rhs.data[(n0 / self.layout.nr) * rhs.panel_bytes()..].as_ptr(),
+            rhs_panel_stride: rhs.panel_bytes(),
+            rhs_record: rec.bytes,
+            rhs_scales: rec.scales,
+            rhs_zp: rec.zp,
+            rhs_sums: rec.sums,
+            blocks: rhs.blocks,
+            bl: p.block_size,
+            bits: p.bits as usize,
+            has_zp: rec.has_zp as usize,
+            default_zp: p.default_zero_point() as f32,
+            bias: bias.map_or(std::ptr::null(), |b| b[n0..].as_ptr()),
+            // SAFETY: (m0, n0) is inside the M×N buffer `out` borrows (tile from the plan it was built with).
+            dst: unsafe { out.ptr.add(m0 * p.n + n0) },
+            dst_stride: p.n,
+            rows,
+            cols,
+            layout: self.layout,
+        };
+        // SAFETY: `uk` runs on this CPU (a `Selected` is only built after checking its feature set against
+        // `Cpu::get()`), reads this layout and takes these bits/block size (checked when built, and above); the
+        // checks above tie LHS format and sizes, RHS and bias sizes to the plan, whose tiles start at multiples
+        // of the kernel's steps; the tile was claimed exactly once, so no other worker writes its elements, and
+        // `out` holds the exclusive borrow of the output.
+        unsafe { (uk.run)(&args) }
+    }
+}
+
+/// [`Selected::matmul`] on the calling thread (tests, benchmarks, callers without a thread pool).
+pub fn matmul_serial(
+    sel: &Selected,
+    rhs: &PackedRhs,
+    a: LhsSource<'_>,
+    m: usize,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) {
+    let r: Result<(), std::convert::Infallible> = sel.matmul(rhs, a, m, bias, out, |n, f| {
+        (0..n).for_each(f);
+        Ok(())
+    });
+    let Ok(()) = r;
+}

@@ -1,0 +1,11 @@
+//! Packed layouts: the weights (RHS, packed once at session creation, in the layout a kernel family reads:
+//! [`layout`], [`rhs`]) and the activations (LHS, packed once per call in the format of the kernel that runs
+//! for that M: [`lhs`]).
+
+pub mod layout;
+pub mod lhs;
+pub mod rhs;
+
+pub use layout::{Codes, RecordLayout, RhsLayout, ScaleType, ZpStorage, code_position};
+pub use lhs::{LhsFormat, LhsSource, PackedLhs, quantize_block};
+pub use rhs::{NO_SOURCE, PackedRhs};

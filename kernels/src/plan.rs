@@ -1,0 +1,130 @@
+//! Cutting one call's M×N output into tiles (tasks for the caller's thread pool), from the geometry of the
+//! kernel that runs, and handing the output out tile by tile.
+
+use crate::ukernel::Geometry;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// How one call's M×N output is cut into tiles (row-major tile index: `mt · n_tiles + nt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TilePlan {
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) m_tile: usize,
+    pub(crate) n_tile: usize,
+    /// The steps of the kernel this plan was made for (tiles are whole multiples of them).
+    pub(crate) m_step: usize,
+    pub(crate) n_step: usize,
+}
+
+impl TilePlan {
+    /// Most tasks per call: enough to feed a thread pool whose size we are not told, few enough that each is
+    /// worth scheduling.
+    pub const TARGET_TILES: usize = 32;
+
+    /// Tiles of whole register tiles (`m_step × n_step`), at most `max_task_rows` rows (rounded up to m_step),
+    /// at least `min_task_macs` multiply-adds where the matrix allows, and up to [`Self::TARGET_TILES`] of them.
+    pub fn new(m: usize, n: usize, k: usize, g: &Geometry) -> Self {
+        let (m_step, n_step) = (g.m_step.max(1), g.n_step.max(1));
+        let m_tile = m.clamp(1, g.max_task_rows.max(1)).next_multiple_of(m_step);
+        let m_tiles = m.div_ceil(m_tile).max(1);
+        let units = n.div_ceil(n_step);
+        let want_n_tiles = (Self::TARGET_TILES / m_tiles).max(1);
+        let min_units = g.min_task_macs.div_ceil(m_tile.min(m.max(1)) * n_step * k.max(1));
+        let units_per_tile = units.div_ceil(want_n_tiles).max(min_units).clamp(1, units.max(1));
+        TilePlan { m, n, m_tile, n_tile: units_per_tile * n_step, m_step, n_step }
+    }
+
+    /// Rows and columns of the output.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.m, self.n)
+    }
+
+    /// Rows and columns of a (full) tile.
+    pub fn tile_shape(&self) -> (usize, usize) {
+        (self.m_tile, self.n_tile)
+    }
+
+    pub fn m_tiles(&self) -> usize {
+        self.m.div_ceil(self.m_tile)
+    }
+
+    pub fn n_tiles(&self) -> usize {
+        self.n.div_ceil(self.n_tile)
+    }
+
+    pub fn count(&self) -> usize {
+        self.m_tiles() * self.n_tiles()
+    }
+
+    /// (first row, rows, first column, columns) of tile `t`.
+    pub fn tile(&self, t: usize) -> (usize, usize, usize, usize) {
+        let (mt, nt) = (t / self.n_tiles(), t % self.n_tiles());
+        let (m0, n0) = (mt * self.m_tile, nt * self.n_tile);
+        (m0, self.m_tile.min(self.m - m0), n0, self.n_tile.min(self.n - n0))
+    }
+}
+
+/// The output of one call, handed out tile by tile to concurrent workers. Each tile can be claimed once, so
+/// two workers never write the same element; the borrow of the output lasts as long as this value.
+pub struct OutTiles<'a> {
+    pub(crate) ptr: *mut f32,
+    pub(crate) plan: TilePlan,
+    claimed: Vec<AtomicBool>,
+    _out: PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: the raw pointer is only dereferenced for tiles claimed through an atomic flag, so concurrent users
+// write disjoint elements; the PhantomData keeps the exclusive borrow of the buffer alive.
+unsafe impl Send for OutTiles<'_> {}
+// SAFETY: as above: shared access only hands out disjoint, claimed tiles.
+unsafe impl Sync for OutTiles<'_> {}
+
+impl<'a> OutTiles<'a> {
+    /// # Panics
+    /// If `out` is not M·N long.
+    pub fn new(out: &'a mut [f32], plan: TilePlan) -> Self {
+        assert_eq!(out.len(), plan.m * plan.n, "output holds {} values, plan needs {}x{}", out.len(), plan.m, plan.n);
+        let claimed = (0..plan.count()).map(|_| AtomicBool::new(false)).collect();
+        OutTiles { ptr: out.as_mut_ptr(), plan, claimed, _out: PhantomData }
+    }
+
+    pub fn plan(&self) -> TilePlan {
+        self.plan
+    }
+
+    /// Claims tile `t` for writing; false if it was claimed before.
+    pub(crate) fn claim(&self, t: usize) -> bool {
+        !self.claimed[t].swap(true, Ordering::AcqRel)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_are_whole_steps_and_cover_the_output() {
+        for (m, n, k) in [(1, 4096, 4096), (1, 5, 93), (7, 300, 288), (100, 1027, 1031), (512, 576, 576)] {
+            for g in [Geometry::new(1, 8, 1), Geometry::new(4, 16, 3), Geometry::new(6, 64, 1)] {
+                let p = TilePlan::new(m, n, k, &g);
+                assert_eq!(p.m_tile % g.m_step, 0);
+                assert_eq!(p.n_tile % g.n_step, 0);
+                assert!(p.count() <= TilePlan::TARGET_TILES * 2, "{m}x{n}: {} tiles", p.count());
+                let mut covered = vec![0u8; m * n];
+                for t in 0..p.count() {
+                    let (m0, rows, n0, cols) = p.tile(t);
+                    for r in m0..m0 + rows {
+                        for c in n0..n0 + cols {
+                            covered[r * n + c] += 1;
+                        }
+                    }
+                }
+                assert!(covered.iter().all(|&c| c == 1));
+            }
+        }
+        // Decode shapes are split along N into many tasks; a tiny matrix stays one task.
+        assert!(TilePlan::new(1, 4096, 4096, &Geometry::new(1, 8, 1)).count() >= 16);
+        assert_eq!(TilePlan::new(1, 5, 93, &Geometry::new(1, 8, 1)).count(), 1);
+    }
+}
