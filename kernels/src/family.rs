@@ -230,7 +230,14 @@ impl Selected {
         let (uk, g) = self.kernel_for(plan.m);
         assert_eq!(rhs.layout, self.layout, "weights were packed for another kernel family");
         assert!(uk.supports(p.bits, p.block_size), "{} does not take bits={} bl={}", uk.name, p.bits, p.block_size);
-        assert_eq!(lhs.format, uk.lhs, "activations packed as {}, {} reads {}", lhs.format.name(), uk.name, uk.lhs.name());
+        assert_eq!(
+            lhs.format,
+            uk.lhs,
+            "activations packed as {}, {} reads {}",
+            lhs.format.name(),
+            uk.name,
+            uk.lhs.name()
+        );
         assert_eq!(plan.n, p.n, "plan has N={}, weights N={}", plan.n, p.n);
         assert!(
             (plan.m_step, plan.n_step) == (g.m_step, g.n_step)
@@ -244,15 +251,29 @@ impl Selected {
             assert_eq!(b.len(), p.n, "bias has {} values, N = {}", b.len(), p.n);
         }
         let kp = rhs.k_packed();
-        assert!(lhs.m == plan.m && lhs.k_packed == kp && lhs.blocks == rhs.blocks, "activations packed for another shape");
+        assert!(
+            lhs.m == plan.m && lhs.k_packed == kp && lhs.blocks == rhs.blocks,
+            "activations packed for another shape"
+        );
         let (m0, rows, n0, cols) = plan.tile(t);
         // The LHS must hold the plan's rows (int8 formats: rounded up to whole row groups).
         let (lhs_ptr, lhs_scale, lhs_sum): (*const u8, *const f32, *const i32) = if lhs.format.is_f32() {
-            assert_eq!(lhs.f32s.len(), plan.m * kp, "activations hold {} values, plan needs {}x{kp}", lhs.f32s.len(), plan.m);
+            assert_eq!(
+                lhs.f32s.len(),
+                plan.m * kp,
+                "activations hold {} values, plan needs {}x{kp}",
+                lhs.f32s.len(),
+                plan.m
+            );
             (lhs.f32s[m0 * kp..].as_ptr().cast(), std::ptr::null(), std::ptr::null())
         } else {
             let padded = plan.m.next_multiple_of(lhs.format.mr());
-            assert_eq!(lhs.bytes.len(), padded * kp, "activations hold {} values, plan needs {padded}x{kp}", lhs.bytes.len());
+            assert_eq!(
+                lhs.bytes.len(),
+                padded * kp,
+                "activations hold {} values, plan needs {padded}x{kp}",
+                lhs.bytes.len()
+            );
             let nb = rhs.blocks;
             assert!(lhs.scale.len() == plan.m * nb && lhs.sum.len() == plan.m * nb, "activation scales");
             (lhs.bytes[m0 * kp..].as_ptr(), lhs.scale[m0 * nb..].as_ptr(), lhs.sum[m0 * nb..].as_ptr())

@@ -17,7 +17,8 @@ use std::collections::BTreeMap;
 /// Descriptors layout-generic kernels are run on, beside every family's layout: both code encodings, every
 /// scale type and zero-point storage, block sums on and off, several panel geometries.
 fn variety() -> Vec<RhsLayout> {
-    let l = |nr, kr, codes, scales, zero_points, block_sums| RhsLayout { nr, kr, codes, scales, zero_points, block_sums };
+    let l =
+        |nr, kr, codes, scales, zero_points, block_sums| RhsLayout { nr, kr, codes, scales, zero_points, block_sums };
     vec![
         RhsLayout::plain(8, 4),
         l(4, 8, Codes::Signed, ScaleType::F16, ZpStorage::Correction, true),
@@ -75,7 +76,11 @@ fn layouts_of(uk: &UKernel) -> Vec<RhsLayout> {
 /// `case` as kernel `uk` on `layout` sees it: an fp32-path kernel only takes lossy scale types for models whose
 /// scales they hold exactly (f16 models), so those cases get such scales.
 fn case_for(uk: &UKernel, layout: &RhsLayout, case: Case) -> Case {
-    if uk.path() == ComputePath::Fp32 && layout.scales != ScaleType::F32 { case.with_scales(layout.scales) } else { case }
+    if uk.path() == ComputePath::Fp32 && layout.scales != ScaleType::F32 {
+        case.with_scales(layout.scales)
+    } else {
+        case
+    }
 }
 
 /// Runs `sel` on `case` with M rows and checks it against the references. Returns the max |error|.
@@ -254,7 +259,9 @@ fn every_family_tiles_correctly() {
             eprintln!("SKIP family {}: {}", f.name(), l.unwrap_err());
             continue;
         };
-        for (zp, bits, bl) in [(ZpKind::Packed, 4, 32), (ZpKind::None, 4, 64), (ZpKind::Float, 8, 32), (ZpKind::Packed, 2, 32)] {
+        for (zp, bits, bl) in
+            [(ZpKind::Packed, 4, 32), (ZpKind::None, 4, 64), (ZpKind::Float, 8, 32), (ZpKind::Packed, 2, 32)]
+        {
             let case = Case::random(&mut rng, 288, 300, bits, bl, zp, GIdx::None, true);
             let p = Problem::of(f.path(), &case.weights());
             let sel = l.select(&p).unwrap();
@@ -286,7 +293,9 @@ fn every_layout_unpacks_to_the_source() {
                 if !layout.holds_blocks(bits, bl) {
                     continue;
                 }
-                for (zp, g) in [(ZpKind::None, GIdx::None), (ZpKind::Packed, GIdx::None), (ZpKind::Float, GIdx::Shuffled)] {
+                for (zp, g) in
+                    [(ZpKind::None, GIdx::None), (ZpKind::Packed, GIdx::None), (ZpKind::Float, GIdx::Shuffled)]
+                {
                     if zp != ZpKind::None && layout.zero_points == ZpStorage::None {
                         continue;
                     }
@@ -296,7 +305,9 @@ fn every_layout_unpacks_to_the_source() {
                     let what = format!("{layout} bits={bits} bl={bl} zp={zp:?} g_idx={g:?}");
                     let p = w.params;
                     let kmap: Vec<Option<usize>> = match rhs.k_map() {
-                        Some(m) => m.iter().map(|&s| (s != nibble_kernels::pack::NO_SOURCE).then_some(s as usize)).collect(),
+                        Some(m) => {
+                            m.iter().map(|&s| (s != nibble_kernels::pack::NO_SOURCE).then_some(s as usize)).collect()
+                        }
                         None => (0..rhs.k_packed()).map(|k| (k < p.k).then_some(k)).collect(),
                     };
                     for n in 0..p.n {
@@ -498,7 +509,11 @@ fn worst_case_sums_at_the_largest_block() {
                     let mut out = vec![0f32; m * 3];
                     matmul_serial(&sel, &rhs, LhsSource::F32(&a), m, None, &mut out);
                     for &y in &out {
-                        assert!((y as f64 - want).abs() <= want.abs() * 1e-6, "bits={bits} {}: {y} vs {want}", f.name());
+                        assert!(
+                            (y as f64 - want).abs() <= want.abs() * 1e-6,
+                            "bits={bits} {}: {y} vs {want}",
+                            f.name()
+                        );
                     }
                 }
             }
@@ -537,15 +552,16 @@ fn tiles_run_concurrently() {
         let mut serial = vec![0f32; m * 257];
         matmul_serial(&sel, &rhs, LhsSource::F32(&a), m, case.bias.as_deref(), &mut serial);
         let mut parallel = vec![f32::NAN; m * 257];
-        let r: Result<(), ()> = sel.matmul(&rhs, LhsSource::F32(&a), m, case.bias.as_deref(), &mut parallel, |n, job| {
-            assert!(n >= 4, "want several tiles, got {n}");
-            std::thread::scope(|s| {
-                for i in 0..4 {
-                    s.spawn(move || (i..n).step_by(4).for_each(job));
-                }
+        let r: Result<(), ()> =
+            sel.matmul(&rhs, LhsSource::F32(&a), m, case.bias.as_deref(), &mut parallel, |n, job| {
+                assert!(n >= 4, "want several tiles, got {n}");
+                std::thread::scope(|s| {
+                    for i in 0..4 {
+                        s.spawn(move || (i..n).step_by(4).for_each(job));
+                    }
+                });
+                Ok(())
             });
-            Ok(())
-        });
         r.unwrap();
         assert_eq!(serial, parallel, "{}", f.name());
     }

@@ -1,12 +1,13 @@
-//! Safe wrappers over the parts of the ORT C API the op uses. Every call goes through `ort!`, which turns a
-//! returned `OrtStatus` into an [`Error`] (and releases it).
+//! Safe wrappers over the parts of the ORT C API the op uses. Every status-returning call goes through
+//! `ort![unsafe Function(args)]`, which turns a returned `OrtStatus` into an [`Error`] (and releases it); each
+//! such call site carries its own `// SAFETY:` comment.
 //!
 //! Bindings: `ort-sys` with `disable-linking` (hand-maintained, layout-checked Rust declarations of
 //! `onnxruntime_c_api.h`). Chosen over bindgen because it needs no libclang and no C header at build time
 //! (no registry ships the header; Debian's is 1.23), cross-compiles unchanged, and links nothing: the only
-//! `OrtApi` we ever touch is the one ORT hands to `RegisterCustomOps`. The struct layout we fill
-//! (`OrtCustomOp`) is pinned by our own `CUSTOM_OP_VERSION`, never by `ort_sys::ORT_API_VERSION`, which cargo
-//! feature unification may raise.
+//! `OrtApi` we ever touch is the one ORT hands to `RegisterCustomOps`. The API version we request and the
+//! `OrtCustomOp` layout we fill are pinned by our own [`API_VERSION`], never by `ort_sys::ORT_API_VERSION`,
+//! which cargo feature unification may raise.
 
 use crate::status::{Error, Result};
 use ort_sys::{
@@ -38,13 +39,31 @@ pub fn api() -> &'static OrtApi {
     API.get().expect("nibble: ORT API used before RegisterCustomOps").0
 }
 
-/// Calls an `OrtApi` function and converts its status.
+/// Calls the status-returning `OrtApi` function `F` and converts its status with [`check`]:
+/// `ort![unsafe F(args)]` is a `Result<()>`. Modelled on pykeio/ort's `ortsys![unsafe F(args)]`: the caller
+/// writes `unsafe`, and writes a `// SAFETY:` comment on the line(s) directly above the line holding
+/// `ort![unsafe`, saying why that call is sound: which pointers are valid and why, who owns what, for how long.
+/// The arguments are evaluated inside the unsafe block, so keep them to plain pointers and locals.
+///
+/// Clippy's `undocumented_unsafe_blocks` cannot check those call-site comments, whatever the macro's shape
+/// (checked on clippy 1.95):
+/// - An `unsafe { .. }` written in the macro body (this shape) has a span in the macro definition, and for such
+///   blocks the lint looks for `SAFETY:` only in the definition's text (between `macro_rules!` and the
+///   `unsafe` line), never at the invocation. Hence the one SAFETY comment below, which refers to the call site.
+/// - Passing the caller's token through (`($u:tt F(..)) => { $u { .. } }`) is worse: rustc gives the block the
+///   span of `$u` in the macro text, which does not start with `unsafe`, so the lint takes the block for
+///   proc-macro output and skips it: it would accept undocumented call sites as well as documented ones.
+/// - Only a block whose `unsafe` and braces all come from the call site gets checked at the call site, and a
+///   `macro_rules!` arm cannot both take such a block apart (to find `F`) and emit it; forwarding it to a second
+///   arm that does loses the call-site spans again (the lint goes silent, as above).
+///
+/// So the call-site comments are enforced by `tests::every_ort_call_has_a_safety_comment` instead.
 macro_rules! ort {
-    ($f:ident ( $($arg:expr),* $(,)? )) => {{
+    (unsafe $f:ident ( $($arg:expr),* $(,)? )) => {{
         let api = $crate::api::api();
-        // SAFETY: every call site passes pointers obtained from ORT for this call (or valid locals), as the
-        // C API documents for this function.
-        let status: ort_sys::OrtStatusPtr = unsafe { (api.$f)($($arg),*) };
+        // SAFETY: discharged at the call site: every `ort![unsafe ..]` has a SAFETY comment directly above it
+        // (see the macro's documentation) for these exact arguments.
+        let status: ::ort_sys::OrtStatusPtr = unsafe { (api.$f)($($arg),*) };
         $crate::api::check(status, stringify!($f))
     }};
 }
@@ -56,9 +75,11 @@ pub fn check(status: OrtStatusPtr, what: &str) -> Result<()> {
         return Ok(());
     }
     let api = api();
-    // SAFETY: non-null status from ORT; the message lives until ReleaseStatus, and we copy it first.
+    // SAFETY: a non-null status that an ORT call just returned to us; its message is a NUL-terminated string
+    // that lives until ReleaseStatus, and we copy it first.
     let msg = unsafe { CStr::from_ptr((api.GetErrorMessage)(status.0)) }.to_string_lossy().into_owned();
-    // SAFETY: we own the status and release it exactly once.
+    // SAFETY: the caller of an ORT function owns the status it returns; we release it exactly once, here, and
+    // do not use it afterwards.
     unsafe { (api.ReleaseStatus)(status.0) };
     Err(Error::fail(format!("ORT {what} failed: {msg}")))
 }
@@ -78,7 +99,8 @@ pub fn make_status(api: &OrtApi, e: &Error) -> *mut OrtStatus {
         crate::status::ErrorCode::Fail => ort_sys::OrtErrorCode::ORT_FAIL,
     };
     let msg = CString::new(e.message.replace('\0', " ")).expect("NULs replaced");
-    // SAFETY: CreateStatus copies the message.
+    // SAFETY: `api` is a valid ORT table (a `&OrtApi` from ORT); `msg` is NUL-terminated and outlives the call,
+    // which copies it. ORT takes ownership of the status we return.
     unsafe { (api.CreateStatus)(code, msg.as_ptr()) }.0
 }
 
@@ -172,23 +194,31 @@ fn onnx_type_name(t: i32) -> String {
 
 /// Type and shape of a tensor info; releases it if `owned` (GetTensorTypeAndShape hands out an info the
 /// caller owns; ShapeInferContext_GetInputTypeShape one the context owns).
-fn type_and_shape(info: *mut OrtTensorTypeAndShapeInfo, owned: bool) -> Result<(Dtype, Vec<i64>)> {
+///
+/// # Safety
+/// `info` is a live tensor type-and-shape info. If `owned`, the caller owns it and hands it over (it is released
+/// here, on every path); otherwise its owner keeps it alive until this returns.
+unsafe fn type_and_shape(info: *mut OrtTensorTypeAndShapeInfo, owned: bool) -> Result<(Dtype, Vec<i64>)> {
     struct Guard(*mut OrtTensorTypeAndShapeInfo, bool);
     impl Drop for Guard {
         fn drop(&mut self) {
             if self.1 {
-                // SAFETY: we own the info (from GetTensorTypeAndShape) and release it once.
+                // SAFETY: the caller handed us ownership of the info (this function's contract), and this guard
+                // is its only owner, dropped once, so it is released exactly once and never used after.
                 unsafe { (api().ReleaseTensorTypeAndShapeInfo)(self.0) }
             }
         }
     }
     let g = Guard(info, owned);
     let mut ty = Ty::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-    ort!(GetTensorElementType(g.0, &mut ty))?;
+    // SAFETY: `g.0` is live until `g` drops at the end of this function (contract); `ty` is a writable local.
+    ort![unsafe GetTensorElementType(g.0, &mut ty)]?;
     let mut n = 0usize;
-    ort!(GetDimensionsCount(g.0, &mut n))?;
+    // SAFETY: `g.0` is live (as above); `n` is a writable local.
+    ort![unsafe GetDimensionsCount(g.0, &mut n)]?;
     let mut dims = vec![0i64; n];
-    ort!(GetDimensions(g.0, dims.as_mut_ptr(), n))?;
+    // SAFETY: `g.0` is live (as above); `dims` has room for exactly the `n` dims ORT writes.
+    ort![unsafe GetDimensions(g.0, dims.as_mut_ptr(), n)]?;
     Ok((Dtype::from_ort(ty), dims))
 }
 
@@ -202,11 +232,14 @@ pub struct Tensor<'a> {
 
 impl<'a> Tensor<'a> {
     /// # Safety
-    /// `value` is a tensor OrtValue alive for `'a`.
+    /// `value` is a tensor OrtValue alive, and not written to, for `'a`.
     unsafe fn from_value(value: *const OrtValue) -> Result<Tensor<'a>> {
         let mut info = null_mut();
-        ort!(GetTensorTypeAndShape(value, &mut info))?;
-        let (dtype, shape) = type_and_shape(info, true)?;
+        // SAFETY: `value` is a live tensor (contract); `info` is a writable local that receives a new info we
+        // own, handed to `type_and_shape` next, which releases it.
+        ort![unsafe GetTensorTypeAndShape(value, &mut info)]?;
+        // SAFETY: `info` is the live info GetTensorTypeAndShape just returned, and we own it: `owned = true`.
+        let (dtype, shape) = unsafe { type_and_shape(info, true) }?;
         let count = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?));
         let count = count.ok_or_else(|| Error::fail(format!("tensor with invalid shape {shape:?}")))?;
         let bytes = count * dtype.size();
@@ -214,8 +247,11 @@ impl<'a> Tensor<'a> {
             &[]
         } else {
             let mut p: *mut c_void = null_mut();
-            ort!(GetTensorMutableData(value.cast_mut(), &mut p))?;
-            // SAFETY: ORT tensors hold `count` contiguous elements of `dtype` at `p`, alive for 'a.
+            // SAFETY: `value` is a live tensor (contract). The API takes `*mut` but only reports the data
+            // pointer, it does not modify the value, and we only ever read through `p`; `p` is a writable local.
+            ort![unsafe GetTensorMutableData(value.cast_mut(), &mut p)]?;
+            // SAFETY: ORT tensors hold `count` contiguous elements of `dtype` at `p`, alive and unchanged for 'a
+            // (contract); `bytes` is their size.
             unsafe { std::slice::from_raw_parts(p.cast::<u8>(), bytes) }
         };
         Ok(Tensor { dtype, shape, data })
@@ -266,7 +302,8 @@ fn cast_slice<T: Copy, const N: usize>(bytes: &[u8], from_le: fn([u8; N]) -> T) 
     Cow::Owned(bytes.chunks_exact(N).map(|c| from_le(c.try_into().expect("chunk of N"))).collect())
 }
 
-/// Reads a string through ORT's two-call (size, then fill) convention.
+/// Reads a string through ORT's two-call convention: `f(null, &mut size)` asks for the size (NUL included),
+/// then `f(buf, &mut size)` fills `buf`, which has room for `size` bytes. `f` passes both pointers on to ORT.
 fn read_string(mut f: impl FnMut(*mut c_char, *mut usize) -> Result<()>) -> Result<String> {
     let mut size = 0usize;
     f(null_mut(), &mut size)?;
@@ -285,35 +322,46 @@ pub struct KernelInfo<'a> {
 
 impl<'a> KernelInfo<'a> {
     /// # Safety
-    /// `raw` is the kernel info of the current CreateKernel call.
+    /// `raw` is the kernel info of the current CreateKernel call, and `'a` ends before that call returns.
     pub unsafe fn new(raw: *const OrtKernelInfo) -> Self {
         KernelInfo { raw, _life: std::marker::PhantomData }
     }
 
     pub fn node_name(&self) -> Result<String> {
-        read_string(|buf, size| ort!(KernelInfo_GetNodeName(self.raw, buf, size)))
+        // SAFETY: `self.raw` is live for 'a (`new`'s contract); `buf` and `size` follow `read_string`'s convention
+        // (null for the size query, then a buffer of `size` bytes).
+        read_string(|buf, size| ort![unsafe KernelInfo_GetNodeName(self.raw, buf, size)])
     }
 
     /// An int attribute, None if the node does not have it, or an error naming the type it has instead.
     pub fn attr_i64(&self, name: &str) -> Result<Option<i64>> {
         let cname = CString::new(name).expect("attribute names have no NUL");
         let mut v = 0i64;
-        if ort!(KernelInfoGetAttribute_int64(self.raw, cname.as_ptr(), &mut v)).is_ok() {
+        // SAFETY: `self.raw` is live for 'a (`new`'s contract); `cname` is NUL-terminated and outlives the call;
+        // `v` is a writable local.
+        if ort![unsafe KernelInfoGetAttribute_int64(self.raw, cname.as_ptr(), &mut v)].is_ok() {
             return Ok(Some(v));
         }
         // Absent, or present with another type: ORT answers both with an error status, so probe the types.
+        let is_string = || {
+            // SAFETY: `self.raw` and `cname` as above; `buf` and `size` follow `read_string`'s convention.
+            read_string(|buf, size| ort![unsafe KernelInfoGetAttribute_string(self.raw, cname.as_ptr(), buf, size)])
+                .is_ok()
+        };
+        let is_int_list = || {
+            let mut n = 0usize;
+            // SAFETY: `self.raw` and `cname` as above; a null output buffer asks only for the length, written
+            // to the local `n`.
+            ort![unsafe KernelInfoGetAttributeArray_int64(self.raw, cname.as_ptr(), null_mut(), &mut n)].is_ok()
+        };
         let mut f = 0f32;
-        let wrong = if ort!(KernelInfoGetAttribute_float(self.raw, cname.as_ptr(), &mut f)).is_ok() {
+        // SAFETY: `self.raw` and `cname` as above; `f` is a writable local.
+        let wrong = if ort![unsafe KernelInfoGetAttribute_float(self.raw, cname.as_ptr(), &mut f)].is_ok() {
             Some(format!("float {f}"))
-        } else if read_string(|buf, size| ort!(KernelInfoGetAttribute_string(self.raw, cname.as_ptr(), buf, size)))
-            .is_ok()
-        {
+        } else if is_string() {
             Some("string".to_string())
         } else {
-            let mut n = 0usize;
-            ort!(KernelInfoGetAttributeArray_int64(self.raw, cname.as_ptr(), null_mut(), &mut n))
-                .is_ok()
-                .then(|| "a list of ints".to_string())
+            is_int_list().then(|| "a list of ints".to_string())
         };
         match wrong {
             Some(t) => Err(Error::invalid(format!("attribute {name} is {t}, but must be an int"))),
@@ -323,7 +371,8 @@ impl<'a> KernelInfo<'a> {
 
     pub fn input_count(&self) -> Result<usize> {
         let mut n = 0usize;
-        ort!(KernelInfo_GetInputCount(self.raw, &mut n))?;
+        // SAFETY: `self.raw` is live for 'a (`new`'s contract); `n` is a writable local.
+        ort![unsafe KernelInfo_GetInputCount(self.raw, &mut n)]?;
         Ok(n)
     }
 
@@ -332,34 +381,43 @@ impl<'a> KernelInfo<'a> {
         if i >= self.input_count()? {
             return Ok(false);
         }
-        Ok(!read_string(|buf, size| ort!(KernelInfo_GetInputName(self.raw, i, buf, size)))?.is_empty())
+        // SAFETY: `self.raw` is live for 'a (`new`'s contract); `i` is in range (checked above, and ORT checks it
+        // too); `buf` and `size` follow `read_string`'s convention.
+        Ok(!read_string(|buf, size| ort![unsafe KernelInfo_GetInputName(self.raw, i, buf, size)])?.is_empty())
     }
 
     /// Input `i` if it is a constant initializer (one a graph input cannot override), else None.
     pub fn constant_input(&self, i: usize) -> Result<Option<Tensor<'a>>> {
         let mut is_constant = 0;
         let mut value: *const OrtValue = null();
-        ort!(KernelInfoGetConstantInput_tensor(self.raw, i, &mut is_constant, &mut value))?;
+        // SAFETY: `self.raw` is live for 'a (`new`'s contract); `is_constant` and `value` are writable locals
+        // (ORT checks `i`). The value returned stays owned by ORT.
+        ort![unsafe KernelInfoGetConstantInput_tensor(self.raw, i, &mut is_constant, &mut value)]?;
         if is_constant == 0 || value.is_null() {
             return Ok(None);
         }
-        // SAFETY: ORT keeps constant initializers alive for the whole kernel creation ('a).
+        // SAFETY: a tensor; ORT keeps constant initializers alive and unchanged for the whole kernel creation
+        // ('a, which ends before CreateKernel returns).
         unsafe { Tensor::from_value(value) }.map(Some)
     }
 
     /// Logs at INFO severity through the session's logger (ORT filters by the session's level).
     pub fn log_info(&self, message: &str) -> Result<()> {
         let mut logger: *const OrtLogger = null();
-        ort!(KernelInfo_GetLogger(self.raw, &mut logger))?;
+        // SAFETY: `self.raw` is live for 'a (`new`'s contract); `logger` is a writable local. The logger
+        // returned is owned by the kernel info and lives at least as long.
+        ort![unsafe KernelInfo_GetLogger(self.raw, &mut logger)]?;
         let msg = CString::new(message.replace('\0', " ")).expect("NULs replaced");
-        ort!(Logger_LogMessage(
+        // SAFETY: `logger` came from KernelInfo_GetLogger above and lives as long as `self.raw`; `msg` (a local)
+        // and the two literals are NUL-terminated and outlive the call, which copies what it keeps.
+        ort![unsafe Logger_LogMessage(
             logger,
             OrtLoggingLevel::ORT_LOGGING_LEVEL_INFO,
             msg.as_ptr(),
-            c"nibble-ort/src/matmul_nbits.rs".as_ptr(),
+            c"provider/src/matmul_nbits.rs".as_ptr(),
             0,
             c"MatMulNBits::create".as_ptr()
-        ))
+        )]
     }
 }
 
@@ -373,7 +431,7 @@ pub struct KernelContext<'a> {
 
 impl<'a> KernelContext<'a> {
     /// # Safety
-    /// `raw` is the context of the current Compute call.
+    /// `raw` is the context of the current Compute call, and `'a` ends before that call returns.
     pub unsafe fn new(raw: *mut OrtKernelContext) -> Self {
         KernelContext { raw, output_taken: std::cell::Cell::new(false), _life: std::marker::PhantomData }
     }
@@ -381,16 +439,20 @@ impl<'a> KernelContext<'a> {
     /// Input `i`, or None if the optional input is absent.
     pub fn input(&self, i: usize) -> Result<Option<Tensor<'a>>> {
         let mut n = 0usize;
-        ort!(KernelContext_GetInputCount(self.raw, &mut n))?;
+        // SAFETY: `self.raw` is live for 'a (`new`'s contract); `n` is a writable local.
+        ort![unsafe KernelContext_GetInputCount(self.raw, &mut n)]?;
         if i >= n {
             return Ok(None);
         }
         let mut value: *const OrtValue = null();
-        ort!(KernelContext_GetInput(self.raw, i, &mut value))?;
+        // SAFETY: `self.raw` is live for 'a; `i < n` (checked above); `value` is a writable local. The input
+        // returned stays owned by ORT.
+        ort![unsafe KernelContext_GetInput(self.raw, i, &mut value)]?;
         if value.is_null() {
             return Ok(None);
         }
-        // SAFETY: inputs live for the whole Compute call ('a).
+        // SAFETY: a tensor (the op declares only tensor inputs); inputs live, unchanged, for the whole Compute
+        // call ('a, which ends before Compute returns).
         unsafe { Tensor::from_value(value) }.map(Some)
     }
 
@@ -400,11 +462,15 @@ impl<'a> KernelContext<'a> {
             return Err(Error::fail("output requested twice in one call"));
         }
         let mut value: *mut OrtValue = null_mut();
-        ort!(KernelContext_GetOutput(self.raw, i, shape.as_ptr(), shape.len(), &mut value))?;
+        // SAFETY: `self.raw` is live for 'a (`new`'s contract); `shape` is `shape.len()` readable dims, which ORT
+        // copies; `value` is a writable local. The output returned is owned by the context.
+        ort![unsafe KernelContext_GetOutput(self.raw, i, shape.as_ptr(), shape.len(), &mut value)]?;
         let count: usize = shape.iter().map(|&d| d.max(0) as usize).product();
         let mut p: *mut c_void = null_mut();
         if count > 0 {
-            ort!(GetTensorMutableData(value, &mut p))?;
+            // SAFETY: `value` is the output tensor GetOutput just returned, alive for the rest of the Compute
+            // call; `p` is a writable local.
+            ort![unsafe GetTensorMutableData(value, &mut p)]?;
             assert!(p.align_offset(4) == 0, "ORT output buffer misaligned");
         }
         // SAFETY: ORT allocated `count` elements of the output's declared type (`dtype`, fixed by the op
@@ -440,7 +506,11 @@ impl<'a> KernelContext<'a> {
         }
         let job = Job { f, panic: std::sync::Mutex::new(None) };
         let data = (&job as *const Job<'_>).cast_mut().cast::<c_void>();
-        ort!(KernelContext_ParallelFor(self.raw, trampoline, total, 0, data))?;
+        // SAFETY: `self.raw` is live for 'a (`new`'s contract). ParallelFor calls `trampoline(data, i)` for each
+        // `i < total` (num_batch 0: ORT chooses the batching), possibly on several threads, and returns only
+        // after all calls finished, so `data` (our `job`, on this stack frame, only read through `&Job`, which
+        // is Sync) outlives every call. `trampoline` never unwinds into ORT: it catches panics.
+        ort![unsafe KernelContext_ParallelFor(self.raw, trampoline, total, 0, data)]?;
         match job.panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
             Some(e) => Err(e),
             None => Ok(()),
@@ -461,11 +531,14 @@ pub enum Output<'a> {
 pub unsafe fn session_config(options: *const ort_sys::OrtSessionOptions, key: &str) -> Result<Option<String>> {
     let ckey = CString::new(key).expect("config keys have no NUL");
     let mut has = 0;
-    ort!(HasSessionConfigEntry(options, ckey.as_ptr(), &mut has))?;
+    // SAFETY: `options` is live (this function's contract); `ckey` is NUL-terminated and outlives the call;
+    // `has` is a writable local.
+    ort![unsafe HasSessionConfigEntry(options, ckey.as_ptr(), &mut has)]?;
     if has == 0 {
         return Ok(None);
     }
-    read_string(|buf, size| ort!(GetSessionConfigEntry(options, ckey.as_ptr(), buf, size))).map(Some)
+    // SAFETY: `options` and `ckey` as above; `buf` and `size` follow `read_string`'s convention.
+    read_string(|buf, size| ort![unsafe GetSessionConfigEntry(options, ckey.as_ptr(), buf, size)]).map(Some)
 }
 
 /// A symbolic dimension name from `GetSymbolicDimensions` ("" for none).
@@ -484,7 +557,8 @@ pub struct ShapeInfer {
 
 impl ShapeInfer {
     /// # Safety
-    /// `raw` is the context of the current InferOutputShapeFn call.
+    /// `raw` is the context of the current InferOutputShapeFn call, and the `ShapeInfer` is dropped before that
+    /// call returns.
     pub unsafe fn new(raw: *mut OrtShapeInferContext) -> Self {
         ShapeInfer { raw }
     }
@@ -492,14 +566,19 @@ impl ShapeInfer {
     /// Element type, dims (−1 = unknown) and symbolic dim names of input `i`.
     pub fn input(&self, i: usize) -> Result<(Dtype, Vec<i64>, Vec<String>)> {
         let mut info = null_mut();
-        ort!(ShapeInferContext_GetInputTypeShape(self.raw, i, &mut info))?;
+        // SAFETY: `self.raw` is live for this call (`new`'s contract); `info` is a writable local. ORT checks `i`.
+        ort![unsafe ShapeInferContext_GetInputTypeShape(self.raw, i, &mut info)]?;
+        // The info belongs to the context (alive for this InferOutputShapeFn call): read it, never release it.
         let mut n = 0usize;
-        // The info belongs to the context: read it, never release it.
-        ort!(GetDimensionsCount(info, &mut n))?;
+        // SAFETY: `info` is live (above); `n` is a writable local.
+        ort![unsafe GetDimensionsCount(info, &mut n)]?;
         let mut names: Vec<*const c_char> = vec![null(); n];
-        ort!(GetSymbolicDimensions(info, names.as_mut_ptr(), n))?;
+        // SAFETY: `info` is live (above); `names` has room for the `n` pointers ORT writes. They point into
+        // `info`, and `symbolic_name` copies them right away.
+        ort![unsafe GetSymbolicDimensions(info, names.as_mut_ptr(), n)]?;
         let names = names.into_iter().map(symbolic_name).collect();
-        let (dtype, dims) = type_and_shape(info, false)?;
+        // SAFETY: `info` is live (above) and owned by the context: `owned = false`.
+        let (dtype, dims) = unsafe { type_and_shape(info, false) }?;
         Ok((dtype, dims, names))
     }
 
@@ -507,13 +586,19 @@ impl ShapeInfer {
     pub fn attr_i64(&self, name: &str) -> Option<i64> {
         let cname = CString::new(name).ok()?;
         let mut attr = null();
-        ort!(ShapeInferContext_GetAttribute(self.raw, cname.as_ptr(), &mut attr)).ok()?;
+        // SAFETY: `self.raw` is live for this call (`new`'s contract); `cname` is NUL-terminated and outlives the
+        // call; `attr` is a writable local. The attribute returned is owned by the context.
+        ort![unsafe ShapeInferContext_GetAttribute(self.raw, cname.as_ptr(), &mut attr)].ok()?;
         if attr.is_null() {
             return None;
         }
         let (mut v, mut out) = (0i64, 0usize);
         let p = (&mut v as *mut i64).cast::<c_void>();
-        ort!(ReadOpAttr(attr, ort_sys::OrtOpAttrType::ORT_OP_ATTR_INT, p, 8, &mut out)).ok().map(|_| v)
+        // SAFETY: `attr` came from the live context above; `p` points to `v`, writable for the size of an i64
+        // (the length we pass); `out` is a writable local.
+        ort![unsafe ReadOpAttr(attr, ort_sys::OrtOpAttrType::ORT_OP_ATTR_INT, p, size_of::<i64>(), &mut out)]
+            .ok()
+            .map(|_| v)
     }
 
     /// Sets output `i` to `dtype` with `dims` (−1 = unknown, keeping `names` for symbolic dims).
@@ -524,7 +609,8 @@ impl ShapeInfer {
     pub fn set_output(&self, i: usize, dtype: Dtype, dims: &[i64], names: &[String]) -> Result<()> {
         static FRESH: AtomicU64 = AtomicU64::new(0);
         let mut info = null_mut();
-        ort!(CreateTensorTypeAndShapeInfo(&mut info))?;
+        // SAFETY: `info` is a writable local; on success we own the new info and release it below.
+        ort![unsafe CreateTensorTypeAndShapeInfo(&mut info)]?;
         let cnames: Vec<CString> = (dims.iter().enumerate())
             .map(|(k, &d)| match (d < 0, names.get(k).map_or("", String::as_str)) {
                 (true, "") => format!("nibble_unk_{}", FRESH.fetch_add(1, Ordering::Relaxed)),
@@ -534,13 +620,70 @@ impl ShapeInfer {
             .collect();
         let mut ptrs: Vec<*const c_char> = cnames.iter().map(|c| c.as_ptr()).collect();
         let r = (|| {
-            ort!(SetTensorElementType(info, dtype.to_ort()))?;
-            ort!(SetDimensions(info, dims.as_ptr(), dims.len()))?;
-            ort!(SetSymbolicDimensions(info, ptrs.as_mut_ptr(), ptrs.len()))?;
-            ort!(ShapeInferContext_SetOutputTypeShape(self.raw, i, info))
+            // SAFETY: `info` is ours and live (created above, released only after this closure).
+            ort![unsafe SetTensorElementType(info, dtype.to_ort())]?;
+            // SAFETY: `info` as above; `dims` is `dims.len()` readable dims, which ORT copies.
+            ort![unsafe SetDimensions(info, dims.as_ptr(), dims.len())]?;
+            // SAFETY: `info` as above; `ptrs` holds one NUL-terminated name per dim (`dims.len()` of them),
+            // pointing into `cnames`, which outlives the call; ORT copies the strings and does not write `ptrs`.
+            ort![unsafe SetSymbolicDimensions(info, ptrs.as_mut_ptr(), ptrs.len())]?;
+            // SAFETY: `self.raw` is live for this call (`new`'s contract); `info` as above; ORT copies it.
+            ort![unsafe ShapeInferContext_SetOutputTypeShape(self.raw, i, info)]
         })();
-        // SAFETY: we created `info`; SetOutputTypeShape copies it.
+        // SAFETY: we created `info` and release it once, here; nothing uses it afterwards (SetOutputTypeShape
+        // copied it).
         unsafe { (api().ReleaseTensorTypeAndShapeInfo)(info) };
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `undocumented_unsafe_blocks` cannot see the SAFETY comments at `ort![unsafe ..]` call sites (see the
+    /// macro), so check them here: every invocation in this crate's sources starts with `unsafe` on the same
+    /// line and has a `// SAFETY:` comment in the run of `//` lines directly above that line.
+    #[test]
+    fn every_ort_call_has_a_safety_comment() {
+        let needle = concat!("ort", "!"); // not spelled out, so this test's own source is no call site
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .expect("read src/")
+            .map(|e| e.expect("dir entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+            .collect();
+        files.sort();
+        let (mut calls, mut bad) = (0, Vec::new());
+        for path in &files {
+            let src = std::fs::read_to_string(path).expect("read source");
+            let lines: Vec<&str> = src.lines().collect();
+            for (k, line) in lines.iter().enumerate() {
+                let code = line.trim_start();
+                if code.starts_with("//") {
+                    continue;
+                }
+                for (at, _) in line.match_indices(needle) {
+                    let before = line[..at].chars().next_back();
+                    if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                        continue; // another macro whose name ends in "ort"
+                    }
+                    let rest = line[at + needle.len()..].trim_start();
+                    let Some(inner) = rest.strip_prefix(['[', '(', '{']) else {
+                        continue; // a mention, e.g. `ort!` in a string
+                    };
+                    calls += 1;
+                    let where_ = format!("{}:{}", path.file_name().unwrap().to_string_lossy(), k + 1);
+                    if !inner.trim_start().starts_with("unsafe ") {
+                        bad.push(format!("{where_}: put `unsafe` on the invocation's first line"));
+                        continue;
+                    }
+                    let mut above = lines[..k].iter().rev().map(|l| l.trim_start()).take_while(|l| l.starts_with("//"));
+                    if !above.any(|l| l.contains("SAFETY:")) {
+                        bad.push(format!("{where_}: no `// SAFETY:` comment directly above"));
+                    }
+                }
+            }
+        }
+        assert!(calls >= 30, "found only {calls} ort! calls in {}: is the scan broken?", dir.display());
+        assert!(bad.is_empty(), "ort! call sites without a SAFETY comment:\n{}", bad.join("\n"));
     }
 }

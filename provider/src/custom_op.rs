@@ -1,5 +1,7 @@
-//! The `OrtCustomOp` tables ORT calls into, and their `extern "C"` trampolines. Every trampoline runs its body
-//! inside `catch_unwind`; failures become `OrtStatus` values, never unwinding into ORT.
+//! The `OrtCustomOp` tables ORT calls into, and their `extern "system"` trampolines. Every trampoline that
+//! runs our code (kernel creation, compute, destruction, shape inference, input types) runs it inside
+//! `catch_unwind`; failures become `OrtStatus` values, never unwinding into ORT. The rest return constants or
+//! read a field, and cannot panic.
 
 use crate::api::{self, Dtype, KernelContext, KernelInfo, ShapeInfer};
 use crate::matmul_nbits::{self, MatMulNBits, OpConfig};
@@ -28,8 +30,9 @@ unsafe impl Send for OpDef {}
 
 impl OpDef {
     /// The table for one A type. `version` is min(runtime API, `api::API_VERSION`): the fields we fill.
-    /// `shape_inference` installs `InferOutputShapeFn`; ORT 1.20–1.23 crash in it when a node has an empty
-    /// (skipped) optional input, so the caller leaves it out there.
+    /// `shape_inference` installs `InferOutputShapeFn`; ORT before 1.24 crashes building its context when a node
+    /// has an empty (skipped) optional input (seen on 1.20–1.23), so the caller leaves it out there
+    /// (`SHAPE_INFERENCE_SINCE_MINOR` in lib.rs).
     pub fn new(dtype: Dtype, config: OpConfig, version: u32, shape_inference: bool) -> OpDef {
         // Every field not set below is None (null), which ORT reads as "not provided". The struct update
         // covers the api-18 fields that cargo feature unification may add to ort-sys's struct.

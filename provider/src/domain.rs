@@ -1,6 +1,7 @@
 //! Registration: which domains get the op, read from the session config once per `RegisterCustomOps` call.
 #![deny(unsafe_code)]
 
+use crate::OP_PREFIX;
 use crate::matmul_nbits::OpConfig;
 use crate::status::{Error, Result};
 
@@ -33,7 +34,7 @@ pub fn plan(override_ms: Option<&str>, accuracy_default: Option<&str>) -> Result
         Some("0") | Some("false") => false,
         Some(v) => {
             return Err(Error::invalid(format!(
-                "[MatMulNBits] session config {KEY_OVERRIDE}={v:?} is invalid: use \"0\" or \"1\""
+                "{OP_PREFIX} session config {KEY_OVERRIDE}={v:?} is invalid: use \"0\" or \"1\""
             )));
         }
     };
@@ -43,7 +44,7 @@ pub fn plan(override_ms: Option<&str>, accuracy_default: Option<&str>) -> Result
             Ok(l @ 1..=4) => l,
             _ => {
                 return Err(Error::invalid(format!(
-                    "[MatMulNBits] session config {KEY_ACCURACY_DEFAULT}={v:?} is invalid: use 1, 2, 3 (fp32 path) \
+                    "{OP_PREFIX} session config {KEY_ACCURACY_DEFAULT}={v:?} is invalid: use 1, 2, 3 (fp32 path) \
                      or 4 (int8 path)"
                 )));
             }

@@ -22,8 +22,9 @@ use ort_sys::{OrtApiBase, OrtCustomOpDomain, OrtSessionOptions, OrtStatus};
 use status::{Error, Result};
 use std::ffi::{CStr, CString};
 
-/// Prefix of every message we produce.
-pub const OP_PREFIX: &str = "[MatMulNBits]";
+/// Prefix of every message we produce, errors and log lines: the library first, so nobody takes them for ORT's own
+/// kernel, then the op.
+pub const OP_PREFIX: &str = "nibble [MatMulNBits]";
 
 /// Entry point called by ORT's `RegisterCustomOpsLibrary*` / `register_custom_ops_library`.
 ///
@@ -102,19 +103,24 @@ unsafe fn register(options: *mut OrtSessionOptions, runtime_minor: u32) -> Resul
     for name in plan.domains {
         let cname = CString::new(name).expect("domain names have no NUL");
         let mut dom: *mut OrtCustomOpDomain = std::ptr::null_mut();
-        api::ort!(CreateCustomOpDomain(cname.as_ptr(), &mut dom))?;
-        let added = [Dtype::F32, Dtype::F16]
-            .into_iter()
-            .try_for_each(|dtype| {
-                // ORT keeps the op's pointer for the life of every session made from these options: leak it (a
-                // few hundred bytes per registration).
-                let def: &'static OpDef =
-                    Box::leak(Box::new(OpDef::new(dtype, plan.config, op_version, shape_inference)));
-                api::ort!(CustomOpDomain_Add(dom, def.raw()))
-            })
-            .and_then(|()| api::ort!(AddCustomOpDomain(options, dom)));
+        // SAFETY: `api::init` ran (this function's contract); `cname` is NUL-terminated and outlives the call,
+        // which copies it; `dom` is a writable local. On success we own the new domain until AddCustomOpDomain.
+        api::ort![unsafe CreateCustomOpDomain(cname.as_ptr(), &mut dom)]?;
+        let added = [Dtype::F32, Dtype::F16].into_iter().try_for_each(|dtype| {
+            // ORT keeps the op's pointer for the life of every session made from these options: leak it (a
+            // few hundred bytes per registration).
+            let def: &'static OpDef = Box::leak(Box::new(OpDef::new(dtype, plan.config, op_version, shape_inference)));
+            // SAFETY: `dom` is the live domain created above (ours, not released); `def.raw()` points into a
+            // leaked, never mutated `OpDef`, so it stays valid for as long as ORT keeps it.
+            api::ort![unsafe CustomOpDomain_Add(dom, def.raw())]
+        });
+        // SAFETY: `options` is the live session options (this function's contract); `dom` is the live domain
+        // created above. On success ORT keeps the pointer for the life of the options and its sessions, so we
+        // never release it after that.
+        let added = added.and_then(|()| api::ort![unsafe AddCustomOpDomain(options, dom)]);
         if let Err(e) = added {
-            // SAFETY: `dom` came from CreateCustomOpDomain and was not handed to the options.
+            // SAFETY: `dom` came from CreateCustomOpDomain and was not handed to the options (AddCustomOpDomain
+            // failed or never ran), so we still own it and release it exactly once.
             unsafe { (api::api().ReleaseCustomOpDomain)(dom) };
             return Err(e);
         }

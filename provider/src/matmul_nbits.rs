@@ -8,7 +8,7 @@ use crate::OP_PREFIX;
 use crate::api::{Dtype, KernelContext, KernelInfo, Output, ShapeInfer, Tensor};
 use crate::status::{Error, Result};
 use nibble_kernels::format::fmt_shape;
-use nibble_kernels::{ComputePath, LhsSource, OutTiles, PackedRhs, Params, Selected, Weights, ZeroPoints};
+use nibble_kernels::{ComputePath, LhsSource, PackedRhs, Params, Problem, Selected, Weights, ZeroPoints};
 
 /// Inputs: A, B, scales, zero_points?, g_idx?, bias?
 pub const INPUT_COUNT: usize = 6;
@@ -169,8 +169,8 @@ impl MatMulNBits {
         };
 
         let weights = Weights::new(params, b.u8s(), &scales, zero_points, g_idx.as_deref())?;
-        let sel = nibble_kernels::select(path, params.bits, params.block_size)?;
-        let rhs = sel.pack_rhs(&weights);
+        let sel = nibble_kernels::select(&Problem::of(path, &weights))?;
+        let rhs = sel.pack_rhs(&weights)?;
         let zp_kind = match zero_points {
             ZeroPoints::Default => "none",
             ZeroPoints::Packed(_) => "uint8",
@@ -181,28 +181,30 @@ impl MatMulNBits {
             Bias::Constant(_) => "constant",
             Bias::PerCall => "per-call",
         };
+        let g_idx_kind = if weights.has_reordering_g_idx() {
+            "reordering"
+        } else if g_idx.is_some() {
+            "plain"
+        } else {
+            "none"
+        };
         // A logging failure must not fail the session: the line is informational.
         let _ = info.log_info(&format!(
             "{OP_PREFIX} node '{node}': K={} N={} bits={} block_size={} accuracy_level={accuracy} -> {} path, \
-             kernels {} (M=1) / {} (M>1), packed {} bytes (nr={}, kr={}), zero_points={zp_kind}, g_idx={}, \
-             bias={bias_kind}, A={}",
+             family {}: GEMV {} (M<={}), GEMM {} (M>{}), layout {}, packed {} bytes, zero_points={zp_kind}, \
+             g_idx={g_idx_kind}, bias={bias_kind}, A={}",
             params.k,
             params.n,
             params.bits,
             params.block_size,
             path.name(),
-            sel.gemv_name(),
-            sel.gemm_name(),
+            sel.name(),
+            sel.gemv().name(),
+            sel.gemv_max_m(),
+            sel.gemm().name(),
+            sel.gemv_max_m(),
+            sel.layout(),
             rhs.bytes().len(),
-            sel.layout().nr,
-            sel.layout().kr,
-            if weights.has_reordering_g_idx() {
-                "reordering"
-            } else if g_idx.is_some() {
-                "plain"
-            } else {
-                "none"
-            },
             dtype.name(),
         ));
         Ok(MatMulNBits { node, params, dtype, sel, rhs, bias })
@@ -263,11 +265,8 @@ impl MatMulNBits {
                 LhsSource::F32(&a_f32)
             }
         };
-        let lhs = self.sel.pack_lhs(src, m, &self.rhs);
-        let plan = self.sel.plan(m, &self.rhs);
         let run = |y: &mut [f32]| -> Result<()> {
-            let tiles = OutTiles::new(y, plan);
-            ctx.parallel_for(plan.count(), &|t| self.sel.run_tile(&lhs, &self.rhs, bias, &tiles, t))
+            self.sel.matmul(&self.rhs, src, m, bias, y, |tasks, f| ctx.parallel_for(tasks, f))
         };
         match out {
             Output::F32(y) => run(y),

@@ -1,8 +1,9 @@
-//! Errors of the provider and their conversion to `OrtStatus`.
+//! Errors of the provider. `api::to_status` and `api::make_status` turn them into `OrtStatus` values for ORT.
 
 use std::fmt;
 
-/// An error on its way to ONNX Runtime. The message is complete: it names the op, the node and the value.
+/// An error on its way to ONNX Runtime. The message is complete: it names the op, the node where known (see
+/// [`Error::in_node`]; shape inference does not know it) and the offending value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     pub code: ErrorCode,

@@ -1,4 +1,4 @@
-"""Process-level behaviour: the INFO log line each node writes, and the NIBBLE_ISA override.
+"""Process-level behaviour: the INFO log line each node writes, and the NIBBLE_ISA / NIBBLE_FAMILIES overrides.
 
 Both need a fresh process: ORT writes its log to the process's stderr from C++, and the kernel ladder is chosen
 once per process. Each test runs a small script in a subprocess with the venv's interpreter.
@@ -55,7 +55,10 @@ def test_each_node_logs_one_info_line(nibble_lib: Path, acc: int, path: str, ker
     assert len(lines) == 1, r.stderr[-2000:]
     line = lines[0]
     assert "[I:onnxruntime" in line, f"not at INFO severity: {line}"
-    for part in ("K=93", "N=5", "bits=4", "block_size=32", f"{path} path", kernel, "zero_points=uint8"):
+    # The message itself starts with the library's name, so nobody takes it for ORT's own kernel.
+    assert "] nibble [MatMulNBits] node 'probe_node'" in line, line
+    for part in ("K=93", "N=5", "bits=4", "block_size=32", f"{path} path", kernel, "zero_points=uint8",
+                 f"family portable_{path}_", "GEMV ", "GEMM ", "layout q"):
         assert part in line, f"{part!r} missing from the log line: {line}"
 
 
@@ -81,7 +84,7 @@ def test_nibble_isa_portable_is_honoured(nibble_lib: Path) -> None:
     r = run_probe(nibble_lib, 4, env={"NIBBLE_ISA": "portable"})
     assert r.returncode == 0 and "OK (3, 5)" in r.stdout, r.stderr[-2000:]
     line = next(line for line in r.stderr.splitlines() if "node 'probe_node'" in line)
-    assert "_portable (M=1)" in line and "_portable (M>1)" in line, line
+    assert "_portable (M<=" in line and "_portable (M>" in line, line
 
 
 @pytest.mark.parametrize("value, words", [("bogus", ["NIBBLE_ISA=bogus", "not a known rung"]),
@@ -89,6 +92,26 @@ def test_nibble_isa_portable_is_honoured(nibble_lib: Path) -> None:
                                            ["does not support"])])
 def test_bad_nibble_isa_is_a_clear_session_error(nibble_lib: Path, value: str, words: list[str]) -> None:
     r = run_probe(nibble_lib, 4, env={"NIBBLE_ISA": value})
+    assert r.returncode != 0, r.stdout
+    assert "[MatMulNBits] node 'probe_node'" in r.stderr, r.stderr[-2000:]
+    for w in words:
+        assert w in r.stderr, f"{w!r} not in: {r.stderr[-2000:]}"
+
+
+def test_nibble_families_selects_the_named_family(nibble_lib: Path) -> None:
+    """The second int8 family (signed kr=8 codes, f16 scales, u8 GEMV, interleaved GEMM) through the provider."""
+    r = run_probe(nibble_lib, 4, env={"NIBBLE_FAMILIES": "portable_int8_qsnbp8x8"})
+    line = probe_line(r)
+    for part in ("family portable_int8_qsnbp8x8", "GEMV matmul_f32_qsu8db_qnb_portable (M<=3)",
+                 "GEMM matmul_f32_qsi8dbp4x8_qnb_portable (M>3)", "layout qsnbp8x8_sf16_zpc_bsum"):
+        assert part in line, f"{part!r} missing from the log line: {line}"
+
+
+@pytest.mark.parametrize("families, words", [("nope", ["NIBBLE_FAMILIES", "unknown family nope"]),
+                                             ("portable_int8_qsnbp8x8", ["no kernel family", "int8 family"])])
+def test_bad_nibble_families_is_a_clear_session_error(nibble_lib: Path, families: str, words: list[str]) -> None:
+    # The second case asks for an fp32 node (accuracy_level 1) with only an int8 family allowed.
+    r = run_probe(nibble_lib, 1, env={"NIBBLE_FAMILIES": families})
     assert r.returncode != 0, r.stdout
     assert "[MatMulNBits] node 'probe_node'" in r.stderr, r.stderr[-2000:]
     for w in words:

@@ -173,9 +173,8 @@ impl RhsLayout {
         if p.zero_points && self.zero_points == ZpStorage::None {
             return Some(format!("{} stores no zero points", self.name()));
         }
-        (!self.can_hold(p)).then(|| {
-            format!("{} scales would lose precision the {} path promises", self.name(), p.path.name())
-        })
+        (!self.can_hold(p))
+            .then(|| format!("{} scales would lose precision the {} path promises", self.name(), p.path.name()))
     }
 
     /// Bytes of codes in one record.

@@ -39,7 +39,10 @@ impl PackedRhs {
         let p = w.params;
         let has_zp = !matches!(w.zero_points, ZeroPoints::Default);
         if !layout.holds_blocks(p.bits, p.block_size) {
-            return Err(FormatError(format!("layout {layout} cannot hold bits={} block_size={}", p.bits, p.block_size)));
+            return Err(FormatError(format!(
+                "layout {layout} cannot hold bits={} block_size={}",
+                p.bits, p.block_size
+            )));
         }
         if has_zp && layout.zero_points == ZpStorage::None {
             return Err(FormatError(format!("layout {layout} cannot hold weights with zero points")));
@@ -341,7 +344,17 @@ mod tests {
         let b: Vec<u8> = (0..3 * 3 * 8).map(|i| (i * 7 % 256) as u8).collect();
         let scales: Vec<f32> = (0..9).map(|i| i as f32 + 1.0).collect();
         // Uneven groups: 0 has 20 rows (2 packed blocks), 1 has 3, 2 has 17 (2 packed blocks).
-        let g: Vec<i32> = (0..40).map(|k| if k % 2 == 0 { 0 } else if k < 6 { 1 } else { 2 }).collect();
+        let g: Vec<i32> = (0..40)
+            .map(|k| {
+                if k % 2 == 0 {
+                    0
+                } else if k < 6 {
+                    1
+                } else {
+                    2
+                }
+            })
+            .collect();
         let w = Weights::new(p, &b, &scales, ZeroPoints::Default, Some(&g)).unwrap();
         let rhs = PackedRhs::pack(&w, RhsLayout::plain(8, 4)).unwrap();
         let km = rhs.k_map.as_ref().unwrap();
