@@ -3,7 +3,8 @@
 #   * runs the kernel tests, checking that feature detection finds exactly what each model has (a wrong answer
 #     would SIGILL once SIMD kernels land);
 #   * loads the aarch64 libnibble_ort.so into the aarch64 ONNX Runtime 1.31.1 (PyPI wheel) and runs the Rust
-#     integration test (provider/tests/session.rs) against ORT's own aarch64 kernel and numpy.
+#     integration test (provider/tests/session.rs) against ORT's own aarch64 kernel and numpy; on the first model
+#     again with NIBBLE_FAMILIES forcing the second-ranked kernel families (as scripts/test.sh does on x86).
 # Installs what it needs (apt cross toolchain + qemu-user, rustup target, the aarch64 ORT wheel). Needs the
 # fixtures of tests/fixtures/make_fixtures.py (made here if absent).
 # Env: A64ENV (default <repo>/.cache/a64env), AARCH64_CPUS to restrict the models (space-separated).
@@ -41,9 +42,17 @@ export NIBBLE_FIXTURES=${NIBBLE_FIXTURES:-${CARGO_TARGET_DIR:-$root/target}/fixt
 locked=(); [ -f Cargo.lock ] && locked=(--locked)
 cargo build -q "${locked[@]}" --release -p nibble-ort --target $target
 cargo test -q "${locked[@]}" --release -p nibble-kernels -p nibble-ort --target $target --no-run
+second_families=portable_int8_qsnbp8x8,portable_fp32_qsnbp8x8,portable_int8_qunbp8x4,portable_fp32_qunbp8x4
+first=1
 for cpu in $cpus; do
     echo "== aarch64 under qemu -cpu $cpu: kernels (expect ${expect[$cpu]}), then nibble in aarch64 ORT"
     QEMU_CPU=$cpu NIBBLE_EXPECT_ISAS=${expect[$cpu]} cargo test -q "${locked[@]}" --release -p nibble-kernels --target $target
     QEMU_CPU=$cpu cargo test -q "${locked[@]}" --release -p nibble-ort --target $target --test session
+    if [ $first = 1 ]; then
+        echo "== aarch64 under qemu -cpu $cpu: nibble in aarch64 ORT with NIBBLE_FAMILIES=$second_families"
+        QEMU_CPU=$cpu NIBBLE_FAMILIES=$second_families \
+            cargo test -q "${locked[@]}" --release -p nibble-ort --target $target --test session
+        first=0
+    fi
 done
 echo "aarch64: kernel and ORT integration tests passed on: $cpus"

@@ -9,7 +9,8 @@
 use crate::arch::portable;
 use crate::cpu::{Cpu, Isa};
 use crate::family::{Family, Selected};
-use crate::problem::Problem;
+use crate::pack::{Codes, RhsLayout, ScaleType, ZpStorage};
+use crate::problem::{ComputePath, Problem};
 use crate::ukernel::UKernel;
 use std::sync::OnceLock;
 
@@ -19,11 +20,58 @@ pub fn kernels() -> &'static [&'static UKernel] {
     ALL
 }
 
+/// The portable families' layouts (see `arch/portable`).
+const QUNB_P8X4: RhsLayout = RhsLayout::plain(8, 4);
+const QSNB_P8X8: RhsLayout = RhsLayout {
+    nr: 8,
+    kr: 8,
+    codes: Codes::Signed,
+    scales: ScaleType::F32,
+    zero_points: ZpStorage::Correction,
+    block_sums: false,
+};
+const QSNB_P8X8_F16_BSUM: RhsLayout = RhsLayout { scales: ScaleType::F16, block_sums: true, ..QSNB_P8X8 };
+
+static FAMILIES: [&Family; 4] = [
+    &Family {
+        name: "portable_fp32_qunbp8x4",
+        rank: 20,
+        path: ComputePath::Fp32,
+        gemv: &portable::FP32,
+        gemm: &portable::FP32,
+        layout: |_| QUNB_P8X4,
+    },
+    &Family {
+        name: "portable_int8_qunbp8x4",
+        rank: 20,
+        path: ComputePath::Int8,
+        gemv: &portable::INT8,
+        gemm: &portable::INT8,
+        layout: |_| QUNB_P8X4,
+    },
+    &Family {
+        name: "portable_fp32_qsnbp8x8",
+        rank: 10,
+        path: ComputePath::Fp32,
+        gemv: &portable::FP32,
+        gemm: &portable::FP32,
+        layout: |_| QSNB_P8X8,
+    },
+    &Family {
+        name: "portable_int8_qsnbp8x8",
+        rank: 10,
+        path: ComputePath::Int8,
+        gemv: &portable::INT8_U8,
+        gemm: &portable::INT8_P4X8,
+        layout: |_| QSNB_P8X8_F16_BSUM,
+    },
+];
+
 /// Every family in this build, best first (by rank).
 pub fn families() -> &'static [&'static Family] {
     static SORTED: OnceLock<Vec<&'static Family>> = OnceLock::new();
     SORTED.get_or_init(|| {
-        let mut v: Vec<&'static Family> = portable::FAMILIES.to_vec();
+        let mut v: Vec<&'static Family> = FAMILIES.to_vec();
         v.sort_by_key(|f| std::cmp::Reverse(f.rank()));
         v
     })
@@ -145,7 +193,6 @@ pub fn select(p: &Problem) -> Result<Selected, SelectError> {
 mod tests {
     use super::*;
     use crate::cpu::Features;
-    use crate::problem::ComputePath;
 
     #[test]
     fn names_are_unique_and_ranks_distinct_per_path() {
@@ -162,6 +209,33 @@ mod tests {
                     assert!(f.path() != g.path() || f.rank() != g.rank(), "{} and {} tie", f.name(), g.name());
                 }
             }
+        }
+    }
+
+    /// Names follow the grammar of kernels/README.md: `matmul_f32_<lhs>_<rhs>[_<tile>]_<isa>` with the kernel's
+    /// own LHS format and `qnb` (any layout) or its layout's name; families `<isa>_<path>_<layout base>`.
+    #[test]
+    fn names_follow_the_grammar() {
+        use crate::ukernel::RhsReads;
+        let cpu = Cpu::with(Features::NONE);
+        for k in kernels() {
+            let rhs = match k.rhs() {
+                RhsReads::Any | RhsReads::Where(_) => "qnb".to_string(),
+                RhsReads::Only(f) => f(&cpu).name(),
+            };
+            let head = format!("matmul_f32_{}_{rhs}_", k.lhs().name());
+            assert!(k.name().starts_with(&head), "{}: expected {head}...", k.name());
+            assert!(k.name().ends_with(&format!("_{}", k.isa().name())), "{}: isa {}", k.name(), k.isa());
+            assert!(Isa::Portable.features().contains(k.requires()) || k.isa() != Isa::Portable, "{}", k.name());
+            assert!(k.isa().features().contains(k.requires()), "{}: needs more than its rung {}", k.name(), k.isa());
+        }
+        for f in families() {
+            let layout = f.layout(&Cpu::with(f.gemm().requires().union(f.gemv().requires())));
+            let base = layout.name().split("_s").next().unwrap().to_string();
+            let want = format!("{}_{}_{base}", f.gemm().isa(), f.path().name());
+            assert_eq!(f.name(), want);
+            assert_eq!(f.gemv().path(), f.path());
+            assert_eq!(f.gemm().path(), f.path());
         }
     }
 

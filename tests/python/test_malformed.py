@@ -3,7 +3,7 @@
 Each case breaks one thing in an otherwise valid model (N=24, K=93, block_size=32, bits=4, uint8 zero points:
 k_blocks=3, blob_size=16, 2 zero-point bytes per row). The error may come at session creation or at the first
 Run(); its text must contain the node's name (every node gets a distinctive one), the offending attribute or
-input, and the bad value. The library words its errors as `[MatMulNBits] node '<name>': <what> <value> ...`.
+input, and the bad value. The library words its errors as `nibble [MatMulNBits] node '<name>': <what> <value> ...`.
 After each case a good model runs in the same process, so a library that leaves state broken fails too.
 """
 

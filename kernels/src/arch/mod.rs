@@ -3,7 +3,7 @@
 
 pub mod portable;
 
-use crate::cpu::{Cpu, Feature, Features};
+use crate::cpu::Cpu;
 use std::sync::OnceLock;
 
 impl Cpu {
@@ -16,33 +16,37 @@ impl Cpu {
 }
 
 /// This CPU's features and vector lengths.
+#[cfg(target_arch = "x86_64")]
 fn detect() -> Cpu {
-    let mut f: Vec<Feature> = Vec::new();
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::is_x86_feature_detected as has;
-        for (on, feat) in [
-            (has!("avx2"), Feature::Avx2),
-            (has!("fma"), Feature::Fma),
-            (has!("f16c"), Feature::F16c),
-            (has!("avx512f"), Feature::Avx512f),
-            (has!("avx512bw"), Feature::Avx512bw),
-            (has!("avx512vl"), Feature::Avx512vl),
-            (has!("avx512vnni"), Feature::Avx512Vnni),
-            (has!("avxvnni"), Feature::AvxVnni),
-        ] {
-            if on {
-                f.push(feat);
-            }
-        }
-    }
-    #[cfg(all(target_arch = "aarch64", target_os = "linux"))]
-    {
-        let (cpu, sve_vl, sme_svl) = aarch64_linux::detect();
-        return cpu.with_vector_lengths(sve_vl, sme_svl);
-    }
-    #[allow(unreachable_code)]
+    use crate::cpu::{Feature, Features};
+    use std::is_x86_feature_detected as has;
+    let f: Vec<Feature> = [
+        (has!("avx2"), Feature::Avx2),
+        (has!("fma"), Feature::Fma),
+        (has!("f16c"), Feature::F16c),
+        (has!("avx512f"), Feature::Avx512f),
+        (has!("avx512bw"), Feature::Avx512bw),
+        (has!("avx512vl"), Feature::Avx512vl),
+        (has!("avx512vnni"), Feature::Avx512Vnni),
+        (has!("avxvnni"), Feature::AvxVnni),
+    ]
+    .into_iter()
+    .filter_map(|(on, feat)| on.then_some(feat))
+    .collect();
     Cpu::with(Features::of(&f))
+}
+
+/// This CPU's features and vector lengths.
+#[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+fn detect() -> Cpu {
+    let (cpu, sve_vl, sme_svl) = aarch64_linux::detect();
+    cpu.with_vector_lengths(sve_vl, sme_svl)
+}
+
+/// Elsewhere only the portable kernels run.
+#[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_os = "linux"))))]
+fn detect() -> Cpu {
+    Cpu::with(crate::cpu::Features::NONE)
 }
 
 /// aarch64 Linux: features from the auxiliary vector (`getauxval(AT_HWCAP / AT_HWCAP2)`, what the kernel

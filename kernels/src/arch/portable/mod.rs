@@ -2,7 +2,8 @@
 //! type, zero-point storage), bits 2/4/8, any block size. The last rung of every ladder.
 //!
 //! Every kernel walks a tile panel by panel; per (panel, block) it decodes the block's codes once into a small
-//! buffer and applies it to every row of the tile, so M > 1 amortises the unpacking. Two families:
+//! buffer and applies it to every row of the tile, so M > 1 amortises the unpacking. Two families use them
+//! (the tables are in `registry.rs`):
 //!
 //! - `portable_{fp32,int8}_qunbp8x4`: the default. Unsigned codes, nr = 8, kr = 4, f32 scales and zero points;
 //!   both kernels have a fast path for 4-bit codes in this layout.
@@ -17,8 +18,7 @@ mod matmul_f32_qsi8dbp4x8_qnb_portable;
 mod matmul_f32_qsu8db_qnb_portable;
 
 use crate::cpu::{Cpu, Features, Isa};
-use crate::family::Family;
-use crate::pack::{Codes, LhsFormat, RhsLayout, ScaleType, ZpStorage};
+use crate::pack::{Codes, LhsFormat, RhsLayout, ZpStorage};
 use crate::problem::ComputePath;
 use crate::ukernel::{Geometry, RhsReads, RunArgs, UKernel};
 
@@ -71,52 +71,6 @@ pub static INT8_P4X8: UKernel = UKernel {
     geometry: |_, l| Geometry::new(4, l.nr, 4),
     run: matmul_f32_qsi8dbp4x8_qnb_portable::run,
 };
-
-const QUNB_P8X4: RhsLayout = RhsLayout::plain(8, 4);
-const QSNB_P8X8: RhsLayout = RhsLayout {
-    nr: 8,
-    kr: 8,
-    codes: Codes::Signed,
-    scales: ScaleType::F32,
-    zero_points: ZpStorage::Correction,
-    block_sums: false,
-};
-const QSNB_P8X8_F16_BSUM: RhsLayout = RhsLayout { scales: ScaleType::F16, block_sums: true, ..QSNB_P8X8 };
-
-pub(crate) static FAMILIES: [&Family; 4] = [
-    &Family {
-        name: "portable_fp32_qunbp8x4",
-        rank: 20,
-        path: ComputePath::Fp32,
-        gemv: &FP32,
-        gemm: &FP32,
-        layout: |_| QUNB_P8X4,
-    },
-    &Family {
-        name: "portable_int8_qunbp8x4",
-        rank: 20,
-        path: ComputePath::Int8,
-        gemv: &INT8,
-        gemm: &INT8,
-        layout: |_| QUNB_P8X4,
-    },
-    &Family {
-        name: "portable_fp32_qsnbp8x8",
-        rank: 10,
-        path: ComputePath::Fp32,
-        gemv: &FP32,
-        gemm: &FP32,
-        layout: |_| QSNB_P8X8,
-    },
-    &Family {
-        name: "portable_int8_qsnbp8x8",
-        rank: 10,
-        path: ComputePath::Int8,
-        gemv: &INT8_U8,
-        gemm: &INT8_P4X8,
-        layout: |_| QSNB_P8X8_F16_BSUM,
-    },
-];
 
 fn supports_any(bits: u32, bl: usize) -> bool {
     matches!(bits, 2 | 4 | 8) && bl >= 16 && bl.is_power_of_two() && bl <= crate::format::MAX_BLOCK_SIZE
