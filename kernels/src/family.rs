@@ -10,7 +10,7 @@
 
 use crate::cpu::Cpu;
 use crate::format::{FormatError, Weights};
-use crate::pack::{LhsSource, PackedLhs, PackedRhs, RhsLayout};
+use crate::pack::{LhsSource, PackedLhs, PackedRhs, QuantizeBlock, RhsLayout};
 use crate::plan::{OutTiles, TilePlan};
 use crate::problem::{ComputePath, Problem};
 use crate::ukernel::{Geometry, RunArgs, UKernel};
@@ -87,6 +87,8 @@ pub struct Selected {
     gemm: &'static UKernel,
     gemv_geometry: Geometry,
     gemm_geometry: Geometry,
+    /// The activation quantizer for the CPU this was resolved for (same numbers on every CPU).
+    quantize: QuantizeBlock,
 }
 
 impl Selected {
@@ -137,7 +139,8 @@ impl Selected {
                 return Err(format!("{}: m_step {} is not a multiple of mr {}", k.name, g.m_step, k.lhs.mr()));
             }
         }
-        Ok(Selected { name, path, layout, gemv, gemm, gemv_geometry: gv, gemm_geometry: gm })
+        let quantize = crate::arch::quantize_block_for(cpu);
+        Ok(Selected { name, path, layout, gemv, gemm, gemv_geometry: gv, gemm_geometry: gm, quantize })
     }
 
     /// The family's name (the kernel's, for [`Selected::single`]).
@@ -186,7 +189,7 @@ impl Selected {
 
     /// Packs one call's activations in the format of the kernel that runs for `m` rows.
     pub fn pack_lhs(&self, a: LhsSource<'_>, m: usize, rhs: &PackedRhs) -> PackedLhs {
-        PackedLhs::pack(a, m, rhs, self.kernel_for(m).0.lhs)
+        PackedLhs::pack_with(a, m, rhs, self.kernel_for(m).0.lhs, self.quantize)
     }
 
     /// The tile grid for an M×N output.

@@ -7,6 +7,8 @@
 //! debugging hook). Naming a rung this CPU lacks, or an unknown or unrunnable family, is an error.
 
 use crate::arch::portable;
+#[cfg(target_arch = "x86_64")]
+use crate::arch::x86_64;
 use crate::cpu::{Cpu, Isa};
 use crate::family::{Family, Selected};
 use crate::pack::{Codes, RhsLayout, ScaleType, ZpStorage};
@@ -16,7 +18,20 @@ use std::sync::OnceLock;
 
 /// Every kernel in this build.
 pub fn kernels() -> &'static [&'static UKernel] {
-    static ALL: &[&UKernel] = &[&portable::FP32, &portable::INT8, &portable::INT8_U8, &portable::INT8_P4X8];
+    static ALL: &[&UKernel] = &[
+        &portable::FP32,
+        &portable::INT8,
+        &portable::INT8_U8,
+        &portable::INT8_P4X8,
+        #[cfg(target_arch = "x86_64")]
+        &x86_64::INT8_GEMV_AVX512VNNI,
+        #[cfg(target_arch = "x86_64")]
+        &x86_64::INT8_GEMM_AVX512VNNI,
+        #[cfg(target_arch = "x86_64")]
+        &x86_64::FP32_GEMV_AVX512,
+        #[cfg(target_arch = "x86_64")]
+        &x86_64::FP32_GEMM_AVX512,
+    ];
     ALL
 }
 
@@ -32,7 +47,25 @@ const QSNB_P8X8: RhsLayout = RhsLayout {
 };
 const QSNB_P8X8_F16_BSUM: RhsLayout = RhsLayout { scales: ScaleType::F16, block_sums: true, ..QSNB_P8X8 };
 
-static FAMILIES: [&Family; 4] = [
+static FAMILIES: &[&Family] = &[
+    #[cfg(target_arch = "x86_64")]
+    &Family {
+        name: "avx512vnni_int8_qunbp64x4",
+        rank: 40,
+        path: ComputePath::Int8,
+        gemv: &x86_64::INT8_GEMV_AVX512VNNI,
+        gemm: &x86_64::INT8_GEMM_AVX512VNNI,
+        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
+    },
+    #[cfg(target_arch = "x86_64")]
+    &Family {
+        name: "avx512vnni_fp32_qunbp64x4",
+        rank: 40,
+        path: ComputePath::Fp32,
+        gemv: &x86_64::FP32_GEMV_AVX512,
+        gemm: &x86_64::FP32_GEMM_AVX512,
+        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
+    },
     &Family {
         name: "portable_fp32_qunbp8x4",
         rank: 20,

@@ -273,9 +273,8 @@ impl MatMulNBits {
             Output::F16(y16) => {
                 let mut y = vec![0f32; y16.len()];
                 run(&mut y)?;
-                for (d, s) in y16.iter_mut().zip(&y) {
-                    *d = half::f16::from_f32(*s);
-                }
+                // F16C (x86) / FCVT (aarch64) when the CPU has them: not a per-element slow path.
+                half::slice::HalfFloatSliceExt::convert_from_f32_slice(y16, &y);
                 Ok(())
             }
         }

@@ -2,9 +2,24 @@
 //! intrinsics, `asm!` or raw-pointer kernels.
 
 pub mod portable;
+#[cfg(target_arch = "x86_64")]
+pub mod x86_64;
 
 use crate::cpu::Cpu;
 use std::sync::OnceLock;
+
+/// The fastest activation quantizer `cpu` runs (all give the same numbers as `pack::quantize_block`).
+pub(crate) fn quantize_block_for(cpu: &Cpu) -> crate::pack::QuantizeBlock {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::cpu::Feature;
+        if cpu.has(Feature::Avx512f) && cpu.has(Feature::Avx512bw) {
+            return x86_64::quantize_block_avx512::quantize_block;
+        }
+    }
+    let _ = cpu;
+    crate::pack::quantize_block
+}
 
 impl Cpu {
     /// This process's CPU, detected once (kept here, beside the platform code, so that `cpu` depends on

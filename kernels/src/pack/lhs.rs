@@ -38,8 +38,19 @@ impl LhsSource<'_> {
     }
 
     /// Copies row `m` (K values) into `out` through the packing's K map, as f32; positions without a source
-    /// become 0.
+    /// become 0. f16 rows convert with the CPU's conversion instructions (F16C, FCVT) where it has them.
     fn gather_row(&self, m: usize, k: usize, k_map: Option<&[u32]>, out: &mut [f32]) {
+        if k_map.is_none() {
+            match self {
+                LhsSource::F32(a) => out[..k].copy_from_slice(&a[m * k..][..k]),
+                LhsSource::F16(a) => {
+                    use half::slice::HalfFloatSliceExt;
+                    a[m * k..][..k].convert_to_f32_slice(&mut out[..k]);
+                }
+            }
+            out[k..].fill(0.0);
+            return;
+        }
         let get = |i: usize| -> f32 {
             match self {
                 LhsSource::F32(a) => a[m * k + i],
@@ -124,12 +135,20 @@ pub struct PackedLhs {
     pub(crate) sum: Vec<i32>,
 }
 
+/// Quantizes one block as [`quantize_block`] does, bit for bit (arch-specific versions are tested against it).
+pub type QuantizeBlock = fn(&[f32], &mut [i8]) -> (f32, i32);
+
 impl PackedLhs {
     /// Packs `m` rows of A (each K long) for `rhs`, in `format`.
     ///
     /// # Panics
     /// If `a` does not hold m·K values, or the format cannot lay out this K (see [`LhsFormat::fits`]).
     pub fn pack(a: LhsSource<'_>, m: usize, rhs: &PackedRhs, format: LhsFormat) -> Self {
+        Self::pack_with(a, m, rhs, format, quantize_block)
+    }
+
+    /// [`PackedLhs::pack`] with a given block quantizer (the CPU's fastest; the same numbers).
+    pub fn pack_with(a: LhsSource<'_>, m: usize, rhs: &PackedRhs, format: LhsFormat, quant: QuantizeBlock) -> Self {
         let k = rhs.params.k;
         assert_eq!(a.len(), m * k, "A has {} values, expected M*K = {}*{}", a.len(), m, k);
         let (kp, bl, blocks) = (rhs.k_packed(), rhs.params.block_size, rhs.blocks);
@@ -160,7 +179,7 @@ impl PackedLhs {
         for i in 0..m {
             a.gather_row(i, k, k_map, &mut row);
             for b in 0..blocks {
-                let (s, t) = quantize_block(&row[b * bl..][..bl], &mut q[b * bl..][..bl]);
+                let (s, t) = quant(&row[b * bl..][..bl], &mut q[b * bl..][..bl]);
                 out.scale[i * blocks + b] = s;
                 out.sum[i * blocks + b] = t;
             }

@@ -7,5 +7,5 @@ pub mod lhs;
 pub mod rhs;
 
 pub use layout::{Codes, RecordLayout, RhsLayout, ScaleType, ZpStorage, code_position};
-pub use lhs::{LhsFormat, LhsSource, PackedLhs, quantize_block};
+pub use lhs::{LhsFormat, LhsSource, PackedLhs, QuantizeBlock, quantize_block};
 pub use rhs::{NO_SOURCE, PackedRhs};

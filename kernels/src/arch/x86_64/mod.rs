@@ -1,0 +1,87 @@
+//! x86_64 kernels (std::arch intrinsics inside `#[target_feature]` functions). Ladder: avx512vnni → avx2 →
+//! portable.
+
+mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x64_avx512vnni;
+mod matmul_f32_f32_qunbp64x4_sf32_zpc_6x32_avx512vnni;
+mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x64_avx512vnni;
+mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_6x32_avx512vnni;
+mod qunbp64x4_fma;
+mod qunbp64x4_vnni;
+mod tiles;
+pub(crate) mod quantize_block_avx512;
+
+use crate::cpu::{Cpu, Feature, Features, Isa};
+use crate::pack::{Codes, LhsFormat, RhsLayout, ScaleType, ZpStorage};
+use crate::problem::ComputePath;
+use crate::ukernel::{Geometry, RhsReads, UKernel};
+
+/// Unsigned n-bit codes, 64 columns × 4 K per group (one zmm of `vpdpbusd` u8 operands per 16 columns), f32
+/// scales, zero points folded into c = −s·z.
+pub const QUNBP64X4_SF32_ZPC: RhsLayout = RhsLayout {
+    nr: qunbp64x4_vnni::NR,
+    kr: qunbp64x4_vnni::KR,
+    codes: Codes::Unsigned,
+    scales: ScaleType::F32,
+    zero_points: ZpStorage::Correction,
+    block_sums: false,
+};
+
+const AVX512VNNI: Features = Features::of(&[Feature::Avx512f, Feature::Avx512bw, Feature::Avx512Vnni]);
+
+fn supports_all(bits: u32, bl: usize) -> bool {
+    matches!(bits, 2 | 4 | 8) && bl >= 16 && bl.is_power_of_two() && bl <= crate::format::MAX_BLOCK_SIZE
+}
+
+/// int8 GEMV, AVX-512 VNNI: one row × 64 columns per register tile (8 independent accumulator chains).
+pub static INT8_GEMV_AVX512VNNI: UKernel = UKernel {
+    name: "matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x64_avx512vnni",
+    isa: Isa::Avx512Vnni,
+    requires: AVX512VNNI,
+    path: ComputePath::Int8,
+    lhs: LhsFormat::Qsi8Db,
+    rhs: RhsReads::Only(|_: &Cpu| QUNBP64X4_SF32_ZPC),
+    supports: supports_all,
+    geometry: |_, _| Geometry::new(1, qunbp64x4_vnni::NR, 1),
+    run: matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x64_avx512vnni::run,
+};
+
+/// int8 GEMM, AVX-512 VNNI: 6 rows × 32 columns per register tile (codes unpacked once for 6 rows).
+pub static INT8_GEMM_AVX512VNNI: UKernel = UKernel {
+    name: "matmul_f32_qsi8db_qunbp64x4_sf32_zpc_6x32_avx512vnni",
+    isa: Isa::Avx512Vnni,
+    requires: AVX512VNNI,
+    path: ComputePath::Int8,
+    lhs: LhsFormat::Qsi8Db,
+    rhs: RhsReads::Only(|_: &Cpu| QUNBP64X4_SF32_ZPC),
+    supports: supports_all,
+    geometry: |_, _| Geometry { max_task_rows: 48, ..Geometry::new(6, qunbp64x4_vnni::NR, usize::MAX) },
+    run: matmul_f32_qsi8db_qunbp64x4_sf32_zpc_6x32_avx512vnni::run,
+};
+
+const AVX512F: Features = Features::of(&[Feature::Avx512f]);
+
+/// fp32-path GEMV, AVX-512 FMA: one row × 64 columns per register tile.
+pub static FP32_GEMV_AVX512: UKernel = UKernel {
+    name: "matmul_f32_f32_qunbp64x4_sf32_zpc_1x64_avx512vnni",
+    isa: Isa::Avx512Vnni,
+    requires: AVX512F,
+    path: ComputePath::Fp32,
+    lhs: LhsFormat::F32,
+    rhs: RhsReads::Only(|_: &Cpu| QUNBP64X4_SF32_ZPC),
+    supports: supports_all,
+    geometry: |_, _| Geometry::new(1, qunbp64x4_vnni::NR, 1),
+    run: matmul_f32_f32_qunbp64x4_sf32_zpc_1x64_avx512vnni::run,
+};
+
+/// fp32-path GEMM, AVX-512 FMA: 6 rows × 32 columns per register tile.
+pub static FP32_GEMM_AVX512: UKernel = UKernel {
+    name: "matmul_f32_f32_qunbp64x4_sf32_zpc_6x32_avx512vnni",
+    isa: Isa::Avx512Vnni,
+    requires: AVX512F,
+    path: ComputePath::Fp32,
+    lhs: LhsFormat::F32,
+    rhs: RhsReads::Only(|_: &Cpu| QUNBP64X4_SF32_ZPC),
+    supports: supports_all,
+    geometry: |_, _| Geometry { max_task_rows: 48, ..Geometry::new(6, qunbp64x4_vnni::NR, usize::MAX) },
+    run: matmul_f32_f32_qunbp64x4_sf32_zpc_6x32_avx512vnni::run,
+};
