@@ -31,6 +31,18 @@ pub fn kernels() -> &'static [&'static UKernel] {
         &x86_64::FP32_GEMV_AVX512,
         #[cfg(target_arch = "x86_64")]
         &x86_64::FP32_GEMM_AVX512,
+        #[cfg(target_arch = "x86_64")]
+        &x86_64::INT8_GEMV_AVXVNNI,
+        #[cfg(target_arch = "x86_64")]
+        &x86_64::INT8_GEMM_AVXVNNI,
+        #[cfg(target_arch = "x86_64")]
+        &x86_64::INT8_GEMV_AVX2,
+        #[cfg(target_arch = "x86_64")]
+        &x86_64::INT8_GEMM_AVX2,
+        #[cfg(target_arch = "x86_64")]
+        &x86_64::FP32_GEMV_AVX2,
+        #[cfg(target_arch = "x86_64")]
+        &x86_64::FP32_GEMM_AVX2,
     ];
     ALL
 }
@@ -55,6 +67,33 @@ static FAMILIES: &[&Family] = &[
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX512VNNI,
         gemm: &x86_64::INT8_GEMM_AVX512VNNI,
+        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
+    },
+    #[cfg(target_arch = "x86_64")]
+    &Family {
+        name: "avx2_vnni_int8_qunbp64x4",
+        rank: 35,
+        path: ComputePath::Int8,
+        gemv: &x86_64::INT8_GEMV_AVXVNNI,
+        gemm: &x86_64::INT8_GEMM_AVXVNNI,
+        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
+    },
+    #[cfg(target_arch = "x86_64")]
+    &Family {
+        name: "avx2_int8_qunbp64x4",
+        rank: 30,
+        path: ComputePath::Int8,
+        gemv: &x86_64::INT8_GEMV_AVX2,
+        gemm: &x86_64::INT8_GEMM_AVX2,
+        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
+    },
+    #[cfg(target_arch = "x86_64")]
+    &Family {
+        name: "avx2_fp32_qunbp64x4",
+        rank: 30,
+        path: ComputePath::Fp32,
+        gemv: &x86_64::FP32_GEMV_AVX2,
+        gemm: &x86_64::FP32_GEMM_AVX2,
         layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
     },
     #[cfg(target_arch = "x86_64")]
@@ -258,15 +297,25 @@ mod tests {
             };
             let head = format!("matmul_f32_{}_{rhs}_", k.lhs().name());
             assert!(k.name().starts_with(&head), "{}: expected {head}...", k.name());
-            assert!(k.name().ends_with(&format!("_{}", k.isa().name())), "{}: isa {}", k.name(), k.isa());
+            let engine = format!("_{}", k.isa().name());
+            let tail = &k.name()[k.name().rfind(&engine).unwrap_or_else(|| panic!("{}: no _{}", k.name(), k.isa()))..];
+            assert!(
+                tail == engine
+                    || tail[engine.len()..]
+                        .strip_prefix('_')
+                        .is_some_and(|t| t.bytes().all(|b| b.is_ascii_lowercase())),
+                "{}: must end with _{}[_<tech>]",
+                k.name(),
+                k.isa()
+            );
             assert!(Isa::Portable.features().contains(k.requires()) || k.isa() != Isa::Portable, "{}", k.name());
             assert!(k.isa().features().contains(k.requires()), "{}: needs more than its rung {}", k.name(), k.isa());
         }
         for f in families() {
             let layout = f.layout(&Cpu::with(f.gemm().requires().union(f.gemv().requires())));
             let base = layout.name().split("_s").next().unwrap().to_string();
-            let want = format!("{}_{}_{base}", f.gemm().isa(), f.path().name());
-            assert_eq!(f.name(), want);
+            let (isa, tail) = (f.gemm().isa().name(), format!("_{}_{base}", f.path().name()));
+            assert!(f.name().starts_with(isa) && f.name().ends_with(&tail), "{}: want {isa}[_<tech>]{tail}", f.name());
             assert_eq!(f.gemv().path(), f.path());
             assert_eq!(f.gemm().path(), f.path());
         }

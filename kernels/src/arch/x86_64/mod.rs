@@ -1,14 +1,21 @@
 //! x86_64 kernels (std::arch intrinsics inside `#[target_feature]` functions). Ladder: avx512vnni → avx2 →
 //! portable.
 
+mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x32_avx2;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x64_avx512vnni;
+mod matmul_f32_f32_qunbp64x4_sf32_zpc_3x16_avx2;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_6x32_avx512vnni;
+mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x32_avx2;
+mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x32_avx2_vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x64_avx512vnni;
+mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_3x16_avx2;
+mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_3x16_avx2_vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_6x32_avx512vnni;
+pub(crate) mod quantize_block_avx512;
+mod qunbp64x4_avx2;
 mod qunbp64x4_fma;
 mod qunbp64x4_vnni;
 mod tiles;
-pub(crate) mod quantize_block_avx512;
 
 use crate::cpu::{Cpu, Feature, Features, Isa};
 use crate::pack::{Codes, LhsFormat, RhsLayout, ScaleType, ZpStorage};
@@ -85,3 +92,87 @@ pub static FP32_GEMM_AVX512: UKernel = UKernel {
     geometry: |_, _| Geometry { max_task_rows: 48, ..Geometry::new(6, qunbp64x4_vnni::NR, usize::MAX) },
     run: matmul_f32_f32_qunbp64x4_sf32_zpc_6x32_avx512vnni::run,
 };
+
+const AVX2: Features = Features::of(&[Feature::Avx2, Feature::Fma]);
+const AVX2_VNNI: Features = Features::of(&[Feature::Avx2, Feature::Fma, Feature::AvxVnni]);
+
+macro_rules! avx2_kernel {
+    ($static:ident, $name:literal, $file:ident, $req:expr, $path:expr, $lhs:expr, $geometry:expr) => {
+        pub static $static: UKernel = UKernel {
+            name: $name,
+            isa: Isa::Avx2,
+            requires: $req,
+            path: $path,
+            lhs: $lhs,
+            rhs: RhsReads::Only(|_: &Cpu| QUNBP64X4_SF32_ZPC),
+            supports: supports_all,
+            geometry: $geometry,
+            run: $file::run,
+        };
+    };
+}
+
+/// GEMV geometry on 64-column panels (two 32-column units each).
+fn gemv_geometry(_: &Cpu, _: &RhsLayout) -> Geometry {
+    Geometry::new(1, qunbp64x4_vnni::NR, 1)
+}
+
+/// GEMM geometry: 3-row register tiles, up to 48 rows per task.
+fn gemm3_geometry(_: &Cpu, _: &RhsLayout) -> Geometry {
+    Geometry { max_task_rows: 48, ..Geometry::new(3, qunbp64x4_vnni::NR, usize::MAX) }
+}
+
+avx2_kernel!(
+    INT8_GEMV_AVXVNNI,
+    "matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x32_avx2_vnni",
+    matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x32_avx2_vnni,
+    AVX2_VNNI,
+    ComputePath::Int8,
+    LhsFormat::Qsi8Db,
+    gemv_geometry
+);
+avx2_kernel!(
+    INT8_GEMM_AVXVNNI,
+    "matmul_f32_qsi8db_qunbp64x4_sf32_zpc_3x16_avx2_vnni",
+    matmul_f32_qsi8db_qunbp64x4_sf32_zpc_3x16_avx2_vnni,
+    AVX2_VNNI,
+    ComputePath::Int8,
+    LhsFormat::Qsi8Db,
+    gemm3_geometry
+);
+avx2_kernel!(
+    INT8_GEMV_AVX2,
+    "matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x32_avx2",
+    matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x32_avx2,
+    AVX2,
+    ComputePath::Int8,
+    LhsFormat::Qsi8Db,
+    gemv_geometry
+);
+avx2_kernel!(
+    INT8_GEMM_AVX2,
+    "matmul_f32_qsi8db_qunbp64x4_sf32_zpc_3x16_avx2",
+    matmul_f32_qsi8db_qunbp64x4_sf32_zpc_3x16_avx2,
+    AVX2,
+    ComputePath::Int8,
+    LhsFormat::Qsi8Db,
+    gemm3_geometry
+);
+avx2_kernel!(
+    FP32_GEMV_AVX2,
+    "matmul_f32_f32_qunbp64x4_sf32_zpc_1x32_avx2",
+    matmul_f32_f32_qunbp64x4_sf32_zpc_1x32_avx2,
+    AVX2,
+    ComputePath::Fp32,
+    LhsFormat::F32,
+    gemv_geometry
+);
+avx2_kernel!(
+    FP32_GEMM_AVX2,
+    "matmul_f32_f32_qunbp64x4_sf32_zpc_3x16_avx2",
+    matmul_f32_f32_qunbp64x4_sf32_zpc_3x16_avx2,
+    AVX2,
+    ComputePath::Fp32,
+    LhsFormat::F32,
+    gemm3_geometry
+);

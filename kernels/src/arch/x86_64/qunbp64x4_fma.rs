@@ -5,6 +5,8 @@
 //! `acc = Σ a·q` in f32, then `y += s·acc + c·Σa` (c = −s·z; without zero points c = −s·2^(bits−1)), Σa
 //! summed from the block's activations in the same pass.
 
+// Register tiles are indexed [row][column group]: index loops read like the algebra.
+#![allow(clippy::needless_range_loop)]
 use super::qunbp64x4_vnni::{KR, NR};
 use crate::ukernel::RunArgs;
 use std::arch::x86_64::*;
@@ -50,12 +52,16 @@ pub(crate) unsafe fn unit<const R: usize, const G: usize, const BITS: usize>(
                 // SAFETY: chunk c, group grp, column groups unit·G.. of the record's codes.
                 let base = unsafe { rec.add(c * chunk_bytes + grp * NR * KR + unit * 64 * G) };
                 // SAFETY: 64 bytes inside the record.
-                let v: [__m512i; G] = std::array::from_fn(|g| unsafe { _mm512_loadu_si512(base.add(64 * g).cast()) });
+                let v: [__m512i; G] = std::array::from_fn(|g| {
+                    // SAFETY: one vector of codes inside the record.
+                    unsafe { _mm512_loadu_si512(base.add(64 * g).cast()) }
+                });
                 for l in 0..cpb {
                     for i in 0..KR {
                         let sh = _mm_cvtsi32_si128((8 * i + l * BITS) as i32);
-                        let w: [__m512; G] =
-                            std::array::from_fn(|g| _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srl_epi32(v[g], sh), field)));
+                        let w: [__m512; G] = std::array::from_fn(|g| {
+                            _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srl_epi32(v[g], sh), field))
+                        });
                         let k = c * chunk + l * lane_len + KR * grp + i;
                         for r in 0..R {
                             // SAFETY: k < bl: inside row r's block.
@@ -77,15 +83,17 @@ pub(crate) unsafe fn unit<const R: usize, const G: usize, const BITS: usize>(
             }
             _mm512_reduce_add_ps(s)
         });
-        // SAFETY: this record's scales (and corrections) of the unit's columns, f32.
-        let (sc, zc) = unsafe {
-            let s = rec.add(a.rhs_scales + 4 * 16 * G * unit).cast::<f32>();
-            let z = rec.add(a.rhs_zp + 4 * 16 * G * unit).cast::<f32>();
-            let sc: [__m512; G] = std::array::from_fn(|g| _mm512_loadu_ps(s.add(16 * g)));
-            let zc: [__m512; G] = std::array::from_fn(|g| {
-                if has_zp { _mm512_loadu_ps(z.add(16 * g)) } else { _mm512_mul_ps(sc[g], _mm512_set1_ps(-mid)) }
-            });
-            (sc, zc)
+        let (sc, zc) = {
+            // SAFETY: this record's scales (and corrections) of the unit's columns, f32.
+            unsafe {
+                let s = rec.add(a.rhs_scales + 4 * 16 * G * unit).cast::<f32>();
+                let z = rec.add(a.rhs_zp + 4 * 16 * G * unit).cast::<f32>();
+                let sc: [__m512; G] = std::array::from_fn(|g| _mm512_loadu_ps(s.add(16 * g)));
+                let zc: [__m512; G] = std::array::from_fn(|g| {
+                    if has_zp { _mm512_loadu_ps(z.add(16 * g)) } else { _mm512_mul_ps(sc[g], _mm512_set1_ps(-mid)) }
+                });
+                (sc, zc)
+            }
         };
         for r in 0..R {
             let x = _mm512_set1_ps(asum[r]);

@@ -13,6 +13,8 @@
 //! plain codes first (two ops per 64 bytes, shared by every row of a multi-row tile). int32 sums wrap
 //! modulo 2^32 inside a block but end exact: |Σ| ≤ 255·127·65536 < 2^31 at the largest block.
 
+// Register tiles are indexed [row][column group]: index loops read like the algebra.
+#![allow(clippy::needless_range_loop)]
 use crate::ukernel::RunArgs;
 use std::arch::x86_64::*;
 
@@ -70,8 +72,9 @@ pub(crate) unsafe fn unit<const R: usize, const G: usize, const BITS: usize>(
                 };
                 // SAFETY: block b's record of this panel.
                 let rec = unsafe { prec.add(b * a.rhs_record) };
-                let init: [__m512i; R] =
-                    std::array::from_fn(|r| if has_zp { _mm512_setzero_si512() } else { _mm512_set1_epi32(-mid * qsum[r]) });
+                let init: [__m512i; R] = std::array::from_fn(|r| {
+                    if has_zp { _mm512_setzero_si512() } else { _mm512_set1_epi32(-mid * qsum[r]) }
+                });
                 let mut acc = [[_mm512_setzero_si512(); G]; R];
                 for r in 0..R {
                     acc[r] = [init[r]; G];
@@ -114,10 +117,17 @@ pub(crate) unsafe fn unit<const R: usize, const G: usize, const BITS: usize>(
                             // SAFETY: as above.
                             let base = unsafe { rec.add(c * chunk_bytes + grp * NR * KR + half * 64 * G) };
                             // SAFETY: 64 bytes inside the record.
-                            let v: [__m512i; G] = std::array::from_fn(|g| unsafe { _mm512_loadu_si512(base.add(64 * g).cast()) });
+                            let v: [__m512i; G] = std::array::from_fn(|g| {
+                                // SAFETY: one vector of codes inside the record.
+                                unsafe { _mm512_loadu_si512(base.add(64 * g).cast()) }
+                            });
                             for l in 0..cpb {
                                 let w: [__m512i; G] = std::array::from_fn(|g| {
-                                    if BITS == 8 { v[g] } else { _mm512_and_si512(_mm512_srl_epi32(v[g], shift[l]), field) }
+                                    if BITS == 8 {
+                                        v[g]
+                                    } else {
+                                        _mm512_and_si512(_mm512_srl_epi32(v[g], shift[l]), field)
+                                    }
                                 });
                                 let k = c * chunk + l * lane_len + KR * grp;
                                 for r in 0..R {
@@ -130,14 +140,18 @@ pub(crate) unsafe fn unit<const R: usize, const G: usize, const BITS: usize>(
                         }
                     }
                 }
-                // SAFETY: scales (and corrections) of this record's 64 columns, f32.
-                let (sc, zc) = unsafe {
-                    let s = rec.add(a.rhs_scales + 4 * 16 * G * half).cast::<f32>();
-                    let z = rec.add(a.rhs_zp + 4 * 16 * G * half).cast::<f32>();
-                    (
-                        std::array::from_fn::<__m512, G, _>(|g| _mm512_loadu_ps(s.add(16 * g))),
-                        std::array::from_fn::<__m512, G, _>(|g| if has_zp { _mm512_loadu_ps(z.add(16 * g)) } else { _mm512_setzero_ps() }),
-                    )
+                let (sc, zc) = {
+                    // SAFETY: scales (and corrections) of this record's 64 columns, f32.
+                    unsafe {
+                        let s = rec.add(a.rhs_scales + 4 * 16 * G * half).cast::<f32>();
+                        let z = rec.add(a.rhs_zp + 4 * 16 * G * half).cast::<f32>();
+                        (
+                            std::array::from_fn::<__m512, G, _>(|g| _mm512_loadu_ps(s.add(16 * g))),
+                            std::array::from_fn::<__m512, G, _>(|g| {
+                                if has_zp { _mm512_loadu_ps(z.add(16 * g)) } else { _mm512_setzero_ps() }
+                            }),
+                        )
+                    }
                 };
                 for r in 0..R {
                     let sa_v = _mm512_set1_ps(sa[r]);

@@ -1,0 +1,289 @@
+//! The bodies shared by the AVX2 kernels on `qunbp64x4_sf32_zpc` weights (layout: see `qunbp64x4_vnni`): one
+//! ymm holds 8 columns × 4 K of one code lane group, so a 64-byte group of the layout is 2 ymm per 16 columns.
+//!
+//! int8 path: codes are shifted down to plain u8 values (`(v >> l·bits) & mask`) and multiplied with the
+//! broadcast dword of 4 int8 activations either by AVX-VNNI `vpdpbusd ymm` or, without it, by `vpmaddubsw`
+//! (u8×s8 pairs to i16: at most 2·15·127, no saturation for ≤ 4-bit codes; 8-bit codes are split into nibbles,
+//! the high one weighted ×16 in `vpmaddwd`) + `vpmaddwd` to int32. Per block: `acc = Σ q_a·q_w − m·Σq_a` (no zero
+//! points) or `+ c·sa·Σq_a` in f32 (zero points), `y += cvt(acc)·s·sa`.
+//! fp32 path: codes → f32 in registers, `acc = Σ a·q` per block, `y += s·acc + c·Σa`.
+
+// Register tiles are indexed [row][column group]: index loops read like the algebra.
+#![allow(clippy::needless_range_loop)]
+use super::qunbp64x4_vnni::{KR, NR};
+use crate::ukernel::RunArgs;
+use std::arch::x86_64::*;
+
+/// Generates an int8 unit function for one feature set. `$dot(acc, w, x)` adds the dot products of u8 codes
+/// `w` and s8 activations `x` to `acc`, for codes of `BITS` bits.
+macro_rules! int8_unit {
+    ($name:ident, $features:literal, $dot:ident) => {
+        /// One unit of a tile: rows `0..R` × `G` groups of 8 columns of `panel` starting at group `unit·G`, over
+        /// all K. LHS rows at `lhs` (stride `args.lhs_stride`), scales/sums at `lhs_scale`/`lhs_sum` (stride
+        /// `args.blocks`), output rows at `dst` (the tile's column 0); columns past `args.cols` never stored.
+        ///
+        /// # Safety
+        #[doc = concat!("The CPU has ", $features, ". `args` satisfies the `RunArgs` contract for a `qsi8db` LHS")]
+        /// and a `qunbp64x4_sf32_zpc` RHS; the pointers are at a row of that tile with at least `R` rows from
+        /// there.
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn $name<const R: usize, const G: usize, const BITS: usize>(
+            args: &RunArgs,
+            panel: usize,
+            unit: usize,
+            lhs: *const i8,
+            lhs_scale: *const f32,
+            lhs_sum: *const i32,
+            dst: *mut f32,
+        ) {
+            let a = args;
+            let bl = a.bl;
+            let chunk = bl.min(32);
+            let cpb = 8 / BITS;
+            let lane_len = chunk / cpb;
+            let groups = lane_len / KR;
+            let chunk_bytes = chunk * NR * BITS / 8;
+            let mid = 1i32 << (BITS - 1);
+            let field = _mm256_set1_epi8(((1u32 << BITS) - 1) as u8 as i8);
+            let shift: [__m128i; 4] = std::array::from_fn(|l| _mm_cvtsi32_si128((l * BITS) as i32));
+            let has_zp = a.has_zp != 0;
+            debug_assert!(panel < a.cols.div_ceil(NR) && unit < NR / (8 * G));
+            // SAFETY: panel < the tile's panels, inside the packed weights.
+            let prec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
+            let c0 = panel * NR + unit * 8 * G;
+            // Byte offset of this unit's first 8 columns inside a 256-byte group (16 columns = 64 bytes).
+            let goff = unit * 32 * G;
+            let mut f = [[_mm256_setzero_ps(); G]; R];
+            for b in 0..a.blocks {
+                // SAFETY: b < blocks; R rows of scales and sums.
+                let (sa, qsum): ([f32; R], [i32; R]) = unsafe {
+                    (
+                        std::array::from_fn(|r| *lhs_scale.add(r * a.blocks + b)),
+                        std::array::from_fn(|r| *lhs_sum.add(r * a.blocks + b)),
+                    )
+                };
+                // SAFETY: block b's record of this panel.
+                let rec = unsafe { prec.add(b * a.rhs_record) };
+                let mut acc = [[_mm256_setzero_si256(); G]; R];
+                for r in 0..R {
+                    if !has_zp {
+                        acc[r] = [_mm256_set1_epi32(-mid * qsum[r]); G];
+                    }
+                }
+                // SAFETY: row r's block b: bl values.
+                let arow: [*const i8; R] = std::array::from_fn(|r| unsafe { lhs.add(r * a.lhs_stride + b * bl) });
+                for c in 0..bl / chunk {
+                    for grp in 0..groups {
+                        // SAFETY: chunk c, group grp of the record's codes.
+                        let base = unsafe { rec.add(c * chunk_bytes + grp * NR * KR + goff) };
+                        // SAFETY: 32 bytes inside the record.
+                        let v: [__m256i; G] = std::array::from_fn(|g| {
+                            // SAFETY: one vector of codes inside the record.
+                            unsafe { _mm256_loadu_si256(base.add(32 * g).cast()) }
+                        });
+                        for l in 0..cpb {
+                            let w: [__m256i; G] = std::array::from_fn(|g| {
+                                if BITS == 8 { v[g] } else { _mm256_and_si256(_mm256_srl_epi32(v[g], shift[l]), field) }
+                            });
+                            let k = c * chunk + l * lane_len + KR * grp;
+                            for r in 0..R {
+                                // SAFETY: k <= bl − 4: 4 bytes of row r's block.
+                                let x = _mm256_set1_epi32(unsafe { arow[r].add(k).cast::<i32>().read_unaligned() });
+                                for g in 0..G {
+                                    acc[r][g] = $dot::<BITS>(acc[r][g], w[g], x);
+                                }
+                            }
+                        }
+                    }
+                }
+                let (sc, zc) = {
+                    // SAFETY: this record's scales (and corrections) of the unit's columns, f32.
+                    unsafe {
+                        let s = rec.add(a.rhs_scales + 4 * 8 * G * unit).cast::<f32>();
+                        let z = rec.add(a.rhs_zp + 4 * 8 * G * unit).cast::<f32>();
+                        let sc: [__m256; G] = std::array::from_fn(|g| _mm256_loadu_ps(s.add(8 * g)));
+                        let zc: [__m256; G] = std::array::from_fn(|g| {
+                            if has_zp { _mm256_loadu_ps(z.add(8 * g)) } else { _mm256_setzero_ps() }
+                        });
+                        (sc, zc)
+                    }
+                };
+                for r in 0..R {
+                    let sa_v = _mm256_set1_ps(sa[r]);
+                    let corr = _mm256_set1_ps(sa[r] * qsum[r] as f32);
+                    for g in 0..G {
+                        let mut y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][g]), _mm256_mul_ps(sc[g], sa_v), f[r][g]);
+                        if has_zp {
+                            y = _mm256_fmadd_ps(zc[g], corr, y);
+                        }
+                        f[r][g] = y;
+                    }
+                }
+            }
+            // SAFETY: the tile's rows r < R and columns < cols (stores are clipped).
+            unsafe { store::<R, G>(a, c0, &f, dst) };
+        }
+    };
+}
+
+/// AVX-VNNI: one `vpdpbusd ymm`.
+#[inline]
+#[target_feature(enable = "avx2,fma,avxvnni")]
+fn dot_vnni<const BITS: usize>(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+    _mm256_dpbusd_avx_epi32(acc, w, x)
+}
+
+/// AVX2: `vpmaddubsw` + `vpmaddwd` (8-bit codes split into nibbles so the i16 pairs cannot saturate).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn dot_maddubs<const BITS: usize>(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+    {
+        if BITS == 8 {
+            let lo = _mm256_and_si256(w, _mm256_set1_epi8(0x0F));
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(w), _mm256_set1_epi8(0x0F));
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x), _mm256_set1_epi16(1));
+            let q = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x), _mm256_set1_epi16(16));
+            _mm256_add_epi32(acc, _mm256_add_epi32(p, q))
+        } else {
+            _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)))
+        }
+    }
+}
+
+int8_unit!(unit_avxvnni, "avx2,fma,avxvnni", dot_vnni);
+int8_unit!(unit_avx2, "avx2,fma", dot_maddubs);
+
+/// fp32 path: one unit of a tile (rows `0..R` × `G` groups of 8 columns of `panel` from group `unit·G`), f32
+/// LHS rows at `lhs`, output rows at `dst`.
+///
+/// # Safety
+/// The CPU has avx2 and fma. `args` satisfies the `RunArgs` contract for an `f32` LHS and a `qunbp64x4_sf32_zpc`
+/// RHS; the pointers are at a row of that tile with at least `R` rows from there.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn unit_fma<const R: usize, const G: usize, const BITS: usize>(
+    args: &RunArgs,
+    panel: usize,
+    unit: usize,
+    lhs: *const f32,
+    dst: *mut f32,
+) {
+    let a = args;
+    let bl = a.bl;
+    let chunk = bl.min(32);
+    let cpb = 8 / BITS;
+    let lane_len = chunk / cpb;
+    let groups = lane_len / KR;
+    let chunk_bytes = chunk * NR * BITS / 8;
+    let field = _mm256_set1_epi32(((1u32 << BITS) - 1) as i32);
+    let has_zp = a.has_zp != 0;
+    let mid = (1u32 << (BITS - 1)) as f32;
+    // SAFETY: panel < the tile's panels, inside the packed weights.
+    let prec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
+    let c0 = panel * NR + unit * 8 * G;
+    let goff = unit * 32 * G;
+    let mut f = [[_mm256_setzero_ps(); G]; R];
+    for b in 0..a.blocks {
+        // SAFETY: row r's block b: bl f32 values.
+        let arow: [*const f32; R] = std::array::from_fn(|r| unsafe { lhs.add(r * a.lhs_stride + b * bl) });
+        // SAFETY: block b's record of this panel.
+        let rec = unsafe { prec.add(b * a.rhs_record) };
+        let mut acc = [[_mm256_setzero_ps(); G]; R];
+        for c in 0..bl / chunk {
+            for grp in 0..groups {
+                // SAFETY: chunk c, group grp of the record's codes.
+                let base = unsafe { rec.add(c * chunk_bytes + grp * NR * KR + goff) };
+                // SAFETY: 32 bytes inside the record.
+                let v: [__m256i; G] = std::array::from_fn(|g| {
+                    // SAFETY: one vector of codes inside the record.
+                    unsafe { _mm256_loadu_si256(base.add(32 * g).cast()) }
+                });
+                for l in 0..cpb {
+                    for i in 0..KR {
+                        let sh = _mm_cvtsi32_si128((8 * i + l * BITS) as i32);
+                        let w: [__m256; G] = std::array::from_fn(|g| {
+                            _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srl_epi32(v[g], sh), field))
+                        });
+                        let k = c * chunk + l * lane_len + KR * grp + i;
+                        for r in 0..R {
+                            // SAFETY: k < bl: inside row r's block.
+                            let x = _mm256_set1_ps(unsafe { *arow[r].add(k) });
+                            for g in 0..G {
+                                acc[r][g] = _mm256_fmadd_ps(w[g], x, acc[r][g]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let asum: [f32; R] = std::array::from_fn(|r| {
+            let mut s = _mm256_setzero_ps();
+            for k in (0..bl).step_by(8) {
+                // SAFETY: k + 8 <= bl values of row r's block.
+                s = _mm256_add_ps(s, unsafe { _mm256_loadu_ps(arow[r].add(k)) });
+            }
+            hsum(s)
+        });
+        let (sc, zc) = {
+            // SAFETY: this record's scales (and corrections) of the unit's columns, f32.
+            unsafe {
+                let s = rec.add(a.rhs_scales + 4 * 8 * G * unit).cast::<f32>();
+                let z = rec.add(a.rhs_zp + 4 * 8 * G * unit).cast::<f32>();
+                let sc: [__m256; G] = std::array::from_fn(|g| _mm256_loadu_ps(s.add(8 * g)));
+                let zc: [__m256; G] = std::array::from_fn(|g| {
+                    if has_zp { _mm256_loadu_ps(z.add(8 * g)) } else { _mm256_mul_ps(sc[g], _mm256_set1_ps(-mid)) }
+                });
+                (sc, zc)
+            }
+        };
+        for r in 0..R {
+            let x = _mm256_set1_ps(asum[r]);
+            for g in 0..G {
+                f[r][g] = _mm256_fmadd_ps(zc[g], x, _mm256_fmadd_ps(acc[r][g], sc[g], f[r][g]));
+            }
+        }
+    }
+    // SAFETY: the tile's rows r < R and columns < cols (stores are clipped).
+    unsafe { store::<R, G>(a, c0, &f, dst) };
+}
+
+/// Horizontal sum of 8 f32.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn hsum(v: __m256) -> f32 {
+    {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+    }
+}
+
+/// Stores `f` (+ bias) to rows `0..R`, columns `c0 + 8g ..` of the tile, clipped to `args.cols` (AVX2 has no
+/// masked store for partial vectors that is also cheap to build: full vectors go out whole, a partial one
+/// through a small buffer).
+///
+/// # Safety
+/// The CPU has avx2; `dst` is row 0 of R rows of the tile (stride `dst_stride`), bias (if any) holds `cols`
+/// values.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn store<const R: usize, const G: usize>(a: &RunArgs, c0: usize, f: &[[__m256; G]; R], dst: *mut f32) {
+    for (r, fr) in f.iter().enumerate() {
+        for (g, &v) in fr.iter().enumerate() {
+            let col = c0 + 8 * g;
+            if col >= a.cols {
+                break;
+            }
+            let n = (a.cols - col).min(8);
+            let mut buf = [0f32; 8];
+            // SAFETY: buf holds 8 values.
+            unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), v) };
+            for (j, y) in buf.iter().enumerate().take(n) {
+                // SAFETY: columns col + j < cols of row r: inside the tile; bias holds `cols` values.
+                unsafe {
+                    let bias = if a.bias.is_null() { 0.0 } else { *a.bias.add(col + j) };
+                    *dst.add(r * a.dst_stride + col + j) = y + bias;
+                }
+            }
+        }
+    }
+}
