@@ -19,14 +19,26 @@ Variants (the bs/zp/acc flags pick them):
                                       so.register_custom_ops_library. Its ratio to the
                                       built-in twin is printed ("vs builtin").
 
+--dtype float32,float16 runs every case once per dtype. float16: A, scales and Y of
+MatMulNBits are float16 (type T = float16; the node has no bias input in either
+dtype); the weights are the same codes, the scales are the fp32 scales rounded to
+fp16. There is no fp16 MatMul baseline: onnxruntime's CPU EP has no float16 MatMul
+kernel here (it wraps an fp32 MatMul in Casts), so fp32-matmul runs for float32
+only and "x fp32" is empty on float16 rows. The dtype is a column of the tables
+(shown when a dtype other than float32 is selected) and a field of the JSON records.
+
 Measures (per case = shape, M, threads, variant):
   us/call  median of N timed calls (N adaptive so each case takes about --target-s)
-  GB/s     weight bytes / time (packed int4 + scales [+ zp]; fp32: 4*K*N)
+  GB/s     weight bytes / time (packed int4 + scales (4 or 2 B each) [+ zp]; fp32: 4*K*N)
   GOPS     2*M*N*K / time
   x fp32   fp32-matmul time / variant time (same shape, M, threads)
   acc4/acc0  acc0 twin time / acc4 time;  x builtin: built-in twin time / custom time
   rel.err  max|y - ref| / max|ref| on the first <= 4 rows, ref = numpy on the variant's own
-           dequantized weights (float64)
+           dequantized weights (float64; for float16: the fp16 A and the fp16-rounded scales,
+           y compared in float64). A rel.err above the tolerance is printed with a trailing
+           "!" and warned about on stderr; tolerance (--check-tol overrides): float16 0.02
+           (ORT's own fp16 MatMulNBits tests use rel 0.02, abs 0.055), float32 1e-4 for
+           acc0/acc1 (fp32 compute) and 0.05 for acc2-4 (fp16/bf16/int8 compute)
   x membw  GB/s / read bandwidth measured by bench/membw.c (1 GiB, same thread count) just
            before and after the case (--membw-bin PATH; rotating cases only unless --membw-always)
   bg load  CPU cores used by other processes while the case was timed (/proc/stat minus
@@ -80,6 +92,8 @@ SHAPE_SETS = {
 SHAPE_SETS["all"] = SHAPE_SETS["llama3-8b"] + SHAPE_SETS["llama3.2-1b"] + SHAPE_SETS["smollm2-135m"]
 
 MiB = 1 << 20
+DTYPES = ("float32", "float16")
+TENSOR_TYPE = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}
 
 
 def die(msg, code=2):
@@ -200,17 +214,20 @@ class QWeights:
             self.zp, self.zp_packed = None, None
         self._q = q
 
-    @property
-    def nbytes(self):
-        """Bytes the kernel must stream: packed codes + fp32 scales (+ packed zp)."""
-        return self.B.nbytes + self.scales.nbytes + (self.zp_packed.nbytes if self.asym else 0)
+    def nbytes(self, dtype="float32"):
+        """Bytes the kernel must stream: packed codes + scales in dtype (+ packed zp)."""
+        return (self.B.nbytes + self.scales.size * np.dtype(dtype).itemsize
+                + (self.zp_packed.nbytes if self.asym else 0))
 
-    def dequant(self):
-        """W [K, N] float32 with W[k, n] = (q[n, k] - zp[n, k//bs]) * scale[n, k//bs]."""
+    def dequant(self, dtype="float32"):
+        """W [K, N] float32 with W[k, n] = (q[n, k] - zp[n, k//bs]) * scale[n, k//bs].
+
+        dtype float16: the scales are first rounded to fp16, as the float16 model stores them."""
         zp = self.zp.astype(np.float32) if self.asym else np.float32(8.0)
         if self.asym:
             zp = zp[:, :, None]
-        w = (self._q.astype(np.float32) - zp) * self.scales[:, :, None]   # [N, nb, bs]
+        scales = self.scales if dtype == "float32" else self.scales.astype(dtype).astype(np.float32)
+        w = (self._q.astype(np.float32) - zp) * scales[:, :, None]   # [N, nb, bs]
         w = w.reshape(self.N, self.nb * self.bs)[:, : self.K]
         return np.ascontiguousarray(w.T)
 
@@ -248,10 +265,10 @@ class WeightCache:
             self._q[key] = QWeights(K, N, bs, asym, self.codes_fn(K, N))
         return self._q[key]
 
-    def w_fp32(self, K, N, bs, asym):
-        key = (K, N, bs, asym)
+    def w_fp32(self, K, N, bs, asym, dtype="float32"):
+        key = (K, N, bs, asym, dtype)
         if key not in self._w:
-            self._w[key] = self.q(K, N, bs, asym).dequant()
+            self._w[key] = self.q(K, N, bs, asym).dequant(dtype)
         return self._w[key]
 
     def drop(self, K, N):
@@ -264,9 +281,11 @@ class WeightCache:
 # --------------------------------------------------------------------------- variants
 
 class Variant:
-    def __init__(self, kind, bs=None, asym=False, acc=None, domain="com.microsoft", op_type="MatMulNBits"):
+    def __init__(self, kind, bs=None, asym=False, acc=None, domain="com.microsoft", op_type="MatMulNBits",
+                 dtype="float32"):
         self.kind, self.bs, self.asym, self.acc = kind, bs, asym, acc
         self.domain, self.op_type = domain, op_type
+        self.dtype = dtype          # "float32" | "float16": A, scales, Y (MatMulNBits type T)
 
     @property
     def base_name(self):
@@ -282,7 +301,8 @@ class Variant:
 def build_model(variant, K, N, wc, ref_bs, R=1):
     """Return (serialized model bytes, weight bytes per copy, list of output names)."""
     nodes, inits, outs = [], [], []
-    A = helper.make_tensor_value_info("A", TensorProto.FLOAT, ["M", K])
+    elem = TENSOR_TYPE[variant.dtype]
+    A = helper.make_tensor_value_info("A", elem, ["M", K])
     opsets = [helper.make_opsetid("", 17)]
     if variant.kind == "fp32":
         W = wc.w_fp32(K, N, ref_bs, False)
@@ -295,7 +315,7 @@ def build_model(variant, K, N, wc, ref_bs, R=1):
             outs.append("Y" + s)
     else:
         qw = wc.q(K, N, variant.bs, variant.asym)
-        per_copy = qw.nbytes
+        per_copy = qw.nbytes(variant.dtype)
         opsets.append(helper.make_opsetid(variant.domain, 1))
         if variant.domain != "com.microsoft":
             opsets.append(helper.make_opsetid("com.microsoft", 1))
@@ -304,7 +324,7 @@ def build_model(variant, K, N, wc, ref_bs, R=1):
             B, sc, zpp = qw.copy_r(r)
             ins = ["A", "B" + s, "scales" + s]
             inits.append(numpy_helper.from_array(B, "B" + s))
-            inits.append(numpy_helper.from_array(sc.reshape(-1), "scales" + s))
+            inits.append(numpy_helper.from_array(sc.reshape(-1).astype(variant.dtype), "scales" + s))
             if variant.asym:
                 ins.append("zp" + s)
                 inits.append(numpy_helper.from_array(zpp.reshape(-1), "zp" + s))
@@ -313,7 +333,7 @@ def build_model(variant, K, N, wc, ref_bs, R=1):
                                           block_size=variant.bs, accuracy_level=variant.acc))
             outs.append("Y" + s)
     graph = helper.make_graph(nodes, "bench", [A],
-                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, ["M", N]) for o in outs],
+                              [helper.make_tensor_value_info(o, elem, ["M", N]) for o in outs],
                               inits)
     model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 8
@@ -366,7 +386,7 @@ class Runner:
             io.bind_ortvalue_input("A", a)
             ys = []
             for o in self.outs:
-                y = ort.OrtValue.ortvalue_from_shape_and_type([M, self.N], np.float32)
+                y = ort.OrtValue.ortvalue_from_shape_and_type([M, self.N], np.dtype(self.variant.dtype))
                 io.bind_ortvalue_output(o, y)
                 ys.append(y)
             self.bindings[M] = (io, a, ys)
@@ -445,21 +465,30 @@ def call_overhead_us(threads, args):
 
 # --------------------------------------------------------------------------- main loop
 
-def make_variants(args):
+def make_variants(args, dtype="float32"):
     vs = []
     for bs in args.bs:
         for zp in args.zp:
             for acc in args.acc:
-                vs.append(Variant("q4", bs, zp == "asym", acc))
+                vs.append(Variant("q4", bs, zp == "asym", acc, dtype=dtype))
     if args.library:
-        vs += [Variant("custom", v.bs, v.asym, v.acc, args.domain, args.op_type) for v in list(vs)]
-    if args.fp32:
+        vs += [Variant("custom", v.bs, v.asym, v.acc, args.domain, args.op_type, dtype) for v in list(vs)]
+    if args.fp32 and dtype == "float32":     # no fp16 MatMul kernel on the CPU EP: no fp16 baseline
         vs.append(Variant("fp32"))
     return vs
 
 
-def run_case_group(label, K, N, threads, Ms, variants, wc, args, R_of, results):
-    """Create all sessions for (shape, threads), then for each M time all variants interleaved."""
+def check_tol(variant, args):
+    """Largest acceptable rel.err (max|y - ref| / max|ref|) for a variant."""
+    if args.check_tol is not None:
+        return args.check_tol
+    if variant.dtype == "float16":
+        return 0.02                 # ORT's fp16 MatMulNBits tests: rel 0.02 (abs 0.055)
+    return 1e-4 if variant.acc in (None, 0, 1) else 0.05
+
+
+def run_case_group(label, K, N, threads, Ms, variants, wc, args, R_of, results, dtype="float32"):
+    """Create all sessions for (shape, threads, dtype), then for each M time all variants interleaved."""
     runners = []
     for v in variants:
         R = R_of(v, K, N)
@@ -471,16 +500,25 @@ def run_case_group(label, K, N, threads, Ms, variants, wc, args, R_of, results):
     rng = np.random.default_rng(K + N)
     for M in Ms:
         A = rng.standard_normal((M, K)).astype(np.float32)
+        if dtype != "float32":
+            A = A.astype(dtype)
         # correctness: each variant's first output vs numpy on its own dequantized weights
         errs = {}
+        bad = set()
         if args.check:
             ms = min(M, 4)
             for r in runners:
-                y = r.output0(A)[:ms]
+                y = r.output0(A)[:ms].astype(np.float64)
                 v = r.variant
-                W = wc.w_fp32(K, N, args.ref_bs, False) if v.kind == "fp32" else wc.w_fp32(K, N, v.bs, v.asym)
+                W = (wc.w_fp32(K, N, args.ref_bs, False) if v.kind == "fp32"
+                     else wc.w_fp32(K, N, v.bs, v.asym, v.dtype))
                 ref = A[:ms].astype(np.float64) @ W.astype(np.float64)
                 errs[v.name] = float(np.abs(y - ref).max() / max(np.abs(ref).max(), 1e-30))
+                tol = check_tol(v, args)
+                if not errs[v.name] <= tol:
+                    bad.add(v.name)
+                    print(f"# WARNING: {label} M={M} thr={threads} {dtype} {v.name}: rel.err "
+                          f"{errs[v.name]:.2e} > tolerance {tol:g}", file=sys.stderr)
         fns = [r.fn(A) for r in runners]
         for f in fns:                      # first-touch warm-up of every session
             for _ in range(2):
@@ -515,7 +553,7 @@ def run_case_group(label, K, N, threads, Ms, variants, wc, args, R_of, results):
             st = stats_us(smp)
             t_mat = st["median"] / r.R                        # per matrix
             rec = {
-                "label": label, "K": K, "N": N, "M": M, "threads": threads,
+                "label": label, "K": K, "N": N, "M": M, "threads": threads, "dtype": r.variant.dtype,
                 "variant": r.variant.name, "kind": r.variant.kind, "bs": r.variant.bs,
                 "asym": r.variant.asym, "acc": r.variant.acc, "R": r.R,
                 "rotating": r.R > 1,
@@ -524,6 +562,7 @@ def run_case_group(label, K, N, threads, Ms, variants, wc, args, R_of, results):
                 "GBps": r.per_copy_bytes / (t_mat * 1e3),
                 "GOPS": 2.0 * M * N * K / (t_mat * 1e3),
                 "rel_err": errs.get(r.variant.name),
+                "check_ok": (r.variant.name not in bad) if r.variant.name in errs else None,
                 "create_s": r.create_s, "rss_delta_mib": r.rss_delta_mib,
                 "foreign_cpu": fload, "steal_cpu": steal, "waited_quiet_s": waited, "attempts": attempts,
                 "membw_GBps": membw, "membw_before_after": [bw_before, bw_after],
@@ -539,7 +578,8 @@ def run_case_group(label, K, N, threads, Ms, variants, wc, args, R_of, results):
             acc0 = by.get(c["variant"].replace("acc4", "acc0")) if c["acc"] == 4 else None
             c["x_acc0"] = acc0["us"] / c["us"] if acc0 else None
         results += case
-        print_rows(case, stream=sys.stderr if args.quiet_progress else sys.stdout, header=False, progress=True)
+        print_rows(case, stream=sys.stderr if args.quiet_progress else sys.stdout, header=False, progress=True,
+                   show_dtype=args.show_dtype)
     del runners
 
 
@@ -556,46 +596,60 @@ LONG_HDR = ("| shape | K | N | M | thr | variant | R | µs (median) | µs (min) 
             "|---|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 
-def row(c):
+def long_hdr(show_dtype=False):
+    """LONG_HDR, with a dtype column before variant if show_dtype."""
+    if not show_dtype:
+        return LONG_HDR
+    return (LONG_HDR.replace("| thr | variant |", "| thr | dtype | variant |", 1)
+            .replace("|---:|---|---:|", "|---:|---|---|---:|", 1))
+
+
+def row(c, show_dtype=False):
     st = c["us_call"]
     R = c["R"]
-    return (f"| {c['label']} | {c['K']} | {c['N']} | {c['M']} | {c['threads']} | {c['variant']} | {R} "
+    dt = f" {c.get('dtype', 'float32')} |" if show_dtype else ""
+    err = ('%.1e' % c['rel_err']) if c['rel_err'] is not None else '–'
+    if c.get("check_ok") is False:
+        err += "!"
+    return (f"| {c['label']} | {c['K']} | {c['N']} | {c['M']} | {c['threads']} |{dt} {c['variant']} | {R} "
             f"| {fmt(c['us'])} | {fmt(c['us_min'])} | {fmt(st['p10'] / R)}–{fmt(st['p90'] / R)} "
             f"| {fmt(c['GBps'], 2)} | {fmt(c['GOPS'], 1)} | {fmt(c['x_fp32'], 2)} | {fmt(c['x_acc0'], 2)} "
-            f"| {fmt(c['x_builtin'], 2)} | {fmt(c.get('x_membw'), 2)} | {('%.1e' % c['rel_err']) if c['rel_err'] is not None else '–'} "
+            f"| {fmt(c['x_builtin'], 2)} | {fmt(c.get('x_membw'), 2)} | {err} "
             f"| {fmt(c.get('foreign_cpu'), 2)} |")
 
 
-def print_rows(rows, stream=sys.stdout, header=True, progress=False):
+def print_rows(rows, stream=sys.stdout, header=True, progress=False, show_dtype=False):
     if header:
-        print(LONG_HDR, file=stream)
+        print(long_hdr(show_dtype), file=stream)
     for c in rows:
-        print(("# " if progress else "") + row(c), file=stream)
+        print(("# " if progress else "") + row(c, show_dtype), file=stream)
     stream.flush()
 
 
-def print_wide(results, stream=sys.stdout):
-    """One row per (shape, M, threads, single/rotating): median µs per matrix for each variant."""
+def print_wide(results, stream=sys.stdout, show_dtype=False):
+    """One row per (shape, M, threads, single/rotating[, dtype]): median µs per matrix for each variant."""
     variants = []
     for c in results:
         if c["variant"] not in variants:
             variants.append(c["variant"])
 
     def key(c):
-        return (c["label"], c["K"], c["N"], c["M"], c["threads"], c["rotating"])
+        return (c["label"], c["K"], c["N"], c["M"], c["threads"], c["rotating"], c.get("dtype", "float32"))
     keys = []
     for c in results:
         if key(c) not in keys:
             keys.append(key(c))
-    print("| shape | M | thr | mode | " + " | ".join(variants) + " |", file=stream)
-    print("|---|---:|---:|---|" + "---:|" * len(variants), file=stream)
+    dt_hdr, dt_sep = ("dtype | ", "---|") if show_dtype else ("", "")
+    print("| shape | M | thr | mode | " + dt_hdr + " | ".join(variants) + " |", file=stream)
+    print("|---|---:|---:|---|" + dt_sep + "---:|" * len(variants), file=stream)
     for k in keys:
         cells = []
         for v in variants:
             c = next((c for c in results if key(c) == k and c["variant"] == v), None)
             cells.append(fmt(c["us"]) if c else "–")
         mode = "rotating" if k[5] else "single"
-        print(f"| {k[0]} {k[1]}x{k[2]} | {k[3]} | {k[4]} | {mode} | " + " | ".join(cells) + " |", file=stream)
+        dt = f"{k[6]} | " if show_dtype else ""
+        print(f"| {k[0]} {k[1]}x{k[2]} | {k[3]} | {k[4]} | {mode} | " + dt + " | ".join(cells) + " |", file=stream)
 
 
 def main():
@@ -606,6 +660,11 @@ def main():
     p.add_argument("--bs", default="32,128", help="block sizes; default 32,128")
     p.add_argument("--zp", default="sym,asym", help="sym (no zero_points input) and/or asym (uint8 zp)")
     p.add_argument("--acc", default="4,0", help="accuracy_level list; default 4,0")
+    p.add_argument("--dtype", default="float32",
+                   help="comma list of float32 and/or float16: MatMulNBits type T (A, scales, Y); every case "
+                        "runs once per dtype. The fp32 MatMul baseline runs for float32 only (the CPU EP has no "
+                        "float16 MatMul kernel, it would Cast to fp32), so x fp32 is empty on float16 rows; "
+                        "default float32")
     p.add_argument("--no-fp32", dest="fp32", action="store_false", help="skip the fp32 MatMul baseline")
     p.add_argument("--ref-bs", type=int, default=32,
                    help="block size whose (sym) dequantized weights feed fp32-matmul; default 32")
@@ -632,6 +691,9 @@ def main():
                         "after each case and report GB/s as a fraction of it (x membw)")
     p.add_argument("--membw-always", action="store_true", help="probe membw for non-rotating cases too")
     p.add_argument("--no-check", dest="check", action="store_false", help="skip the numpy correctness check")
+    p.add_argument("--check-tol", type=float, metavar="X",
+                   help="rel.err above which a result is flagged (\"!\" and a warning on stderr); default 0.02 "
+                        "for float16, 1e-4 for float32 acc0/acc1, 0.05 for float32 acc2-4")
     p.add_argument("--quick", action="store_true", help="smoke test: target 0.1 s, 1 round")
     p.add_argument("--json", help="write all records + metadata to this file")
     p.add_argument("--verbose", "-v", action="store_true", help="session creation times and RSS to stderr")
@@ -657,9 +719,14 @@ def main():
     args.zp = [z.strip() for z in args.zp.split(",") if z.strip()]
     if any(z not in ("sym", "asym") for z in args.zp):
         die("--zp takes sym and/or asym")
+    args.dtype = [d.strip() for d in args.dtype.split(",") if d.strip()]
+    if not args.dtype or any(d not in DTYPES for d in args.dtype):
+        die("--dtype takes float32 and/or float16")
+    args.dtype = list(dict.fromkeys(args.dtype))
+    args.show_dtype = args.dtype != ["float32"]
     threads_list = parse_int_list(args.threads)
-    variants = make_variants(args)
-    if not variants:
+    variants_of = {d: make_variants(args, d) for d in args.dtype}
+    if not any(variants_of.values()):
         die("no variants selected")
 
     def R_of(v, K, N):
@@ -668,7 +735,8 @@ def main():
         per = 4 * K * N if v.kind == "fp32" else None
         if per is None:
             nb = (K + v.bs - 1) // v.bs
-            per = N * nb * v.bs // 2 + 4 * N * nb + (N * ((nb + 1) // 2) if v.asym else 0)
+            per = (N * nb * v.bs // 2 + np.dtype(v.dtype).itemsize * N * nb
+                   + (N * ((nb + 1) // 2) if v.asym else 0))
         return int(args.rotate_mib * MiB // per) + 1
 
     meta = {
@@ -683,13 +751,15 @@ def main():
     print(f"# rotate={args.rotate} (R copies > {args.rotate_mib:g} MiB)  target {args.target_s}s/case in "
           f"{args.rounds} rounds; µs and GB/s are per matrix (call time / R)")
     print("# progress rows:")
-    print("# " + LONG_HDR.replace("\n", "\n# "))
+    print("# " + long_hdr(args.show_dtype).replace("\n", "\n# "))
     results = []
     wc = WeightCache()
     t0 = time.perf_counter()
     for label, K, N in shapes:
         for threads in threads_list:
-            run_case_group(label, K, N, threads, Ms, variants, wc, args, R_of, results)
+            for dtype in args.dtype:
+                if variants_of[dtype]:
+                    run_case_group(label, K, N, threads, Ms, variants_of[dtype], wc, args, R_of, results, dtype)
         wc.drop(K, N)
     meta["elapsed_s"] = time.perf_counter() - t0
     meta["loadavg_end"] = loadavg()
@@ -697,11 +767,11 @@ def main():
     print(f"## Results (onnxruntime {ort.__version__}; {time.strftime('%Y-%m-%d %H:%M')}; "
           f"{meta['elapsed_s']:.0f} s; loadavg end {' '.join(meta['loadavg_end'])})")
     print()
-    print_rows(results)
+    print_rows(results, show_dtype=args.show_dtype)
     print()
     print("### Median µs per matrix, by variant")
     print()
-    print_wide(results)
+    print_wide(results, show_dtype=args.show_dtype)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)
