@@ -17,7 +17,7 @@ use std::arch::x86_64::*;
 /// Generates an int8 unit function for one feature set. `$dot(acc, w, x)` adds the dot products of u8 codes
 /// `w` and s8 activations `x` to `acc`, for codes of `BITS` bits.
 macro_rules! int8_unit {
-    ($name:ident, $features:literal, $dot:ident) => {
+    ($name:ident, $inner:ident, $features:literal, $dot:ident) => {
         /// One unit of a tile: rows `0..R` × `G` groups of 8 columns of `panel` starting at group `unit·G`, over
         /// all K. LHS rows at `lhs` (stride `args.lhs_stride`), scales/sums at `lhs_scale`/`lhs_sum` (stride
         /// `args.blocks`), output rows at `dst` (the tile's column 0); columns past `args.cols` never stored.
@@ -27,7 +27,8 @@ macro_rules! int8_unit {
         /// and a `qunbp64x4_sf32_zpc` RHS; the pointers are at a row of that tile with at least `R` rows from
         /// there.
         #[target_feature(enable = $features)]
-        pub(crate) unsafe fn $name<const R: usize, const G: usize, const BITS: usize>(
+        #[inline]
+        unsafe fn $inner<const R: usize, const G: usize, const BITS: usize, const CHUNK: usize>(
             args: &RunArgs,
             panel: usize,
             unit: usize,
@@ -38,7 +39,8 @@ macro_rules! int8_unit {
         ) {
             let a = args;
             let bl = a.bl;
-            let chunk = bl.min(32);
+            let chunk = CHUNK;
+            debug_assert_eq!(bl.min(32), CHUNK);
             let cpb = 8 / BITS;
             let lane_len = chunk / cpb;
             let groups = lane_len / KR;
@@ -123,6 +125,30 @@ macro_rules! int8_unit {
             // SAFETY: the tile's rows r < R and columns < cols (stores are clipped).
             unsafe { store::<R, G>(a, c0, &f, dst) };
         }
+
+        /// The unit with the chunk length (16 or 32) as a constant, so that every loop inside a block unrolls.
+        ///
+        /// # Safety
+        #[doc = concat!("As `", stringify!($inner), "`.")]
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn $name<const R: usize, const G: usize, const BITS: usize>(
+            args: &RunArgs,
+            panel: usize,
+            unit: usize,
+            lhs: *const i8,
+            lhs_scale: *const f32,
+            lhs_sum: *const i32,
+            dst: *mut f32,
+        ) {
+            // SAFETY: forwarded.
+            unsafe {
+                if args.bl >= 32 {
+                    $inner::<R, G, BITS, 32>(args, panel, unit, lhs, lhs_scale, lhs_sum, dst)
+                } else {
+                    $inner::<R, G, BITS, 16>(args, panel, unit, lhs, lhs_scale, lhs_sum, dst)
+                }
+            }
+        }
     };
 }
 
@@ -150,15 +176,13 @@ fn dot_maddubs<const BITS: usize>(acc: __m256i, w: __m256i, x: __m256i) -> __m25
     }
 }
 
-int8_unit!(unit_avxvnni, "avx2,fma,avxvnni", dot_vnni);
-int8_unit!(unit_avx2, "avx2,fma", dot_maddubs);
+int8_unit!(unit_avxvnni, unit_avxvnni_c, "avx2,fma,avxvnni", dot_vnni);
+int8_unit!(unit_avx2, unit_avx2_c, "avx2,fma", dot_maddubs);
 
-/// fp32 path: one unit of a tile (rows `0..R` × `G` groups of 8 columns of `panel` from group `unit·G`), f32
-/// LHS rows at `lhs`, output rows at `dst`.
+/// [`unit_fma_c`] with the chunk length (16 or 32) as a constant, so that every loop inside a block unrolls.
 ///
 /// # Safety
-/// The CPU has avx2 and fma. `args` satisfies the `RunArgs` contract for an `f32` LHS and a `qunbp64x4_sf32_zpc`
-/// RHS; the pointers are at a row of that tile with at least `R` rows from there.
+/// As [`unit_fma_c`].
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn unit_fma<const R: usize, const G: usize, const BITS: usize>(
     args: &RunArgs,
@@ -167,9 +191,35 @@ pub(crate) unsafe fn unit_fma<const R: usize, const G: usize, const BITS: usize>
     lhs: *const f32,
     dst: *mut f32,
 ) {
+    // SAFETY: forwarded.
+    unsafe {
+        if args.bl >= 32 {
+            unit_fma_c::<R, G, BITS, 32>(args, panel, unit, lhs, dst)
+        } else {
+            unit_fma_c::<R, G, BITS, 16>(args, panel, unit, lhs, dst)
+        }
+    }
+}
+
+/// fp32 path: one unit of a tile (rows `0..R` × `G` groups of 8 columns of `panel` from group `unit·G`), f32
+/// LHS rows at `lhs`, output rows at `dst`.
+///
+/// # Safety
+/// The CPU has avx2 and fma. `args` satisfies the `RunArgs` contract for an `f32` LHS and a `qunbp64x4_sf32_zpc`
+/// RHS; the pointers are at a row of that tile with at least `R` rows from there.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn unit_fma_c<const R: usize, const G: usize, const BITS: usize, const CHUNK: usize>(
+    args: &RunArgs,
+    panel: usize,
+    unit: usize,
+    lhs: *const f32,
+    dst: *mut f32,
+) {
     let a = args;
     let bl = a.bl;
-    let chunk = bl.min(32);
+    let chunk = CHUNK;
+    debug_assert_eq!(bl.min(32), CHUNK);
     let cpb = 8 / BITS;
     let lane_len = chunk / cpb;
     let groups = lane_len / KR;

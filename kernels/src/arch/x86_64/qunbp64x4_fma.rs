@@ -11,13 +11,10 @@ use super::qunbp64x4_vnni::{KR, NR};
 use crate::ukernel::RunArgs;
 use std::arch::x86_64::*;
 
-/// One unit of a tile: rows `0..R` (R ≤ 6) × the `G` groups of 16 columns of `panel` starting at group
-/// `unit·G`, over all K, `BITS`-bit codes. `lhs` is the tile's first f32 row (stride `args.lhs_stride`), `dst`
-/// its output row 0 at the tile's column 0. Columns past `args.cols` are computed, never stored.
+/// [`unit_c`] with the chunk length (16 or 32) as a constant, so that every loop inside a block unrolls.
 ///
 /// # Safety
-/// The CPU has avx512f. `args` satisfies the `RunArgs` contract for an `f32` LHS and a `qunbp64x4_sf32_zpc`
-/// RHS; `lhs` and `dst` point at a row of that tile that has at least `R` rows from there.
+/// As [`unit_c`].
 #[target_feature(enable = "avx512f")]
 pub(crate) unsafe fn unit<const R: usize, const G: usize, const BITS: usize>(
     args: &RunArgs,
@@ -26,9 +23,36 @@ pub(crate) unsafe fn unit<const R: usize, const G: usize, const BITS: usize>(
     lhs: *const f32,
     dst: *mut f32,
 ) {
+    // SAFETY: forwarded.
+    unsafe {
+        if args.bl >= 32 {
+            unit_c::<R, G, BITS, 32>(args, panel, unit, lhs, dst)
+        } else {
+            unit_c::<R, G, BITS, 16>(args, panel, unit, lhs, dst)
+        }
+    }
+}
+
+/// One unit of a tile: rows `0..R` (R ≤ 6) × the `G` groups of 16 columns of `panel` starting at group
+/// `unit·G`, over all K, `BITS`-bit codes. `lhs` is the tile's first f32 row (stride `args.lhs_stride`), `dst`
+/// its output row 0 at the tile's column 0. Columns past `args.cols` are computed, never stored.
+///
+/// # Safety
+/// The CPU has avx512f. `args` satisfies the `RunArgs` contract for an `f32` LHS and a `qunbp64x4_sf32_zpc`
+/// RHS; `lhs` and `dst` point at a row of that tile that has at least `R` rows from there.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn unit_c<const R: usize, const G: usize, const BITS: usize, const CHUNK: usize>(
+    args: &RunArgs,
+    panel: usize,
+    unit: usize,
+    lhs: *const f32,
+    dst: *mut f32,
+) {
     let a = args;
     let bl = a.bl;
-    let chunk = bl.min(32);
+    let chunk = CHUNK;
+    debug_assert_eq!(bl.min(32), CHUNK);
     let cpb = 8 / BITS;
     let lane_len = chunk / cpb;
     let groups = lane_len / KR;

@@ -22,15 +22,11 @@ use std::arch::x86_64::*;
 pub(crate) const NR: usize = 64;
 pub(crate) const KR: usize = 4;
 
-/// Computes one unit of a tile: rows `0..R` (R ≤ 6) × the `G` groups of 16 columns of `panel` that start at
-/// group `unit·G` (G·16 divides 64), over all K, for `BITS`-bit codes. The `R` rows of the int8 LHS start at
-/// `lhs` (row stride `args.lhs_stride`), their scales and sums at `lhs_scale`/`lhs_sum` (stride `args.blocks`),
-/// the output rows at `dst` (the tile's column 0). Columns past `args.cols` are computed but never stored.
+/// [`unit_c`] with the chunk length (min(bl, 32): 16 or 32) as a constant, so that every loop inside a block
+/// unrolls and the register tile stays in registers.
 ///
 /// # Safety
-/// The CPU has avx512f, avx512bw and avx512vnni. `args` satisfies the `RunArgs` contract for a `qsi8db` LHS and
-/// a `qunbp64x4_sf32_zpc` RHS; `lhs`, `lhs_scale`, `lhs_sum` and `dst` point at row `r0` of that tile, which
-/// has at least `R` rows from there.
+/// As [`unit_c`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub(crate) unsafe fn unit<const R: usize, const G: usize, const BITS: usize>(
     args: &RunArgs,
@@ -41,9 +37,40 @@ pub(crate) unsafe fn unit<const R: usize, const G: usize, const BITS: usize>(
     lhs_sum: *const i32,
     dst: *mut f32,
 ) {
+    // SAFETY: forwarded.
+    unsafe {
+        if args.bl >= 32 {
+            unit_c::<R, G, BITS, 32>(args, panel, half, lhs, lhs_scale, lhs_sum, dst)
+        } else {
+            unit_c::<R, G, BITS, 16>(args, panel, half, lhs, lhs_scale, lhs_sum, dst)
+        }
+    }
+}
+
+/// Computes one unit of a tile: rows `0..R` (R ≤ 6) × the `G` groups of 16 columns of `panel` that start at
+/// group `unit·G` (G·16 divides 64), over all K, for `BITS`-bit codes. The `R` rows of the int8 LHS start at
+/// `lhs` (row stride `args.lhs_stride`), their scales and sums at `lhs_scale`/`lhs_sum` (stride `args.blocks`),
+/// the output rows at `dst` (the tile's column 0). Columns past `args.cols` are computed but never stored.
+///
+/// # Safety
+/// The CPU has avx512f, avx512bw and avx512vnni. `args` satisfies the `RunArgs` contract for a `qsi8db` LHS and
+/// a `qunbp64x4_sf32_zpc` RHS; `lhs`, `lhs_scale`, `lhs_sum` and `dst` point at row `r0` of that tile, which
+/// has at least `R` rows from there.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn unit_c<const R: usize, const G: usize, const BITS: usize, const CHUNK: usize>(
+    args: &RunArgs,
+    panel: usize,
+    half: usize,
+    lhs: *const i8,
+    lhs_scale: *const f32,
+    lhs_sum: *const i32,
+    dst: *mut f32,
+) {
     let a = args;
     let bl = a.bl;
-    let chunk = bl.min(32);
+    let chunk = CHUNK;
+    debug_assert_eq!(bl.min(32), CHUNK);
     let cpb = 8 / BITS;
     let lane_len = chunk / cpb;
     let groups = lane_len / KR;
@@ -105,9 +132,9 @@ pub(crate) unsafe fn unit<const R: usize, const G: usize, const BITS: usize>(
                     }
                     for g in 0..G {
                         let mut s = lanes[0][g];
-                        for (l, lane) in lanes.iter().enumerate().take(cpb).skip(1) {
+                        for l in 1..cpb {
                             // Exact: lane l's sum is a multiple of 2^(l·bits).
-                            s = _mm512_add_epi32(s, _mm512_sra_epi32(lane[g], shift[l]));
+                            s = _mm512_add_epi32(s, _mm512_sra_epi32(lanes[l][g], shift[l]));
                         }
                         acc[0][g] = s;
                     }
