@@ -42,7 +42,7 @@ export NIBBLE_FIXTURES=${NIBBLE_FIXTURES:-${CARGO_TARGET_DIR:-$root/target}/fixt
 locked=(); [ -f Cargo.lock ] && locked=(--locked)
 cargo build -q "${locked[@]}" --release -p nibble-ort --target $target
 cargo test -q "${locked[@]}" --release -p nibble-kernels -p nibble-ort --target $target --no-run
-second_families=portable_int8_qsnbp8x8,portable_fp32_qsnbp8x8,portable_int8_qunbp8x4,portable_fp32_qunbp8x4
+second_families=portable_int8_qsnbp8x8_sf16_zpc_bsum,portable_fp32_qsnbp8x8_sf32_zpc,portable_int8_qunbp8x4_sf32_zpb,portable_fp32_qunbp8x4_sf32_zpb
 first=1
 for cpu in $cpus; do
     echo "== aarch64 under qemu -cpu $cpu: kernels (expect ${expect[$cpu]}), then nibble in aarch64 ORT"

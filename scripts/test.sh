@@ -18,9 +18,9 @@
 #   6. cargo test -p nibble-ort --test session   the ORT integration test again, once per extra ORT version
 #                                                (one summary line each)
 #   7. .venv/bin/python -m pytest tests/python   Python tests (onnxruntime 1.31.1 from .venv)
-#      + the ORT integration test and the Python parity/malformed tests again with NIBBLE_FAMILIES set to the
-#        second-ranked kernel families (signed kr=8 codes, f16 scales, u8 GEMV, interleaved GEMM), so every family
-#        is proven through ORT, not only in the kernel suite
+#      + the ORT integration test and the Python parity/malformed tests again with each rung and family forced
+#        (NIBBLE_ISA=portable, =avx2; NIBBLE_FAMILIES= the second portable families, the AVX2 family without
+#        AVX-VNNI), so every kernel family is proven through ORT, not only in the kernel suite
 #   8. scripts/test-aarch64.sh                   kernel tests cross-built for aarch64, under qemu on 6 CPU models
 # Environment passed to the tests: NIBBLE_LIB, NIBBLE_FIXTURES, NIBBLE_ORT_DYLIB, NIBBLE_ORT_VERSION,
 # NIBBLE_LLAMA_FP32_DIR, NIBBLE_LLAMA_Q4_DIR, NIBBLE_LLAMA_BIN.
@@ -48,9 +48,14 @@ export NIBBLE_LLAMA_FP32_DIR=$TARGET/llama/smollm2-fp32 NIBBLE_LLAMA_Q4_DIR=$TAR
 export NIBBLE_LLAMA_BIN=$TARGET/debug/nibble-llama   # built by step 4 (cargo test --workspace); pytest drives it
 export ORT_LOG=${ORT_LOG:-fatal}
 ORT_NEW=1.31.1
-# The families the second provider pass forces, best first: every node the first two can serve runs on them (the
-# kr=8 layout cannot hold 2-bit blocks of 16; those nodes fall to the last two, the default families).
-SECOND_FAMILIES=portable_int8_qsnbp8x8,portable_fp32_qsnbp8x8,portable_int8_qunbp8x4,portable_fp32_qunbp8x4
+# The forced passes: the second-ranked portable families (every node the first two can serve runs on them; the kr=8
+# layout cannot hold 2-bit blocks of 16, those nodes fall to the default portable families), the portable rung,
+# and on x86 CPUs with AVX2 the avx2 rung and the AVX2 family without AVX-VNNI (vpmaddubsw).
+FORCED=("NIBBLE_FAMILIES=portable_int8_qsnbp8x8_sf16_zpc_bsum,portable_fp32_qsnbp8x8_sf32_zpc,portable_int8_qunbp8x4_sf32_zpb,portable_fp32_qunbp8x4_sf32_zpb"
+        "NIBBLE_ISA=portable")
+if [ "$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+    FORCED+=("NIBBLE_ISA=avx2" "NIBBLE_FAMILIES=avx2_int8_qunbp64x4_sf32_zpc,avx2_fp32_qunbp64x4_sf32_zpc")
+fi
 # The extra ONNX Runtime versions (pinned in setup.sh, the one list): 1.20.1 1.23.2 1.24.4.
 mapfile -t ORT_EXTRA < <(bash scripts/setup.sh --ort-versions)
 [ ${#ORT_EXTRA[@]} -gt 0 ] || { echo "test.sh: scripts/setup.sh --ort-versions printed no version" >&2; exit 2; }
@@ -119,16 +124,19 @@ if [ $quick = 0 ]; then
             with_ort "$v" cargo test "${LOCKED[@]}" -p nibble-ort --test session
     done
     step "pytest tests/python (onnxruntime $ORT_NEW)" run_pytest
-    step "second families: ORT integration test on $ORT_NEW (NIBBLE_FAMILIES)" \
-        env NIBBLE_FAMILIES=$SECOND_FAMILIES NIBBLE_ORT_DYLIB="$(ort_dylib $ORT_NEW)" NIBBLE_ORT_VERSION=$ORT_NEW \
-        cargo test "${LOCKED[@]}" -p nibble-ort --test session
-    step "second families: pytest parity + malformed (NIBBLE_FAMILIES)" \
-        env NIBBLE_FAMILIES=$SECOND_FAMILIES bash -c "$(declare -f run_pytest); run_pytest tests/python/test_parity.py tests/python/test_malformed.py"
-    step "aarch64 kernel tests under qemu (scripts/test-aarch64.sh)" bash scripts/test-aarch64.sh
+    # The ORT integration test and the Python parity/malformed tests again on each kernel rung and family this CPU
+    # runs besides the default: every kernel is proven through ORT, not only in the kernel suite.
+    for forced in "${FORCED[@]}"; do
+        step "forced $forced: ORT integration test on $ORT_NEW" \
+            env "$forced" NIBBLE_ORT_DYLIB="$(ort_dylib $ORT_NEW)" NIBBLE_ORT_VERSION=$ORT_NEW \
+            cargo test "${LOCKED[@]}" -p nibble-ort --test session
+        step "forced $forced: pytest parity + malformed" \
+            env "$forced" bash -c "$(declare -f run_pytest); run_pytest tests/python/test_parity.py tests/python/test_malformed.py"
+    done
 else
     for v in "${ORT_EXTRA[@]}"; do skip "ORT integration test on $v (--quick)"; done
     skip "pytest tests/python (--quick)"
-    skip "second families (--quick)"
+    skip "forced rungs and families (--quick)"
     skip "aarch64 kernel tests (--quick)"
 fi
 

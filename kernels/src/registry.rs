@@ -28,6 +28,10 @@ pub fn kernels() -> &'static [&'static UKernel] {
         #[cfg(target_arch = "x86_64")]
         &x86_64::INT8_GEMM_AVX512VNNI,
         #[cfg(target_arch = "x86_64")]
+        &x86_64::INT8_GEMV_AVX512VNNI_F16,
+        #[cfg(target_arch = "x86_64")]
+        &x86_64::INT8_GEMM_AVX512VNNI_F16,
+        #[cfg(target_arch = "x86_64")]
         &x86_64::FP32_GEMV_AVX512,
         #[cfg(target_arch = "x86_64")]
         &x86_64::FP32_GEMM_AVX512,
@@ -62,7 +66,16 @@ const QSNB_P8X8_F16_BSUM: RhsLayout = RhsLayout { scales: ScaleType::F16, block_
 static FAMILIES: &[&Family] = &[
     #[cfg(target_arch = "x86_64")]
     &Family {
-        name: "avx512vnni_int8_qunbp64x4",
+        name: "avx512vnni_int8_qunbp64x4_sf16_zpc",
+        rank: 45,
+        path: ComputePath::Int8,
+        gemv: &x86_64::INT8_GEMV_AVX512VNNI_F16,
+        gemm: &x86_64::INT8_GEMM_AVX512VNNI_F16,
+        layout: |_| x86_64::QUNBP64X4_SF16_ZPC,
+    },
+    #[cfg(target_arch = "x86_64")]
+    &Family {
+        name: "avx512vnni_int8_qunbp64x4_sf32_zpc",
         rank: 40,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX512VNNI,
@@ -71,7 +84,7 @@ static FAMILIES: &[&Family] = &[
     },
     #[cfg(target_arch = "x86_64")]
     &Family {
-        name: "avx2_vnni_int8_qunbp64x4",
+        name: "avx2_vnni_int8_qunbp64x4_sf32_zpc",
         rank: 35,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVXVNNI,
@@ -80,7 +93,7 @@ static FAMILIES: &[&Family] = &[
     },
     #[cfg(target_arch = "x86_64")]
     &Family {
-        name: "avx2_int8_qunbp64x4",
+        name: "avx2_int8_qunbp64x4_sf32_zpc",
         rank: 30,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX2,
@@ -89,7 +102,7 @@ static FAMILIES: &[&Family] = &[
     },
     #[cfg(target_arch = "x86_64")]
     &Family {
-        name: "avx2_fp32_qunbp64x4",
+        name: "avx2_fp32_qunbp64x4_sf32_zpc",
         rank: 30,
         path: ComputePath::Fp32,
         gemv: &x86_64::FP32_GEMV_AVX2,
@@ -98,7 +111,7 @@ static FAMILIES: &[&Family] = &[
     },
     #[cfg(target_arch = "x86_64")]
     &Family {
-        name: "avx512vnni_fp32_qunbp64x4",
+        name: "avx512vnni_fp32_qunbp64x4_sf32_zpc",
         rank: 40,
         path: ComputePath::Fp32,
         gemv: &x86_64::FP32_GEMV_AVX512,
@@ -106,7 +119,7 @@ static FAMILIES: &[&Family] = &[
         layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
     },
     &Family {
-        name: "portable_fp32_qunbp8x4",
+        name: "portable_fp32_qunbp8x4_sf32_zpb",
         rank: 20,
         path: ComputePath::Fp32,
         gemv: &portable::FP32,
@@ -114,7 +127,7 @@ static FAMILIES: &[&Family] = &[
         layout: |_| QUNB_P8X4,
     },
     &Family {
-        name: "portable_int8_qunbp8x4",
+        name: "portable_int8_qunbp8x4_sf32_zpb",
         rank: 20,
         path: ComputePath::Int8,
         gemv: &portable::INT8,
@@ -122,7 +135,7 @@ static FAMILIES: &[&Family] = &[
         layout: |_| QUNB_P8X4,
     },
     &Family {
-        name: "portable_fp32_qsnbp8x8",
+        name: "portable_fp32_qsnbp8x8_sf32_zpc",
         rank: 10,
         path: ComputePath::Fp32,
         gemv: &portable::FP32,
@@ -130,7 +143,7 @@ static FAMILIES: &[&Family] = &[
         layout: |_| QSNB_P8X8,
     },
     &Family {
-        name: "portable_int8_qsnbp8x8",
+        name: "portable_int8_qsnbp8x8_sf16_zpc_bsum",
         rank: 10,
         path: ComputePath::Int8,
         gemv: &portable::INT8_U8,
@@ -284,8 +297,9 @@ mod tests {
         }
     }
 
-    /// Names follow the grammar of kernels/README.md: `matmul_f32_<lhs>_<rhs>[_<tile>]_<isa>` with the kernel's
-    /// own LHS format and `qnb` (any layout) or its layout's name; families `<isa>_<path>_<layout base>`.
+    /// Names follow the grammar of kernels/README.md: `matmul_f32_<lhs>_<rhs>[_<tile>]_<isa>[_<tech>]` with the
+    /// kernel's own LHS format and `qnb` (any layout) or its layout's name; families
+    /// `<isa>[_<tech>]_<path>_<layout name>`.
     #[test]
     fn names_follow_the_grammar() {
         use crate::ukernel::RhsReads;
@@ -313,7 +327,7 @@ mod tests {
         }
         for f in families() {
             let layout = f.layout(&Cpu::with(f.gemm().requires().union(f.gemv().requires())));
-            let base = layout.name().split("_s").next().unwrap().to_string();
+            let base = layout.name();
             let (isa, tail) = (f.gemm().isa().name(), format!("_{}_{base}", f.path().name()));
             assert!(f.name().starts_with(isa) && f.name().ends_with(&tail), "{}: want {isa}[_<tech>]{tail}", f.name());
             assert_eq!(f.gemv().path(), f.path());
@@ -348,8 +362,9 @@ mod tests {
         assert!(build_ladder(&cpu, Some("avx2"), None).is_ok());
         let e = build_ladder(&cpu, None, Some("nope")).unwrap_err();
         assert!(e.0.contains("unknown family nope"), "{e}");
-        // Restricting to the second-ranked int8 family selects it.
-        let second = families().iter().filter(|f| f.path() == ComputePath::Int8).nth(1).unwrap();
+        // Restricting to the second-ranked int8 family that runs here (and on this test's CPU) selects it.
+        let runs = |f: &&&Family| [f.gemv(), f.gemm()].iter().all(|k| k.runs_on(&cpu) && k.runs_on(Cpu::get()));
+        let second = families().iter().filter(|f| f.path() == ComputePath::Int8).filter(runs).nth(1).unwrap();
         let l = build_ladder(&cpu, None, Some(second.name())).unwrap();
         let s = l.select(&Problem::new(ComputePath::Int8, 4, 32, true)).unwrap();
         assert_eq!(s.name(), second.name());

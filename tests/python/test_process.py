@@ -100,15 +100,15 @@ def test_bad_nibble_isa_is_a_clear_session_error(nibble_lib: Path, value: str, w
 
 def test_nibble_families_selects_the_named_family(nibble_lib: Path) -> None:
     """The second int8 family (signed kr=8 codes, f16 scales, u8 GEMV, interleaved GEMM) through the provider."""
-    r = run_probe(nibble_lib, 4, env={"NIBBLE_FAMILIES": "portable_int8_qsnbp8x8"})
+    r = run_probe(nibble_lib, 4, env={"NIBBLE_FAMILIES": "portable_int8_qsnbp8x8_sf16_zpc_bsum"})
     line = probe_line(r)
-    for part in ("family portable_int8_qsnbp8x8", "GEMV matmul_f32_qsu8db_qnb_portable (M<=3)",
+    for part in ("family portable_int8_qsnbp8x8_sf16_zpc_bsum", "GEMV matmul_f32_qsu8db_qnb_portable (M<=3)",
                  "GEMM matmul_f32_qsi8dbp4x8_qnb_portable (M>3)", "layout qsnbp8x8_sf16_zpc_bsum"):
         assert part in line, f"{part!r} missing from the log line: {line}"
 
 
 @pytest.mark.parametrize("families, words", [("nope", ["NIBBLE_FAMILIES", "unknown family nope"]),
-                                             ("portable_int8_qsnbp8x8", ["no kernel family", "int8 family"])])
+                                             ("portable_int8_qsnbp8x8_sf16_zpc_bsum", ["no kernel family", "int8 family"])])
 def test_bad_nibble_families_is_a_clear_session_error(nibble_lib: Path, families: str, words: list[str]) -> None:
     # The second case asks for an fp32 node (accuracy_level 1) with only an int8 family allowed.
     r = run_probe(nibble_lib, 1, env={"NIBBLE_FAMILIES": families})

@@ -5,6 +5,8 @@ mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x32_avx2;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x64_avx512vnni;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_3x16_avx2;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_6x32_avx512vnni;
+mod matmul_f32_qsi8db_qunbp64x4_sf16_zpc_1x64_avx512vnni;
+mod matmul_f32_qsi8db_qunbp64x4_sf16_zpc_6x32_avx512vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x32_avx2;
 mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x32_avx2_vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x64_avx512vnni;
@@ -32,6 +34,9 @@ pub const QUNBP64X4_SF32_ZPC: RhsLayout = RhsLayout {
     zero_points: ZpStorage::Correction,
     block_sums: false,
 };
+
+/// [`QUNBP64X4_SF32_ZPC`] with f16 scales: 10% fewer bytes at 4 bits (int8 path; scales must fit f16).
+pub const QUNBP64X4_SF16_ZPC: RhsLayout = RhsLayout { scales: ScaleType::F16, ..QUNBP64X4_SF32_ZPC };
 
 const AVX512VNNI: Features = Features::of(&[Feature::Avx512f, Feature::Avx512bw, Feature::Avx512Vnni]);
 
@@ -63,6 +68,22 @@ pub static INT8_GEMM_AVX512VNNI: UKernel = UKernel {
     supports: supports_all,
     geometry: |_, _| Geometry { max_task_rows: 48, ..Geometry::new(6, qunbp64x4_vnni::NR, usize::MAX) },
     run: matmul_f32_qsi8db_qunbp64x4_sf32_zpc_6x32_avx512vnni::run,
+};
+
+/// int8 GEMV, AVX-512 VNNI, f16 scales.
+pub static INT8_GEMV_AVX512VNNI_F16: UKernel = UKernel {
+    name: "matmul_f32_qsi8db_qunbp64x4_sf16_zpc_1x64_avx512vnni",
+    rhs: RhsReads::Only(|_: &Cpu| QUNBP64X4_SF16_ZPC),
+    run: matmul_f32_qsi8db_qunbp64x4_sf16_zpc_1x64_avx512vnni::run,
+    ..INT8_GEMV_AVX512VNNI
+};
+
+/// int8 GEMM, AVX-512 VNNI, f16 scales.
+pub static INT8_GEMM_AVX512VNNI_F16: UKernel = UKernel {
+    name: "matmul_f32_qsi8db_qunbp64x4_sf16_zpc_6x32_avx512vnni",
+    rhs: RhsReads::Only(|_: &Cpu| QUNBP64X4_SF16_ZPC),
+    run: matmul_f32_qsi8db_qunbp64x4_sf16_zpc_6x32_avx512vnni::run,
+    ..INT8_GEMM_AVX512VNNI
 };
 
 const AVX512F: Features = Features::of(&[Feature::Avx512f]);
