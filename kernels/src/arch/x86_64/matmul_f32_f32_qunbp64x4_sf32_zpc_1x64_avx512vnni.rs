@@ -8,23 +8,12 @@
 //! over-reads.
 
 use super::qunbp64x4_fma::unit;
-use super::tiles;
+use super::tiles::run_units;
 use crate::ukernel::RunArgs;
 
 /// # Safety
 /// The CPU has avx512f; `args` satisfies the `RunArgs` contract with an `f32` LHS and a `qunbp64x4_sf32_zpc` RHS
 /// of `args.bits` ∈ {2, 4, 8}.
 pub(crate) unsafe fn run(args: &RunArgs) {
-    tiles::gemv(args, |r, panel| {
-        // SAFETY: row r < rows of the tile: its LHS row and output row are inside the buffers the contract
-        // describes; the features are the caller's guarantee.
-        unsafe {
-            let (l, d) = (args.lhs.cast::<f32>().add(r * args.lhs_stride), args.dst.add(r * args.dst_stride));
-            match args.bits {
-                2 => unit::<1, 4, 2>(args, panel, 0, l, d),
-                4 => unit::<1, 4, 4>(args, panel, 0, l, d),
-                _ => unit::<1, 4, 8>(args, panel, 0, l, d),
-            }
-        }
-    });
+    run_units!(gemv, f32, args, unit, g = 4, units = 1, unit_cols = 64);
 }

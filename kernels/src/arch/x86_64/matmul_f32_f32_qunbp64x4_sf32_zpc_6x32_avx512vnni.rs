@@ -8,35 +8,12 @@
 //! computed, never stored.
 
 use super::qunbp64x4_fma::unit;
-use super::tiles;
+use super::tiles::run_units;
 use crate::ukernel::RunArgs;
 
 /// # Safety
 /// The CPU has avx512f; `args` satisfies the `RunArgs` contract with an `f32` LHS and a `qunbp64x4_sf32_zpc` RHS
 /// of `args.bits` ∈ {2, 4, 8}.
 pub(crate) unsafe fn run(args: &RunArgs) {
-    tiles::gemm(args, 32, 6, |panel, half, r0, rows| {
-        // SAFETY: rows r0..r0+rows are inside the tile: their LHS and output rows are inside the buffers the
-        // contract describes; the features are the caller's guarantee.
-        unsafe {
-            let (l, d) = (args.lhs.cast::<f32>().add(r0 * args.lhs_stride), args.dst.add(r0 * args.dst_stride));
-            macro_rules! go {
-                ($r:literal) => {
-                    match args.bits {
-                        2 => unit::<$r, 2, 2>(args, panel, half, l, d),
-                        4 => unit::<$r, 2, 4>(args, panel, half, l, d),
-                        _ => unit::<$r, 2, 8>(args, panel, half, l, d),
-                    }
-                };
-            }
-            match rows {
-                6 => go!(6),
-                5 => go!(5),
-                4 => go!(4),
-                3 => go!(3),
-                2 => go!(2),
-                _ => go!(1),
-            }
-        }
-    });
+    run_units!(gemm, f32, args, unit, g = 2, mr = [6, 5, 4, 3, 2, 1], unit_cols = 32);
 }

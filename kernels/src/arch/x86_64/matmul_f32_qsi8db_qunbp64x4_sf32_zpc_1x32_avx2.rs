@@ -4,33 +4,12 @@
 //! size 16 … 65536. No over-reads; padding columns of the last panel are computed, never stored.
 
 use super::qunbp64x4_avx2::unit_avx2;
-use super::tiles;
+use super::tiles::run_units;
 use crate::ukernel::RunArgs;
 
 /// # Safety
 /// The CPU has the kernel's features (its `UKernel::requires`); `args` satisfies the `RunArgs` contract with a
 /// `qsi8db` LHS and a `qunbp64x4_sf32_zpc` RHS of `args.bits` ∈ {2, 4, 8}.
 pub(crate) unsafe fn run(args: &RunArgs) {
-    tiles::gemv(args, |r, panel| {
-        // SAFETY: row r < rows of the tile: its LHS row, scales, sums and output row are inside the buffers the
-        // contract describes; the features are the caller's guarantee.
-        unsafe {
-            let (l, s, q, d) = (
-                args.lhs.cast::<i8>().add(r * args.lhs_stride),
-                args.lhs_scale.add(r * args.blocks),
-                args.lhs_sum.add(r * args.blocks),
-                args.dst.add(r * args.dst_stride),
-            );
-            for unit in 0..2 {
-                if panel * 64 + unit * 32 >= args.cols {
-                    break;
-                }
-                match args.bits {
-                    2 => unit_avx2::<1, 4, 2>(args, panel, unit, l, s, q, d),
-                    4 => unit_avx2::<1, 4, 4>(args, panel, unit, l, s, q, d),
-                    _ => unit_avx2::<1, 4, 8>(args, panel, unit, l, s, q, d),
-                }
-            }
-        }
-    });
+    run_units!(gemv, int8, args, unit_avx2, g = 4, units = 2, unit_cols = 32);
 }

@@ -8,28 +8,12 @@
 //! Features: avx512f, avx512bw, avx512vnni. No over-reads: every load is inside a record or an LHS block.
 
 use super::qunbp64x4_vnni::unit;
-use super::tiles;
+use super::tiles::run_units;
 use crate::ukernel::RunArgs;
 
 /// # Safety
 /// The CPU has avx512f, avx512bw and avx512vnni; `args` satisfies the `RunArgs` contract with a `qsi8db` LHS and
 /// a `qunbp64x4_sf32_zpc` RHS of `args.bits` ∈ {2, 4, 8}.
 pub(crate) unsafe fn run(args: &RunArgs) {
-    tiles::gemv(args, |r, panel| {
-        // SAFETY: row r < rows of the tile: its LHS row, scales, sums and output row are inside the buffers the
-        // contract describes; the features are the caller's guarantee.
-        unsafe {
-            let (l, s, q, d) = (
-                args.lhs.cast::<i8>().add(r * args.lhs_stride),
-                args.lhs_scale.add(r * args.blocks),
-                args.lhs_sum.add(r * args.blocks),
-                args.dst.add(r * args.dst_stride),
-            );
-            match args.bits {
-                2 => unit::<1, 4, 2>(args, panel, 0, l, s, q, d),
-                4 => unit::<1, 4, 4>(args, panel, 0, l, s, q, d),
-                _ => unit::<1, 4, 8>(args, panel, 0, l, s, q, d),
-            }
-        }
-    });
+    run_units!(gemv, int8, args, unit, g = 4, units = 1, unit_cols = 64);
 }

@@ -4,37 +4,12 @@
 //! size 16 … 65536. No over-reads; padding columns of the last panel are computed, never stored.
 
 use super::qunbp64x4_avx2::unit_avxvnni;
-use super::tiles;
+use super::tiles::run_units;
 use crate::ukernel::RunArgs;
 
 /// # Safety
 /// The CPU has the kernel's features (its `UKernel::requires`); `args` satisfies the `RunArgs` contract with a
 /// `qsi8db` LHS and a `qunbp64x4_sf32_zpc` RHS of `args.bits` ∈ {2, 4, 8}.
 pub(crate) unsafe fn run(args: &RunArgs) {
-    tiles::gemm(args, 16, 3, |panel, unit, r0, rows| {
-        // SAFETY: rows r0..r0+rows are inside the tile: their LHS and output rows (and scales, sums) are inside
-        // the buffers the contract describes; the features are the caller's guarantee.
-        unsafe {
-            let (l, s, q, d) = (
-                args.lhs.cast::<i8>().add(r0 * args.lhs_stride),
-                args.lhs_scale.add(r0 * args.blocks),
-                args.lhs_sum.add(r0 * args.blocks),
-                args.dst.add(r0 * args.dst_stride),
-            );
-            macro_rules! go {
-                ($r:literal) => {
-                    match args.bits {
-                        2 => unit_avxvnni::<$r, 2, 2>(args, panel, unit, l, s, q, d),
-                        4 => unit_avxvnni::<$r, 2, 4>(args, panel, unit, l, s, q, d),
-                        _ => unit_avxvnni::<$r, 2, 8>(args, panel, unit, l, s, q, d),
-                    }
-                };
-            }
-            match rows {
-                3 => go!(3),
-                2 => go!(2),
-                _ => go!(1),
-            }
-        }
-    });
+    run_units!(gemm, int8, args, unit_avxvnni, g = 2, mr = [3, 2, 1], unit_cols = 16);
 }

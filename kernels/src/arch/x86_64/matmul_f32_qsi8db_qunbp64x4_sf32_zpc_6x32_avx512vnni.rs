@@ -8,40 +8,12 @@
 //! panel are computed, never stored.
 
 use super::qunbp64x4_vnni::unit;
-use super::tiles;
+use super::tiles::run_units;
 use crate::ukernel::RunArgs;
 
 /// # Safety
 /// The CPU has avx512f, avx512bw and avx512vnni; `args` satisfies the `RunArgs` contract with a `qsi8db` LHS and
 /// a `qunbp64x4_sf32_zpc` RHS of `args.bits` ∈ {2, 4, 8}.
 pub(crate) unsafe fn run(args: &RunArgs) {
-    tiles::gemm(args, 32, 6, |panel, half, r0, rows| {
-        // SAFETY: rows r0..r0+rows are inside the tile: their LHS rows, scales, sums and output rows are inside
-        // the buffers the contract describes; the features are the caller's guarantee.
-        unsafe {
-            let (l, s, q, d) = (
-                args.lhs.cast::<i8>().add(r0 * args.lhs_stride),
-                args.lhs_scale.add(r0 * args.blocks),
-                args.lhs_sum.add(r0 * args.blocks),
-                args.dst.add(r0 * args.dst_stride),
-            );
-            macro_rules! go {
-                ($r:literal) => {
-                    match args.bits {
-                        2 => unit::<$r, 2, 2>(args, panel, half, l, s, q, d),
-                        4 => unit::<$r, 2, 4>(args, panel, half, l, s, q, d),
-                        _ => unit::<$r, 2, 8>(args, panel, half, l, s, q, d),
-                    }
-                };
-            }
-            match rows {
-                6 => go!(6),
-                5 => go!(5),
-                4 => go!(4),
-                3 => go!(3),
-                2 => go!(2),
-                _ => go!(1),
-            }
-        }
-    });
+    run_units!(gemm, int8, args, unit, g = 2, mr = [6, 5, 4, 3, 2, 1], unit_cols = 32);
 }

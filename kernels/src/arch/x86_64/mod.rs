@@ -17,6 +17,7 @@ pub(crate) mod quantize_block_avx512;
 mod qunbp64x4_avx2;
 mod qunbp64x4_fma;
 mod qunbp64x4_vnni;
+#[macro_use]
 mod tiles;
 
 use crate::cpu::{Cpu, Feature, Features, Isa};
