@@ -133,6 +133,7 @@ if [ $quick = 0 ]; then
         step "forced $forced: pytest parity + malformed" \
             env "$forced" bash -c "$(declare -f run_pytest); run_pytest tests/python/test_parity.py tests/python/test_malformed.py"
     done
+    step "aarch64 kernel tests under qemu (scripts/test-aarch64.sh)" bash scripts/test-aarch64.sh
 else
     for v in "${ORT_EXTRA[@]}"; do skip "ORT integration test on $v (--quick)"; done
     skip "pytest tests/python (--quick)"
