@@ -58,23 +58,24 @@ impl Family {
         if self.path != p.path {
             return Some(format!("{} is a {} family", self.name, self.path.name()));
         }
-        for k in [self.gemv, self.gemm] {
-            if !k.runs_on(cpu) {
-                return Some(format!("{} needs {}", k.name, k.requires.missing_from(cpu.features())));
-            }
-            if !k.supports(p.bits, p.block_size) {
-                return Some(format!("{} does not take bits={} block_size={}", k.name, p.bits, p.block_size));
-            }
-        }
         let layout = self.layout(cpu);
-        if let Some(why) = layout.why_not(p) {
-            return Some(why);
-        }
-        [self.gemv, self.gemm]
-            .into_iter()
-            .find(|k| !k.reads(cpu, &layout))
-            .map(|k| format!("{} does not read {layout}", k.name))
+        [self.gemv, self.gemm].into_iter().find_map(|k| kernel_why_not(k, cpu, p, &layout))
     }
+}
+
+/// Why kernel `k` cannot compute `p` from weights packed in `layout` on `cpu`, or None if it can: the one check
+/// behind every `Selected`.
+fn kernel_why_not(k: &UKernel, cpu: &Cpu, p: &Problem, layout: &RhsLayout) -> Option<String> {
+    if !k.runs_on(cpu) {
+        return Some(format!("{} needs {}", k.name, k.requires.missing_from(cpu.features())));
+    }
+    if k.path != p.path || !k.supports(p.bits, p.block_size) {
+        return Some(format!("{} does not take {p}", k.name));
+    }
+    if let Some(why) = layout.why_not(p) {
+        return Some(why);
+    }
+    (!k.reads(cpu, layout)).then(|| format!("{} does not read {layout}", k.name))
 }
 
 /// A family resolved for this process's CPU and one node's problem.
@@ -106,17 +107,8 @@ impl Selected {
     /// exercise one kernel. Err says why not (CPU lacks a feature, kernel or layout cannot take `p`).
     pub fn single(uk: &'static UKernel, layout: RhsLayout, p: &Problem) -> Result<Selected, String> {
         let cpu = Cpu::get();
-        if !uk.runs_on(cpu) {
-            return Err(format!("{} needs {}", uk.name, uk.requires.missing_from(cpu.features())));
-        }
-        if uk.path != p.path || !uk.supports(p.bits, p.block_size) {
-            return Err(format!("{} does not take {p}", uk.name));
-        }
-        if let Some(why) = layout.why_not(p) {
+        if let Some(why) = kernel_why_not(uk, cpu, p, &layout) {
             return Err(why);
-        }
-        if !uk.reads(cpu, &layout) {
-            return Err(format!("{} does not read {layout}", uk.name));
         }
         Self::build(uk.name, uk.path, layout, uk, uk, cpu)
     }

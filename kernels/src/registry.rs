@@ -16,40 +16,31 @@ use crate::problem::{ComputePath, Problem};
 use crate::ukernel::UKernel;
 use std::sync::OnceLock;
 
-/// Every kernel in this build.
+/// Every kernel in this build: the portable ones, then this architecture's.
 pub fn kernels() -> &'static [&'static UKernel] {
-    static ALL: &[&UKernel] = &[
-        &portable::FP32,
-        &portable::INT8,
-        &portable::INT8_U8,
-        &portable::INT8_P4X8,
-        #[cfg(target_arch = "x86_64")]
-        &x86_64::INT8_GEMV_AVX512VNNI,
-        #[cfg(target_arch = "x86_64")]
-        &x86_64::INT8_GEMM_AVX512VNNI,
-        #[cfg(target_arch = "x86_64")]
-        &x86_64::INT8_GEMV_AVX512VNNI_F16,
-        #[cfg(target_arch = "x86_64")]
-        &x86_64::INT8_GEMM_AVX512VNNI_F16,
-        #[cfg(target_arch = "x86_64")]
-        &x86_64::FP32_GEMV_AVX512,
-        #[cfg(target_arch = "x86_64")]
-        &x86_64::FP32_GEMM_AVX512,
-        #[cfg(target_arch = "x86_64")]
-        &x86_64::INT8_GEMV_AVXVNNI,
-        #[cfg(target_arch = "x86_64")]
-        &x86_64::INT8_GEMM_AVXVNNI,
-        #[cfg(target_arch = "x86_64")]
-        &x86_64::INT8_GEMV_AVX2,
-        #[cfg(target_arch = "x86_64")]
-        &x86_64::INT8_GEMM_AVX2,
-        #[cfg(target_arch = "x86_64")]
-        &x86_64::FP32_GEMV_AVX2,
-        #[cfg(target_arch = "x86_64")]
-        &x86_64::FP32_GEMM_AVX2,
-    ];
-    ALL
+    static ALL: OnceLock<Vec<&'static UKernel>> = OnceLock::new();
+    ALL.get_or_init(|| PORTABLE_KERNELS.iter().chain(ARCH_KERNELS).copied().collect())
 }
+
+static PORTABLE_KERNELS: &[&UKernel] = &[&portable::FP32, &portable::INT8, &portable::INT8_U8, &portable::INT8_P4X8];
+
+#[cfg(target_arch = "x86_64")]
+static ARCH_KERNELS: &[&UKernel] = &[
+    &x86_64::INT8_GEMV_AVX512VNNI,
+    &x86_64::INT8_GEMM_AVX512VNNI,
+    &x86_64::INT8_GEMV_AVX512VNNI_F16,
+    &x86_64::INT8_GEMM_AVX512VNNI_F16,
+    &x86_64::FP32_GEMV_AVX512,
+    &x86_64::FP32_GEMM_AVX512,
+    &x86_64::INT8_GEMV_AVXVNNI,
+    &x86_64::INT8_GEMM_AVXVNNI,
+    &x86_64::INT8_GEMV_AVX2,
+    &x86_64::INT8_GEMM_AVX2,
+    &x86_64::FP32_GEMV_AVX2,
+    &x86_64::FP32_GEMM_AVX2,
+];
+#[cfg(not(target_arch = "x86_64"))]
+static ARCH_KERNELS: &[&UKernel] = &[];
 
 /// The portable families' layouts (see `arch/portable`).
 const QUNB_P8X4: RhsLayout = RhsLayout::plain(8, 4);
@@ -63,61 +54,7 @@ const QSNB_P8X8: RhsLayout = RhsLayout {
 };
 const QSNB_P8X8_F16_BSUM: RhsLayout = RhsLayout { scales: ScaleType::F16, block_sums: true, ..QSNB_P8X8 };
 
-static FAMILIES: &[&Family] = &[
-    #[cfg(target_arch = "x86_64")]
-    &Family {
-        name: "avx512vnni_int8_qunbp64x4_sf16_zpc",
-        rank: 45,
-        path: ComputePath::Int8,
-        gemv: &x86_64::INT8_GEMV_AVX512VNNI_F16,
-        gemm: &x86_64::INT8_GEMM_AVX512VNNI_F16,
-        layout: |_| x86_64::QUNBP64X4_SF16_ZPC,
-    },
-    #[cfg(target_arch = "x86_64")]
-    &Family {
-        name: "avx512vnni_int8_qunbp64x4_sf32_zpc",
-        rank: 40,
-        path: ComputePath::Int8,
-        gemv: &x86_64::INT8_GEMV_AVX512VNNI,
-        gemm: &x86_64::INT8_GEMM_AVX512VNNI,
-        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
-    },
-    #[cfg(target_arch = "x86_64")]
-    &Family {
-        name: "avx2_vnni_int8_qunbp64x4_sf32_zpc",
-        rank: 35,
-        path: ComputePath::Int8,
-        gemv: &x86_64::INT8_GEMV_AVXVNNI,
-        gemm: &x86_64::INT8_GEMM_AVXVNNI,
-        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
-    },
-    #[cfg(target_arch = "x86_64")]
-    &Family {
-        name: "avx2_int8_qunbp64x4_sf32_zpc",
-        rank: 30,
-        path: ComputePath::Int8,
-        gemv: &x86_64::INT8_GEMV_AVX2,
-        gemm: &x86_64::INT8_GEMM_AVX2,
-        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
-    },
-    #[cfg(target_arch = "x86_64")]
-    &Family {
-        name: "avx2_fp32_qunbp64x4_sf32_zpc",
-        rank: 30,
-        path: ComputePath::Fp32,
-        gemv: &x86_64::FP32_GEMV_AVX2,
-        gemm: &x86_64::FP32_GEMM_AVX2,
-        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
-    },
-    #[cfg(target_arch = "x86_64")]
-    &Family {
-        name: "avx512vnni_fp32_qunbp64x4_sf32_zpc",
-        rank: 40,
-        path: ComputePath::Fp32,
-        gemv: &x86_64::FP32_GEMV_AVX512,
-        gemm: &x86_64::FP32_GEMM_AVX512,
-        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
-    },
+static PORTABLE_FAMILIES: &[&Family] = &[
     &Family {
         name: "portable_fp32_qunbp8x4_sf32_zpb",
         rank: 20,
@@ -152,11 +89,65 @@ static FAMILIES: &[&Family] = &[
     },
 ];
 
+#[cfg(target_arch = "x86_64")]
+static ARCH_FAMILIES: &[&Family] = &[
+    &Family {
+        name: "avx512vnni_int8_qunbp64x4_sf16_zpc",
+        rank: 45,
+        path: ComputePath::Int8,
+        gemv: &x86_64::INT8_GEMV_AVX512VNNI_F16,
+        gemm: &x86_64::INT8_GEMM_AVX512VNNI_F16,
+        layout: |_| x86_64::QUNBP64X4_SF16_ZPC,
+    },
+    &Family {
+        name: "avx512vnni_int8_qunbp64x4_sf32_zpc",
+        rank: 40,
+        path: ComputePath::Int8,
+        gemv: &x86_64::INT8_GEMV_AVX512VNNI,
+        gemm: &x86_64::INT8_GEMM_AVX512VNNI,
+        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
+    },
+    &Family {
+        name: "avx2_vnni_int8_qunbp64x4_sf32_zpc",
+        rank: 35,
+        path: ComputePath::Int8,
+        gemv: &x86_64::INT8_GEMV_AVXVNNI,
+        gemm: &x86_64::INT8_GEMM_AVXVNNI,
+        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
+    },
+    &Family {
+        name: "avx2_int8_qunbp64x4_sf32_zpc",
+        rank: 30,
+        path: ComputePath::Int8,
+        gemv: &x86_64::INT8_GEMV_AVX2,
+        gemm: &x86_64::INT8_GEMM_AVX2,
+        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
+    },
+    &Family {
+        name: "avx2_fp32_qunbp64x4_sf32_zpc",
+        rank: 30,
+        path: ComputePath::Fp32,
+        gemv: &x86_64::FP32_GEMV_AVX2,
+        gemm: &x86_64::FP32_GEMM_AVX2,
+        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
+    },
+    &Family {
+        name: "avx512vnni_fp32_qunbp64x4_sf32_zpc",
+        rank: 40,
+        path: ComputePath::Fp32,
+        gemv: &x86_64::FP32_GEMV_AVX512,
+        gemm: &x86_64::FP32_GEMM_AVX512,
+        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
+    },
+];
+#[cfg(not(target_arch = "x86_64"))]
+static ARCH_FAMILIES: &[&Family] = &[];
+
 /// Every family in this build, best first (by rank).
 pub fn families() -> &'static [&'static Family] {
     static SORTED: OnceLock<Vec<&'static Family>> = OnceLock::new();
     SORTED.get_or_init(|| {
-        let mut v: Vec<&'static Family> = FAMILIES.to_vec();
+        let mut v: Vec<&'static Family> = PORTABLE_FAMILIES.iter().chain(ARCH_FAMILIES).copied().collect();
         v.sort_by_key(|f| std::cmp::Reverse(f.rank()));
         v
     })

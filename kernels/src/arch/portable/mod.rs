@@ -271,6 +271,7 @@ pub(crate) fn int8_walk(t: &Tile<'_>, mut dot: impl FnMut(usize, usize, &[i32], 
     let (nr, bl) = (a.layout.nr, a.bl);
     let mut v = vec![0i32; bl * nr];
     let mut vt = vec![0i32; nr * bl];
+    let mut terms = vec![ColTerms { s: 0.0, zo: None, c: 0.0 }; nr];
     t.for_each_panel_block(|panel, b, acc| {
         let rec = t.record(panel, b);
         decode_block(rec.codes(), a.bits, bl, &a.layout, &mut v);
@@ -279,7 +280,9 @@ pub(crate) fn int8_walk(t: &Tile<'_>, mut dot: impl FnMut(usize, usize, &[i32], 
                 vt[j * bl + o] = v[o * nr + j];
             }
         }
-        let terms: Vec<ColTerms> = (0..nr).map(|j| rec.terms(j)).collect();
+        for (j, t) in terms.iter_mut().enumerate() {
+            *t = rec.terms(j);
+        }
         for (r, acc_r) in acc.chunks_exact_mut(nr).enumerate() {
             let Some((sa, qsum)) = t.block_activation(r, b) else { continue };
             for (j, acc_j) in acc_r.iter_mut().enumerate() {
