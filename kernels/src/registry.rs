@@ -6,6 +6,8 @@
 //! and `NIBBLE_FAMILIES=a,b` restricts the candidates to the named families, in that order (a test and
 //! debugging hook). Naming a rung this CPU lacks, or an unknown or unrunnable family, is an error.
 
+#[cfg(target_arch = "aarch64")]
+use crate::arch::aarch64;
 use crate::arch::portable;
 #[cfg(target_arch = "x86_64")]
 use crate::arch::x86_64;
@@ -39,7 +41,16 @@ static ARCH_KERNELS: &[&UKernel] = &[
     &x86_64::FP32_GEMV_AVX2,
     &x86_64::FP32_GEMM_AVX2,
 ];
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(target_arch = "aarch64")]
+static ARCH_KERNELS: &[&UKernel] = &[
+    &aarch64::INT8_GEMV_DOTPROD_P8X8,
+    &aarch64::INT8_GEMM_I8MM,
+    &aarch64::INT8_GEMV_DOTPROD,
+    &aarch64::INT8_GEMM_DOTPROD,
+    &aarch64::INT8_GEMV_NEON,
+    &aarch64::INT8_GEMM_NEON,
+];
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 static ARCH_KERNELS: &[&UKernel] = &[];
 
 /// The portable families' layouts (see `arch/portable`).
@@ -140,7 +151,34 @@ static ARCH_FAMILIES: &[&Family] = &[
         layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
     },
 ];
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(target_arch = "aarch64")]
+static ARCH_FAMILIES: &[&Family] = &[
+    &Family {
+        name: "i8mm_int8_qsnbp8x8_sf16_zpc",
+        rank: 45,
+        path: ComputePath::Int8,
+        gemv: &aarch64::INT8_GEMV_DOTPROD_P8X8,
+        gemm: &aarch64::INT8_GEMM_I8MM,
+        layout: |_| aarch64::QSNBP8X8_SF16_ZPC,
+    },
+    &Family {
+        name: "dotprod_int8_qsnbp8x4_sf16_zpc",
+        rank: 40,
+        path: ComputePath::Int8,
+        gemv: &aarch64::INT8_GEMV_DOTPROD,
+        gemm: &aarch64::INT8_GEMM_DOTPROD,
+        layout: |_| aarch64::QSNBP8X4_SF16_ZPC,
+    },
+    &Family {
+        name: "neon_int8_qsnbp8x4_sf16_zpc",
+        rank: 30,
+        path: ComputePath::Int8,
+        gemv: &aarch64::INT8_GEMV_NEON,
+        gemm: &aarch64::INT8_GEMM_NEON,
+        layout: |_| aarch64::QSNBP8X4_SF16_ZPC,
+    },
+];
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 static ARCH_FAMILIES: &[&Family] = &[];
 
 /// Every family in this build, best first (by rank).

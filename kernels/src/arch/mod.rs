@@ -1,6 +1,8 @@
 //! Architecture-specific code: feature detection and the kernels. The only place in this crate with
 //! intrinsics, `asm!` or raw-pointer kernels.
 
+#[cfg(target_arch = "aarch64")]
+pub mod aarch64;
 pub mod portable;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_64;

@@ -1,0 +1,18 @@
+//! int8-activation GEMV for CPUs without dotprod (Cortex-A72 class): up to 2 rows × 8 columns per pass, SMULL/SMULL2 into int16 and SADALP into int32 pairs.
+//!
+//! LHS: `qsi8db` (int8 per block, row-major, scale and Σq per block). RHS: `qsnbp8x4_sf16_zpc`, bits 2/4/8, any
+//! block size 16 … 65536. Columns: whole 8-column panels from the tile's start (the last one's padding computed,
+//! never stored). Features: neon. The body is `super::qsnbp8x4_int8`. No over-reads: every load is inside a
+//! record or an LHS block.
+
+use super::qsnbp8x4_int8::{NR, SMULL, unit};
+use super::walk_panels;
+use crate::ukernel::RunArgs;
+
+/// # Safety
+/// The CPU has neon; `args` satisfies the `RunArgs` contract with a `qsi8db` LHS and a `qsnbp8x4` RHS
+/// (f16 or f32 scales) of `args.bits` ∈ {2, 4, 8}.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn run(args: &RunArgs) {
+    walk_panels!(args, unit, SMULL, nr = NR, rows = [2, 1]);
+}

@@ -1,0 +1,35 @@
+//! int8-activation GEMM for prefill, i8mm: 4 rows × 8 columns per register tile, 32 SMMLA per 32 K of 4-bit
+//! codes into 8 int32 2×2 tiles (see `super::qsnbp8x8_int8`).
+//!
+//! LHS: `qsi8dbp4x8` (int8 per block, rows in groups of 4, K in runs of 8; scale and Σq per row and block). RHS:
+//! `qsnbp8x8_sf16_zpc`, bits 2/4/8, block sizes 16 … 65536 whose fields hold whole 8-K runs. Rows: whole groups
+//! of 4 from the tile's start (the last group's padding rows computed, never stored); columns: whole 8-column
+//! panels (the last one's padding computed, never stored). Features: neon, i8mm. No over-reads.
+
+use super::qsnbp8x8_int8::{MR, NR, gemm_unit};
+use crate::ukernel::RunArgs;
+
+/// # Safety
+/// The CPU has neon and i8mm; `args` satisfies the `RunArgs` contract with a `qsi8dbp4x8` LHS (the tile starts
+/// at a row group) and a `qsnbp8x8` RHS (f16 or f32 scales) of `args.bits` ∈ {2, 4, 8}.
+#[target_feature(enable = "neon,i8mm")]
+pub(crate) unsafe fn run(args: &RunArgs) {
+    let a = args;
+    for panel in 0..a.cols.div_ceil(NR) {
+        for g in 0..a.rows.div_ceil(MR) {
+            let (r0, rows) = (g * MR, (a.rows - g * MR).min(MR));
+            // SAFETY: group g of the tile: its 4·lhs_stride bytes (padded rows are zero), the scales, sums and
+            // output rows of its `rows` real rows are inside the buffers (RunArgs contract); the CPU has i8mm.
+            unsafe {
+                let lhs = a.lhs.cast::<i8>().add(r0 * a.lhs_stride);
+                let (sc, sm, dst) =
+                    (a.lhs_scale.add(r0 * a.blocks), a.lhs_sum.add(r0 * a.blocks), a.dst.add(r0 * a.dst_stride));
+                match a.bits {
+                    2 => gemm_unit::<2>(a, panel, rows, lhs, sc, sm, dst),
+                    4 => gemm_unit::<4>(a, panel, rows, lhs, sc, sm, dst),
+                    _ => gemm_unit::<8>(a, panel, rows, lhs, sc, sm, dst),
+                }
+            }
+        }
+    }
+}

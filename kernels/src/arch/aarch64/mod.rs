@@ -1,0 +1,146 @@
+//! aarch64 kernels: NEON intrinsics, and one-instruction `asm!` blocks for what Rust 1.95 has no stable
+//! intrinsic for (SDOT, SMMLA, FCVTL from f16), inside `#[target_feature]` entry points. Ladder: i8mm →
+//! dotprod → neon → portable (features from getauxval, `crate::arch::detect`).
+//!
+//! Layouts (signed codes, zero points folded into a per-block correction, 8-column panels):
+//! - `qsnbp8x4`: each column's 4 consecutive K in one 32-bit lane: the operand of SDOT by element (dotprod)
+//!   and of SMULL against a duplicated element (neon);
+//! - `qsnbp8x8`: each column's 8 consecutive K in one 64-bit half: the 2×8 operand of SMMLA (i8mm), read by
+//!   the same family's GEMV with vector SDOT against 8 activations duplicated in both halves.
+
+mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon;
+mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon_dotprod;
+mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_2x8_neon;
+mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_4x8_neon_dotprod;
+mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x8_neon_dotprod;
+mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_4x8_neon_i8mm;
+mod ops;
+mod qsnbp8x4_int8;
+mod qsnbp8x8_int8;
+
+use crate::cpu::{Cpu, Feature, Features, Isa};
+use crate::pack::{Codes, LhsFormat, RhsLayout, ScaleType, ZpStorage};
+use crate::problem::ComputePath;
+use crate::ukernel::{Geometry, RhsReads, UKernel};
+
+/// Signed n-bit codes, 8 columns × 4 K per group, f16 scales (int8 path: scales must fit f16), zero points
+/// folded into c = s·(m − z).
+pub const QSNBP8X4_SF16_ZPC: RhsLayout = RhsLayout {
+    nr: qsnbp8x4_int8::NR,
+    kr: qsnbp8x4_int8::KR,
+    codes: Codes::Signed,
+    scales: ScaleType::F16,
+    zero_points: ZpStorage::Correction,
+    block_sums: false,
+};
+
+/// [`QSNBP8X4_SF16_ZPC`] with 8 K per column group: the SMMLA operand (two columns × 8 K per 16 bytes).
+pub const QSNBP8X8_SF16_ZPC: RhsLayout = RhsLayout { kr: qsnbp8x8_int8::KR, ..QSNBP8X4_SF16_ZPC };
+
+const NEON: Features = Features::of(&[Feature::Neon]);
+const DOTPROD: Features = Features::of(&[Feature::Neon, Feature::Dotprod]);
+const I8MM: Features = Features::of(&[Feature::Neon, Feature::I8mm]);
+
+fn supports_all(bits: u32, bl: usize) -> bool {
+    matches!(bits, 2 | 4 | 8) && bl >= 16 && bl.is_power_of_two() && bl <= crate::format::MAX_BLOCK_SIZE
+}
+
+/// What the `qsnbp8x8` kernels take: fields of whole 8-K runs (not 2-bit codes in 16-blocks).
+fn supports_p8x8(bits: u32, bl: usize) -> bool {
+    supports_all(bits, bl) && QSNBP8X8_SF16_ZPC.holds_blocks(bits, bl)
+}
+
+/// int8 GEMV, dotprod: up to 3 rows × 8 columns per pass over a panel (SDOT by element).
+pub static INT8_GEMV_DOTPROD: UKernel = UKernel {
+    name: "matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon_dotprod",
+    isa: Isa::Dotprod,
+    requires: DOTPROD,
+    path: ComputePath::Int8,
+    lhs: LhsFormat::Qsi8Db,
+    rhs: RhsReads::Only(|_: &Cpu| QSNBP8X4_SF16_ZPC),
+    supports: supports_all,
+    geometry: |_, _| Geometry::new(1, qsnbp8x4_int8::NR, 3),
+    run: matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon_dotprod::run,
+};
+
+/// int8 GEMM, dotprod: 4 rows × 8 columns per register tile.
+pub static INT8_GEMM_DOTPROD: UKernel = UKernel {
+    name: "matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_4x8_neon_dotprod",
+    geometry: |_, _| Geometry::new(4, qsnbp8x4_int8::NR, usize::MAX),
+    run: matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_4x8_neon_dotprod::run,
+    ..INT8_GEMV_DOTPROD
+};
+
+/// int8 GEMV, base NEON (SMULL + SADALP): up to 2 rows × 8 columns per pass over a panel.
+pub static INT8_GEMV_NEON: UKernel = UKernel {
+    name: "matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon",
+    isa: Isa::Neon,
+    requires: NEON,
+    geometry: |_, _| Geometry::new(1, qsnbp8x4_int8::NR, 3),
+    run: matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon::run,
+    ..INT8_GEMV_DOTPROD
+};
+
+/// int8 GEMM, base NEON: 2 rows × 8 columns per register tile.
+pub static INT8_GEMM_NEON: UKernel = UKernel {
+    name: "matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_2x8_neon",
+    geometry: |_, _| Geometry::new(2, qsnbp8x4_int8::NR, usize::MAX),
+    run: matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_2x8_neon::run,
+    ..INT8_GEMV_NEON
+};
+
+/// int8 GEMV of the i8mm family, dotprod: up to 2 rows × 8 columns per pass over a `qsnbp8x8` panel.
+pub static INT8_GEMV_DOTPROD_P8X8: UKernel = UKernel {
+    name: "matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x8_neon_dotprod",
+    rhs: RhsReads::Only(|_: &Cpu| QSNBP8X8_SF16_ZPC),
+    supports: supports_p8x8,
+    geometry: |_, _| Geometry::new(1, qsnbp8x8_int8::NR, 1),
+    run: matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x8_neon_dotprod::run,
+    ..INT8_GEMV_DOTPROD
+};
+
+/// int8 GEMM, i8mm (SMMLA): 4 rows × 8 columns per register tile.
+pub static INT8_GEMM_I8MM: UKernel = UKernel {
+    name: "matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_4x8_neon_i8mm",
+    isa: Isa::I8mm,
+    requires: I8MM,
+    path: ComputePath::Int8,
+    lhs: LhsFormat::Qsi8DbP { mr: qsnbp8x8_int8::MR, kr: qsnbp8x8_int8::KR },
+    rhs: RhsReads::Only(|_: &Cpu| QSNBP8X8_SF16_ZPC),
+    supports: supports_p8x8,
+    geometry: |_, _| Geometry::new(qsnbp8x8_int8::MR, qsnbp8x8_int8::NR, usize::MAX),
+    run: matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_4x8_neon_i8mm::run,
+};
+
+/// The walk of an int8 kernel's tile on 8-column panels: each panel, then the rows in blocks of up to the first
+/// listed count (the last block smaller), each block computed by `$body::<$op, rows, bits>` (`$op` picks the instruction where the body has several) with
+/// the row count and the bit width (2, 4, 8) dispatched to constants.
+macro_rules! walk_panels {
+    ($args:ident, $body:ident, $op:expr, nr = $nr:expr, rows = [$($r:literal),+]) => {{
+        let a = $args;
+        let mr = [$($r),+][0];
+        for panel in 0..a.cols.div_ceil($nr) {
+            let mut r0 = 0;
+            while r0 < a.rows {
+                let rows = (a.rows - r0).min(mr);
+                // SAFETY: rows r0..r0 + rows are inside the tile, so are their LHS rows, scales, sums and output
+                // rows (RunArgs contract); the entry point has the features `$op` needs.
+                unsafe {
+                    let lhs = a.lhs.cast::<i8>().add(r0 * a.lhs_stride);
+                    let (sc, sm) = (a.lhs_scale.add(r0 * a.blocks), a.lhs_sum.add(r0 * a.blocks));
+                    let dst = a.dst.add(r0 * a.dst_stride);
+                    match (rows, a.bits) {
+                        $(
+                            ($r, 2) => $body::<$op, $r, 2>(a, panel, lhs, sc, sm, dst),
+                            ($r, 4) => $body::<$op, $r, 4>(a, panel, lhs, sc, sm, dst),
+                            ($r, _) => $body::<$op, $r, 8>(a, panel, lhs, sc, sm, dst),
+                        )+
+                        _ => unreachable!("row blocks are at most the first listed size"),
+                    }
+                }
+                r0 += rows;
+            }
+        }
+    }};
+}
+pub(crate) use walk_panels;

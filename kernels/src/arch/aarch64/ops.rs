@@ -1,0 +1,211 @@
+//! The aarch64 instructions Rust 1.95 has no stable intrinsics for (SDOT, SMMLA, FCVTL from f16), as one-
+//! instruction `asm!` blocks, and the field extraction shared by the int8 kernels on signed-code layouts.
+//!
+//! Every helper is `#[target_feature(enable = "neon")]` and `#[inline]`, so it inlines into the kernel bodies
+//! (NEON functions themselves). The SDOT/SMMLA blocks name their extension to the assembler
+//! (`.arch_extension`), so a body can be generic over the instruction; only the entry points compiled with
+//! `dotprod` / `i8mm` (and selected on CPUs that have them) instantiate the bodies that execute them.
+
+// Register tiles are indexed [row][column quad]: index loops read like the algebra.
+#![allow(clippy::needless_range_loop)]
+use crate::pack::ScaleType;
+use crate::ukernel::RunArgs;
+use core::arch::aarch64::*;
+use core::arch::asm;
+
+/// `acc.s[j] += Σ_i w.b[4j+i] · a.b[4E+i]` (SDOT by element: 4 int8 of `a` against each 32-bit lane of `w`).
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) fn sdot_lane<const E: i32>(acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
+    let mut acc = acc;
+    // SAFETY: a register-only instruction (no memory, no flags); executed only by entry points selected on CPUs with dotprod.
+    unsafe {
+        asm!(".arch_extension dotprod", "sdot {acc:v}.4s, {w:v}.16b, {a:v}.4b[{e}]", acc = inout(vreg) acc, w = in(vreg) w, a = in(vreg) a,
+             e = const E, options(pure, nomem, nostack, preserves_flags));
+    }
+    acc
+}
+
+/// [`sdot_lane`] with the element index as a value (constant after inlining: the match folds away).
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) fn sdot_elem(acc: int32x4_t, w: int8x16_t, a: int8x16_t, e: usize) -> int32x4_t {
+    match e {
+        0 => sdot_lane::<0>(acc, w, a),
+        1 => sdot_lane::<1>(acc, w, a),
+        2 => sdot_lane::<2>(acc, w, a),
+        _ => sdot_lane::<3>(acc, w, a),
+    }
+}
+
+/// `acc.s[j] += Σ_i w.b[4j+i] · a.b[4j+i]` (SDOT, vector form).
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) fn sdot(acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
+    let mut acc = acc;
+    // SAFETY: as `sdot_lane`.
+    unsafe {
+        asm!(".arch_extension dotprod", "sdot {acc:v}.4s, {w:v}.16b, {a:v}.16b", acc = inout(vreg) acc, w = in(vreg) w, a = in(vreg) a,
+             options(pure, nomem, nostack, preserves_flags));
+    }
+    acc
+}
+
+/// `acc += A · Bᵀ` for 2×8 int8 matrices A = `a` (row i in bytes 8i..8i+7) and B = `b`, into the 2×2 int32
+/// `acc` (element (i, j) in lane 2i + j): SMMLA.
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) fn smmla(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    let mut acc = acc;
+    // SAFETY: a register-only instruction; executed only by entry points selected on CPUs with i8mm.
+    unsafe {
+        asm!(".arch_extension i8mm", "smmla {acc:v}.4s, {a:v}.16b, {b:v}.16b", acc = inout(vreg) acc, a = in(vreg) a, b = in(vreg) b,
+             options(pure, nomem, nostack, preserves_flags));
+    }
+    acc
+}
+
+/// Four IEEE half-precision values (as bits) to f32: FCVTL, in every aarch64 CPU's base NEON.
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) fn f16x4_to_f32(h: uint16x4_t) -> float32x4_t {
+    let out: float32x4_t;
+    // SAFETY: a register-only instruction of base AdvSIMD.
+    unsafe {
+        asm!("fcvtl {o:v}.4s, {h:v}.4h", o = lateout(vreg) out, h = in(vreg) h,
+             options(pure, nomem, nostack, preserves_flags));
+    }
+    out
+}
+
+/// Eight block scales of one record (f16 or f32) as two f32 vectors (columns 0..3, 4..7).
+///
+/// # Safety
+/// `p` points at 8 scales of the given type.
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) unsafe fn scales8(p: *const u8, f16: bool) -> [float32x4_t; 2] {
+    // SAFETY: 16 (f16) or 32 (f32) bytes at `p` (the caller's guarantee).
+    unsafe {
+        if f16 {
+            let h = vld1q_u16(p.cast());
+            [f16x4_to_f32(vget_low_u16(h)), f16x4_to_f32(vget_high_u16(h))]
+        } else {
+            [vld1q_f32(p.cast()), vld1q_f32(p.cast::<f32>().add(4))]
+        }
+    }
+}
+
+/// Field `l` of every byte of `v` (signed `BITS`-bit two's-complement codes; lane l in bits l·BITS..), as int8
+/// times 2^(8−BITS): shifted to the top of the byte and masked below, so no sign extension is needed (4-bit:
+/// `shl #4` for the low field, `and #0xF0` for the high one). `BITS` = 8 is the byte itself.
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) fn field<const BITS: usize>(v: int8x16_t, l: usize) -> int8x16_t {
+    if BITS == 8 {
+        return v;
+    }
+    let top = BITS * (l + 1);
+    let shifted = if top == 8 { v } else { vshlq_s8(v, vdupq_n_s8((8 - top) as i8)) };
+    if l == 0 {
+        shifted
+    } else {
+        let mask = (0xFFu32 << (8 - BITS)) as u8;
+        vandq_s8(shifted, vreinterpretq_s8_u8(vdupq_n_u8(mask)))
+    }
+}
+
+/// int32 sums of (2^(8−BITS) · products) to f32, the factor divided out in the conversion (`scvtf #fbits`).
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) fn to_f32_scaled<const BITS: usize>(v: int32x4_t) -> float32x4_t {
+    match BITS {
+        2 => vcvtq_n_f32_s32::<6>(v),
+        4 => vcvtq_n_f32_s32::<4>(v),
+        _ => vcvtq_f32_s32(v),
+    }
+}
+
+/// Stores `v` (4 columns from `col`) plus bias into `dst`, only the columns below `cols`.
+///
+/// # Safety
+/// `dst` and `bias` (if not null) hold columns `col..min(col + 4, cols)`.
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) unsafe fn store4(dst: *mut f32, bias: *const f32, col: usize, cols: usize, v: float32x4_t) {
+    let n = (cols - col).min(4);
+    if n == 4 {
+        // SAFETY: 4 columns from col are inside dst and (if not null) bias.
+        unsafe {
+            let b = if bias.is_null() { vdupq_n_f32(0.0) } else { vld1q_f32(bias.add(col)) };
+            vst1q_f32(dst.add(col), vaddq_f32(v, b));
+        }
+        return;
+    }
+    let mut t = [0f32; 4];
+    // SAFETY: `t` holds 4 values.
+    unsafe { vst1q_f32(t.as_mut_ptr(), v) };
+    for (i, &y) in t[..n].iter().enumerate() {
+        // SAFETY: column col + i < cols is inside dst and bias (the caller's guarantee).
+        unsafe {
+            let b = if bias.is_null() { 0.0 } else { *bias.add(col + i) };
+            *dst.add(col + i) = y + b;
+        }
+    }
+}
+
+/// One block's contribution for rows `0..R` × 8 columns: `y += sa·(s·acc + c·Σq)` per (row, column), from the
+/// int32 sums `acc` (columns 0..3, 4..7; times 2^(8−BITS)), the record's scales (f16 or f32) and, when the
+/// weights have zero points, its f32 corrections c.
+///
+/// # Safety
+/// `rec` is block `b`'s record of a panel in `a`'s layout; `lhs_scale`/`lhs_sum` hold rows `0..R` (stride
+/// `a.blocks`).
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) unsafe fn accumulate_block<const R: usize, const BITS: usize>(
+    y: &mut [[float32x4_t; 2]; R],
+    acc: &[[int32x4_t; 2]; R],
+    a: &RunArgs,
+    rec: *const u8,
+    lhs_scale: *const f32,
+    lhs_sum: *const i32,
+    b: usize,
+) {
+    // SAFETY: the record's 8 scales.
+    let s = unsafe { scales8(rec.add(a.rhs_scales), a.layout.scales == ScaleType::F16) };
+    let has_zp = a.has_zp != 0;
+    for r in 0..R {
+        // SAFETY: row r's scale and Σq of block b.
+        let (sa, qs) = unsafe { (*lhs_scale.add(r * a.blocks + b), *lhs_sum.add(r * a.blocks + b)) };
+        for q in 0..2 {
+            let v = to_f32_scaled::<BITS>(acc[r][q]);
+            y[r][q] = vfmaq_f32(y[r][q], v, vmulq_n_f32(s[q], sa));
+            if has_zp {
+                // SAFETY: the record's 8 f32 corrections (present when the weights have zero points).
+                let c = unsafe { vld1q_f32(rec.add(a.rhs_zp + 16 * q).cast()) };
+                y[r][q] = vfmaq_n_f32(y[r][q], c, sa * qs as f32);
+            }
+        }
+    }
+}
+
+/// Stores rows `0..R` × the 8 columns of `panel` (columns 0..3, 4..7 of each row in `y`) plus bias, only the
+/// columns below `a.cols`.
+///
+/// # Safety
+/// `dst` is row 0 of the tile's output (row stride `a.dst_stride`) with at least `R` rows; `a.bias` is null or
+/// holds `a.cols` values.
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) unsafe fn store_rows<const R: usize>(y: &[[float32x4_t; 2]; R], a: &RunArgs, panel: usize, dst: *mut f32) {
+    for r in 0..R {
+        for q in 0..2 {
+            let col = panel * 8 + 4 * q;
+            if col < a.cols {
+                // SAFETY: row r of the tile; columns below cols are inside dst and bias.
+                unsafe { store4(dst.add(r * a.dst_stride), a.bias, col, a.cols, y[r][q]) };
+            }
+        }
+    }
+}
