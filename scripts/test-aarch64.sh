@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test-aarch64.sh — cross-builds nibble for aarch64 and, under qemu-user 7.2 on every CPU model we support:
-#   * runs the kernel tests, checking that feature detection finds exactly what each model has (a wrong answer
-#     would SIGILL once SIMD kernels land);
+#   * runs the kernel tests (every kernel the model can run against the reference), checking that feature
+#     detection finds exactly what each model has and which kernel family each compute path gets;
 #   * loads the aarch64 libnibble_ort.so into the aarch64 ONNX Runtime 1.31.1 (PyPI wheel) and runs the Rust
 #     integration test (provider/tests/session.rs) against ORT's own aarch64 kernel and numpy; on the first model
 #     again with NIBBLE_FAMILIES forcing the second-ranked kernel families (as scripts/test.sh does on x86).
@@ -13,16 +13,29 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 export A64ENV=${A64ENV:-$root/.cache/a64env}
 
-# model → what detection must report (qemu 7.2: max = dotprod, i8mm, sve, sme; "max,sve=off" drops SVE and SME).
+# model → what detection must report (qemu 7.2: max = dotprod, i8mm, sve, sme; "max,sve=off" drops SVE and SME,
+# "max,sme=off" only SME).
 declare -A expect=(
   [max]="portable,neon,dotprod,i8mm,sve,sme"
   [max,sve=off]="portable,neon,dotprod,i8mm"
+  [max,sme=off]="portable,neon,dotprod,i8mm,sve"
   [neoverse-n1]="portable,neon,dotprod"
   [cortex-a76]="portable,neon,dotprod"
   [cortex-a72]="portable,neon"
   [a64fx]="portable,neon,sve"
 )
-cpus=${AARCH64_CPUS:-"max max,sve=off neoverse-n1 cortex-a76 cortex-a72 a64fx"}
+# model → the family each path gets (4-bit, block 32, zero points).
+fp32=fp32=portable_fp32_qunbp8x4_sf32_zpb
+declare -A families=(
+  [max]="int8=i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
+  [max,sve=off]="int8=i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
+  [max,sme=off]="int8=i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
+  [neoverse-n1]="int8=dotprod_int8_qsnbp8x4_sf16_zpc,$fp32"
+  [cortex-a76]="int8=dotprod_int8_qsnbp8x4_sf16_zpc,$fp32"
+  [cortex-a72]="int8=neon_int8_qsnbp8x4_sf16_zpc,$fp32"
+  [a64fx]="int8=neon_int8_qsnbp8x4_sf16_zpc,$fp32"
+)
+cpus=${AARCH64_CPUS:-"max max,sve=off max,sme=off neoverse-n1 cortex-a76 cortex-a72 a64fx"}
 
 bash scripts/aarch64/setup-aarch64.sh --no-ort --no-icount --cpus "$cpus"
 # The aarch64 ORT wheel, hash-pinned like the x86 ones in scripts/setup.sh.
@@ -46,7 +59,7 @@ second_families=portable_int8_qsnbp8x8_sf16_zpc_bsum,portable_fp32_qsnbp8x8_sf32
 first=1
 for cpu in $cpus; do
     echo "== aarch64 under qemu -cpu $cpu: kernels (expect ${expect[$cpu]}), then nibble in aarch64 ORT"
-    QEMU_CPU=$cpu NIBBLE_EXPECT_ISAS=${expect[$cpu]} cargo test -q "${locked[@]}" --release -p nibble-kernels --target $target
+    QEMU_CPU=$cpu NIBBLE_EXPECT_ISAS=${expect[$cpu]} NIBBLE_EXPECT_FAMILIES=${families[$cpu]} cargo test -q "${locked[@]}" --release -p nibble-kernels --target $target
     QEMU_CPU=$cpu cargo test -q "${locked[@]}" --release -p nibble-ort --target $target --test session
     if [ $first = 1 ]; then
         echo "== aarch64 under qemu -cpu $cpu: nibble in aarch64 ORT with NIBBLE_FAMILIES=$second_families"

@@ -1,6 +1,6 @@
 //! CPU detection, the `NIBBLE_ISA` ladder and family selection. Under qemu, `NIBBLE_EXPECT_ISAS` (set by
 //! scripts/test-aarch64.sh per `-cpu` model) states which rungs detection must find, so a detection bug fails
-//! here instead of as a SIGILL.
+//! here instead of as a SIGILL, and `NIBBLE_EXPECT_FAMILIES` which family each compute path gets.
 
 use nibble_kernels::registry::{self, build_ladder};
 use nibble_kernels::{ComputePath, Cpu, Isa, Problem};
@@ -68,4 +68,24 @@ fn selection_is_family_first_by_rank() {
         }
     }
     assert!(registry::families().len() >= 4);
+}
+
+/// `NIBBLE_EXPECT_FAMILIES=int8=<family>,fp32=<family>`: the family the process ladder selects for a 4-bit,
+/// block-32 node with zero points, per path (scripts/test-aarch64.sh states it per qemu CPU model; the x86 test
+/// script per forced rung).
+#[test]
+fn selected_families_match_expectation() {
+    let ladder = registry::ladder().unwrap();
+    let got: Vec<String> = [ComputePath::Int8, ComputePath::Fp32]
+        .into_iter()
+        .map(|path| {
+            let sel = ladder.select(&Problem::new(path, 4, 32, true)).unwrap();
+            format!("{}={}", path.name(), sel.name())
+        })
+        .collect();
+    let got = got.join(",");
+    eprintln!("selected: {got} on {}", ladder.cpu());
+    if let Ok(want) = std::env::var("NIBBLE_EXPECT_FAMILIES") {
+        assert_eq!(got, want, "family selection on {}", ladder.cpu());
+    }
 }
