@@ -25,7 +25,7 @@ declare -A expect=(
   [a64fx]="portable,neon,sve"
 )
 # model → the family each path gets (4-bit, block 32, zero points).
-fp32=fp32=portable_fp32_qunbp8x4_sf32_zpb
+fp32=fp32=neon_fp32_qsnbp8x4_sf32_zpc
 declare -A families=(
   [max]="int8=i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
   [max,sve=off]="int8=i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"

@@ -49,6 +49,8 @@ static ARCH_KERNELS: &[&UKernel] = &[
     &aarch64::INT8_GEMM_DOTPROD,
     &aarch64::INT8_GEMV_NEON,
     &aarch64::INT8_GEMM_NEON,
+    &aarch64::FP32_GEMV_NEON,
+    &aarch64::FP32_GEMM_NEON,
 ];
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 static ARCH_KERNELS: &[&UKernel] = &[];
@@ -176,6 +178,14 @@ static ARCH_FAMILIES: &[&Family] = &[
         gemv: &aarch64::INT8_GEMV_NEON,
         gemm: &aarch64::INT8_GEMM_NEON,
         layout: |_| aarch64::QSNBP8X4_SF16_ZPC,
+    },
+    &Family {
+        name: "neon_fp32_qsnbp8x4_sf32_zpc",
+        rank: 30,
+        path: ComputePath::Fp32,
+        gemv: &aarch64::FP32_GEMV_NEON,
+        gemm: &aarch64::FP32_GEMM_NEON,
+        layout: |_| aarch64::QSNBP8X4_SF32_ZPC,
     },
 ];
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]

@@ -8,6 +8,8 @@
 //! - `qsnbp8x8`: each column's 8 consecutive K in one 64-bit half: the 2×8 operand of SMMLA (i8mm), read by
 //!   the same family's GEMV with vector SDOT against 8 activations duplicated in both halves.
 
+mod matmul_f32_f32_qsnbp8x4_sf32_zpc_1x8_neon;
+mod matmul_f32_f32_qsnbp8x4_sf32_zpc_4x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_2x8_neon;
@@ -15,6 +17,7 @@ mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_4x8_neon_dotprod;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_4x8_neon_i8mm;
 mod ops;
+mod qsnbp8x4_fp32;
 mod qsnbp8x4_int8;
 mod qsnbp8x8_int8;
 
@@ -33,6 +36,9 @@ pub const QSNBP8X4_SF16_ZPC: RhsLayout = RhsLayout {
     zero_points: ZpStorage::Correction,
     block_sums: false,
 };
+
+/// [`QSNBP8X4_SF16_ZPC`] with f32 scales: the fp32 path's layout (scales exact).
+pub const QSNBP8X4_SF32_ZPC: RhsLayout = RhsLayout { scales: ScaleType::F32, ..QSNBP8X4_SF16_ZPC };
 
 /// [`QSNBP8X4_SF16_ZPC`] with 8 K per column group: the SMMLA operand (two columns × 8 K per 16 bytes).
 pub const QSNBP8X8_SF16_ZPC: RhsLayout = RhsLayout { kr: qsnbp8x8_int8::KR, ..QSNBP8X4_SF16_ZPC };
@@ -112,6 +118,27 @@ pub static INT8_GEMM_I8MM: UKernel = UKernel {
     run: matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_4x8_neon_i8mm::run,
 };
 
+/// fp32-path GEMV, NEON: up to 3 rows × 4 columns per unit (codes widened to f32 in registers).
+pub static FP32_GEMV_NEON: UKernel = UKernel {
+    name: "matmul_f32_f32_qsnbp8x4_sf32_zpc_1x8_neon",
+    isa: Isa::Neon,
+    requires: NEON,
+    path: ComputePath::Fp32,
+    lhs: LhsFormat::F32,
+    rhs: RhsReads::Only(|_: &Cpu| QSNBP8X4_SF32_ZPC),
+    supports: supports_all,
+    geometry: |_, _| Geometry::new(1, qsnbp8x4_fp32::NR, 3),
+    run: matmul_f32_f32_qsnbp8x4_sf32_zpc_1x8_neon::run,
+};
+
+/// fp32-path GEMM, NEON: 4 rows × 4 columns per unit.
+pub static FP32_GEMM_NEON: UKernel = UKernel {
+    name: "matmul_f32_f32_qsnbp8x4_sf32_zpc_4x8_neon",
+    geometry: |_, _| Geometry::new(4, qsnbp8x4_fp32::NR, usize::MAX),
+    run: matmul_f32_f32_qsnbp8x4_sf32_zpc_4x8_neon::run,
+    ..FP32_GEMV_NEON
+};
+
 /// The walk of an int8 kernel's tile on 8-column panels: each panel, then the rows in blocks of up to the first
 /// listed count (the last block smaller), each block computed by `$body::<$op, rows, bits>` (`$op` picks the instruction where the body has several) with
 /// the row count and the bit width (2, 4, 8) dispatched to constants.
@@ -144,3 +171,39 @@ macro_rules! walk_panels {
     }};
 }
 pub(crate) use walk_panels;
+
+/// The walk of an fp32 kernel's tile: each panel, each of its column quads below `cols`, then the rows in
+/// blocks of up to the first listed count, each computed by `$body::<rows, bits>`.
+macro_rules! walk_quads {
+    ($args:ident, $body:ident, nr = $nr:expr, rows = [$($r:literal),+]) => {{
+        let a = $args;
+        let mr = [$($r),+][0];
+        for panel in 0..a.cols.div_ceil($nr) {
+            for quad in 0..2 {
+                if panel * $nr + 4 * quad >= a.cols {
+                    break;
+                }
+                let mut r0 = 0;
+                while r0 < a.rows {
+                    let rows = (a.rows - r0).min(mr);
+                    // SAFETY: rows r0..r0 + rows are inside the tile, so are their LHS and output rows (RunArgs
+                    // contract); the quad starts below cols.
+                    unsafe {
+                        let lhs = a.lhs.cast::<f32>().add(r0 * a.lhs_stride);
+                        let dst = a.dst.add(r0 * a.dst_stride);
+                        match (rows, a.bits) {
+                            $(
+                                ($r, 2) => $body::<$r, 2>(a, panel, quad, lhs, dst),
+                                ($r, 4) => $body::<$r, 4>(a, panel, quad, lhs, dst),
+                                ($r, _) => $body::<$r, 8>(a, panel, quad, lhs, dst),
+                            )+
+                            _ => unreachable!("row blocks are at most the first listed size"),
+                        }
+                    }
+                    r0 += rows;
+                }
+            }
+        }
+    }};
+}
+pub(crate) use walk_quads;
