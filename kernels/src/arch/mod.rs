@@ -19,6 +19,13 @@ pub(crate) fn quantize_block_for(cpu: &Cpu) -> crate::pack::QuantizeBlock {
             return x86_64::quantize_block_avx512::quantize_block;
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    {
+        use crate::cpu::Feature;
+        if cpu.has(Feature::Neon) {
+            return aarch64::quantize_block_neon::quantize_block;
+        }
+    }
     let _ = cpu;
     crate::pack::quantize_block
 }

@@ -7,5 +7,7 @@ pub mod lhs;
 pub mod rhs;
 
 pub use layout::{Codes, RecordLayout, RhsLayout, ScaleType, ZpStorage, code_position};
+#[cfg(test)]
+pub(crate) use lhs::assert_quantizer_matches_scalar;
 pub use lhs::{LhsFormat, LhsSource, PackedLhs, QuantizeBlock, quantize_block};
 pub use rhs::{NO_SOURCE, PackedRhs};

@@ -10,28 +10,40 @@
 use super::qsnbp8x8_int8::{NR, gemv_unit};
 use crate::ukernel::RunArgs;
 
-/// Adapts [`gemv_unit`] to the walk's `body::<OP, R, BITS>` shape (OP unused: one instruction here).
-///
-/// # Safety
-/// As [`gemv_unit`].
-#[target_feature(enable = "neon")]
-#[inline]
-unsafe fn unit<const OP: u8, const R: usize, const BITS: usize>(
-    a: &RunArgs,
-    panel: usize,
-    lhs: *const i8,
-    lhs_scale: *const f32,
-    lhs_sum: *const i32,
-    dst: *mut f32,
-) {
-    // SAFETY: forwarded.
-    unsafe { gemv_unit::<R, BITS>(a, panel, lhs, lhs_scale, lhs_sum, dst) }
-}
-
 /// # Safety
 /// The CPU has neon and dotprod; `args` satisfies the `RunArgs` contract with a `qsi8db` LHS and a `qsnbp8x8`
 /// RHS (f16 or f32 scales) of `args.bits` ∈ {2, 4, 8}.
 #[target_feature(enable = "neon,dotprod")]
 pub(crate) unsafe fn run(args: &RunArgs) {
-    super::walk_panels!(args, unit, 0, nr = NR, rows = [2, 1]);
+    let a = args;
+    let panels = a.cols.div_ceil(NR);
+    let mut r0 = 0;
+    while r0 < a.rows {
+        let rows = (a.rows - r0).min(2);
+        // SAFETY: rows r0..r0 + rows are inside the tile, so are their LHS rows, scales, sums and output rows
+        // (RunArgs contract); the panels walked are the tile's; the CPU has dotprod.
+        unsafe {
+            let lhs = a.lhs.cast::<i8>().add(r0 * a.lhs_stride);
+            let (sc, sm) = (a.lhs_scale.add(r0 * a.blocks), a.lhs_sum.add(r0 * a.blocks));
+            let dst = a.dst.add(r0 * a.dst_stride);
+            let mut panel = 0;
+            while panel < panels {
+                // One row: two panels per pass while two remain; two rows: one.
+                let p = if rows == 1 && panel + 2 <= panels { 2 } else { 1 };
+                match (rows, p, a.bits) {
+                    (1, 2, 2) => gemv_unit::<1, 2, 2>(a, panel, lhs, sc, sm, dst),
+                    (1, 2, 4) => gemv_unit::<1, 2, 4>(a, panel, lhs, sc, sm, dst),
+                    (1, 2, _) => gemv_unit::<1, 2, 8>(a, panel, lhs, sc, sm, dst),
+                    (1, _, 2) => gemv_unit::<1, 1, 2>(a, panel, lhs, sc, sm, dst),
+                    (1, _, 4) => gemv_unit::<1, 1, 4>(a, panel, lhs, sc, sm, dst),
+                    (1, _, _) => gemv_unit::<1, 1, 8>(a, panel, lhs, sc, sm, dst),
+                    (_, _, 2) => gemv_unit::<2, 1, 2>(a, panel, lhs, sc, sm, dst),
+                    (_, _, 4) => gemv_unit::<2, 1, 4>(a, panel, lhs, sc, sm, dst),
+                    (_, _, _) => gemv_unit::<2, 1, 8>(a, panel, lhs, sc, sm, dst),
+                }
+                panel += p;
+            }
+        }
+        r0 += rows;
+    }
 }

@@ -156,14 +156,14 @@ pub(crate) unsafe fn store4(dst: *mut f32, bias: *const f32, col: usize, cols: u
 
 /// One block's contribution for rows `0..R` × 8 columns: `y += sa·(s·acc + c·Σq)` per (row, column), from the
 /// int32 sums `acc` (columns 0..3, 4..7; times 2^(8−BITS)), the record's scales (f16 or f32) and, when the
-/// weights have zero points, its f32 corrections c.
+/// weights have zero points (`ZP`, = `a.has_zp != 0`), its f32 corrections c.
 ///
 /// # Safety
 /// `rec` is block `b`'s record of a panel in `a`'s layout; `lhs_scale`/`lhs_sum` hold rows `0..R` (stride
 /// `a.blocks`).
 #[target_feature(enable = "neon")]
 #[inline]
-pub(crate) unsafe fn accumulate_block<const R: usize, const BITS: usize>(
+pub(crate) unsafe fn accumulate_block<const R: usize, const BITS: usize, const ZP: bool>(
     y: &mut [[float32x4_t; 2]; R],
     acc: &[[int32x4_t; 2]; R],
     a: &RunArgs,
@@ -174,14 +174,14 @@ pub(crate) unsafe fn accumulate_block<const R: usize, const BITS: usize>(
 ) {
     // SAFETY: the record's 8 scales.
     let s = unsafe { scales8(rec.add(a.rhs_scales), a.layout.scales == ScaleType::F16) };
-    let has_zp = a.has_zp != 0;
+    debug_assert_eq!(ZP, a.has_zp != 0);
     for r in 0..R {
         // SAFETY: row r's scale and Σq of block b.
         let (sa, qs) = unsafe { (*lhs_scale.add(r * a.blocks + b), *lhs_sum.add(r * a.blocks + b)) };
         for q in 0..2 {
             let v = to_f32_scaled::<BITS>(acc[r][q]);
             y[r][q] = vfmaq_f32(y[r][q], v, vmulq_n_f32(s[q], sa));
-            if has_zp {
+            if ZP {
                 // SAFETY: the record's 8 f32 corrections (present when the weights have zero points).
                 let c = unsafe { vld1q_f32(rec.add(a.rhs_zp + 16 * q).cast()) };
                 y[r][q] = vfmaq_n_f32(y[r][q], c, sa * qs as f32);

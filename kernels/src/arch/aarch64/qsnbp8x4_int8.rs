@@ -139,7 +139,13 @@ unsafe fn unit_c<const OP: u8, const R: usize, const BITS: usize, const CHUNK: u
         }
         let folded: [[int32x4_t; 2]; R] = core::array::from_fn(|r| [fold::<OP>(acc[r][0]), fold::<OP>(acc[r][1])]);
         // SAFETY: block b's record; rows 0..R of the tile's scales and sums.
-        unsafe { accumulate_block::<R, BITS>(&mut y, &folded, a, rec, lhs_scale, lhs_sum, b) };
+        if a.has_zp != 0 {
+            // SAFETY: block b's record; rows 0..R of the tile's scales and sums.
+            unsafe { accumulate_block::<R, BITS, true>(&mut y, &folded, a, rec, lhs_scale, lhs_sum, b) };
+        } else {
+            // SAFETY: as above.
+            unsafe { accumulate_block::<R, BITS, false>(&mut y, &folded, a, rec, lhs_scale, lhs_sum, b) };
+        }
     }
     // SAFETY: rows 0..R of the tile's output.
     unsafe { store_rows(&y, a, panel, dst) };

@@ -27,15 +27,17 @@ pub(crate) const NR: usize = 8;
 pub(crate) const KR: usize = 8;
 pub(crate) const MR: usize = 4;
 
-/// Rows `0..R` (R ≤ 2) of a row-major `qsi8db` tile × the 8 columns of `panel`, over all K (see the module doc).
+/// Rows `0..R` (R ≤ 2) of a row-major `qsi8db` tile × the 8·P columns of panels `panel..panel + P` (P ≤ 2:
+/// a single row walks two panels at once, sharing the activation loads and the per-block work), over all K (see
+/// the module doc).
 ///
 /// # Safety
 /// The CPU has dotprod. `args` satisfies the `RunArgs` contract for a `qsi8db` LHS and a `qsnbp8x8` RHS of
-/// `BITS` bits; the pointers are at a row of the tile with at least `R` rows from there; `panel` is one of the
-/// tile's panels.
+/// `BITS` bits; the pointers are at a row of the tile with at least `R` rows from there; panels `panel..panel +
+/// P` are the tile's.
 #[target_feature(enable = "neon")]
 #[inline]
-pub(crate) unsafe fn gemv_unit<const R: usize, const BITS: usize>(
+pub(crate) unsafe fn gemv_unit<const R: usize, const P: usize, const BITS: usize>(
     a: &RunArgs,
     panel: usize,
     lhs: *const i8,
@@ -45,17 +47,18 @@ pub(crate) unsafe fn gemv_unit<const R: usize, const BITS: usize>(
 ) {
     // SAFETY: forwarded.
     unsafe {
-        if a.bl >= 32 {
-            gemv_c::<R, BITS, 32>(a, panel, lhs, lhs_scale, lhs_sum, dst)
-        } else {
-            gemv_c::<R, BITS, 16>(a, panel, lhs, lhs_scale, lhs_sum, dst)
+        match (a.bl >= 32, a.has_zp != 0) {
+            (true, false) => gemv_c::<R, P, BITS, 32, false>(a, panel, lhs, lhs_scale, lhs_sum, dst),
+            (true, true) => gemv_c::<R, P, BITS, 32, true>(a, panel, lhs, lhs_scale, lhs_sum, dst),
+            (false, false) => gemv_c::<R, P, BITS, 16, false>(a, panel, lhs, lhs_scale, lhs_sum, dst),
+            (false, true) => gemv_c::<R, P, BITS, 16, true>(a, panel, lhs, lhs_scale, lhs_sum, dst),
         }
     }
 }
 
 #[target_feature(enable = "neon")]
 #[inline]
-unsafe fn gemv_c<const R: usize, const BITS: usize, const CHUNK: usize>(
+unsafe fn gemv_c<const R: usize, const P: usize, const BITS: usize, const CHUNK: usize, const ZP: bool>(
     a: &RunArgs,
     panel: usize,
     lhs: *const i8,
@@ -67,16 +70,17 @@ unsafe fn gemv_c<const R: usize, const BITS: usize, const CHUNK: usize>(
     let lane_len = CHUNK / cpb;
     let groups = lane_len / KR;
     let chunk_bytes = CHUNK * NR * BITS / 8;
-    debug_assert!(a.bl.min(32) == CHUNK && R <= 2 && groups >= 1 && panel < a.cols.div_ceil(NR));
-    // SAFETY: panel is one of the tile's, inside the packed weights (RunArgs contract).
-    let prec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
+    let chunks = a.bl / CHUNK;
+    debug_assert!(a.bl.min(32) == CHUNK && R <= 2 && P <= 2 && groups >= 1 && panel + P <= a.cols.div_ceil(NR));
+    // SAFETY: panels panel..panel + P are the tile's, inside the packed weights (RunArgs contract).
+    let prec: [*const u8; P] = core::array::from_fn(|p| unsafe { a.rhs.add((panel + p) * a.rhs_panel_stride) });
     let zero = vdupq_n_s32(0);
-    let mut y = [[vdupq_n_f32(0.0); 2]; R];
+    let mut y = [[[vdupq_n_f32(0.0); 2]; R]; P];
     for b in 0..a.blocks {
-        // SAFETY: block b's record of this panel.
-        let rec = unsafe { prec.add(b * a.rhs_record) };
-        let mut acc = [[zero; 4]; R];
-        for c in 0..a.bl / CHUNK {
+        // SAFETY: block b's records of the panels.
+        let rec: [*const u8; P] = core::array::from_fn(|p| unsafe { prec[p].add(b * a.rhs_record) });
+        let mut acc = [[[zero; 4]; R]; P];
+        for c in 0..chunks {
             let av: [[int64x2_t; 2]; R] = core::array::from_fn(|r| {
                 core::array::from_fn(|j| {
                     if 16 * j < CHUNK {
@@ -89,12 +93,14 @@ unsafe fn gemv_c<const R: usize, const BITS: usize, const CHUNK: usize>(
                     }
                 })
             });
-            // SAFETY: chunk c of the record's codes.
-            let codes = unsafe { rec.add(c * chunk_bytes) };
             for grp in 0..groups {
-                // SAFETY: group grp: 64 bytes inside the chunk.
-                let w: [int8x16_t; 4] =
-                    core::array::from_fn(|j| unsafe { vld1q_s8(codes.add(64 * grp + 16 * j).cast()) });
+                // SAFETY: chunk c, group grp of each panel's record: 64 bytes inside the chunk.
+                let w: [[int8x16_t; 4]; P] = core::array::from_fn(|p| {
+                    // SAFETY: as above.
+                    core::array::from_fn(|j| unsafe {
+                        vld1q_s8(rec[p].add(c * chunk_bytes + 64 * grp + 16 * j).cast())
+                    })
+                });
                 for l in 0..cpb {
                     let off = l * lane_len + KR * grp;
                     for r in 0..R {
@@ -104,20 +110,27 @@ unsafe fn gemv_c<const R: usize, const BITS: usize, const CHUNK: usize>(
                         } else {
                             vdupq_laneq_s64::<1>(v)
                         });
-                        for j in 0..4 {
-                            acc[r][j] = sdot(acc[r][j], field::<BITS>(w[j], l), d);
+                        for p in 0..P {
+                            for j in 0..4 {
+                                acc[p][r][j] = sdot(acc[p][r][j], field::<BITS>(w[p][j], l), d);
+                            }
                         }
                     }
                 }
             }
         }
-        let folded: [[int32x4_t; 2]; R] =
-            core::array::from_fn(|r| [vpaddq_s32(acc[r][0], acc[r][1]), vpaddq_s32(acc[r][2], acc[r][3])]);
-        // SAFETY: block b's record; rows 0..R of the tile's scales and sums.
-        unsafe { accumulate_block::<R, BITS>(&mut y, &folded, a, rec, lhs_scale, lhs_sum, b) };
+        for p in 0..P {
+            let folded: [[int32x4_t; 2]; R] = core::array::from_fn(|r| {
+                [vpaddq_s32(acc[p][r][0], acc[p][r][1]), vpaddq_s32(acc[p][r][2], acc[p][r][3])]
+            });
+            // SAFETY: block b's record of panel p; rows 0..R of the tile's scales and sums.
+            unsafe { accumulate_block::<R, BITS, ZP>(&mut y[p], &folded, a, rec[p], lhs_scale, lhs_sum, b) };
+        }
     }
-    // SAFETY: rows 0..R of the tile's output.
-    unsafe { store_rows(&y, a, panel, dst) };
+    for p in 0..P {
+        // SAFETY: rows 0..R of the tile's output.
+        unsafe { store_rows(&y[p], a, panel + p, dst) };
+    }
 }
 
 /// One group of 4 rows of a `qsi8dbp4x8` tile (the first `rows` of them real, the rest zero padding) × the 8
@@ -148,12 +161,11 @@ pub(crate) unsafe fn gemm_unit<const BITS: usize>(
     }
 }
 
-/// `[x[2h], x[2h+1], x[2h], x[2h+1]]` for h = 0 (low half) or 1 (high half).
+/// `[x[2H], x[2H+1], x[2H], x[2H+1]]`: one 64-bit half duplicated (`dup .2d`).
 #[target_feature(enable = "neon")]
 #[inline]
-fn pair(x: float32x4_t, h: usize) -> float32x4_t {
-    let d = if h == 0 { vget_low_f32(x) } else { vget_high_f32(x) };
-    vcombine_f32(d, d)
+fn dup_pair<const H: i32>(x: float32x4_t) -> float32x4_t {
+    vreinterpretq_f32_f64(vdupq_laneq_f64::<H>(vreinterpretq_f64_f32(x)))
 }
 
 #[target_feature(enable = "neon")]
@@ -179,6 +191,14 @@ unsafe fn gemm_c<const BITS: usize, const CHUNK: usize>(
     let zero = vdupq_n_s32(0);
     // [row pair][column pair]: lanes (r0 c0, r0 c1, r1 c0, r1 c1).
     let mut y = [[vdupq_n_f32(0.0); 4]; 2];
+    // Per row of the group: where its scales and sums are, and their step per block (0 for padding rows, which
+    // read zeros).
+    let (pad_f, pad_i) = ([0f32; 1], [0i32; 1]);
+    let scale_rows: [*const f32; 4] =
+        core::array::from_fn(|r| if r < rows { lhs_scale.wrapping_add(r * a.blocks) } else { pad_f.as_ptr() });
+    let sum_rows: [*const i32; 4] =
+        core::array::from_fn(|r| if r < rows { lhs_sum.wrapping_add(r * a.blocks) } else { pad_i.as_ptr() });
+    let row_step: [usize; 4] = core::array::from_fn(|r| if r < rows { 1 } else { 0 });
     for b in 0..a.blocks {
         // SAFETY: block b's record of this panel.
         let rec = unsafe { prec.add(b * a.rhs_record) };
@@ -203,32 +223,36 @@ unsafe fn gemm_c<const BITS: usize, const CHUNK: usize>(
                 }
             }
         }
-        // SAFETY: the record's 8 scales and (with zero points) 8 f32 corrections.
+        // SAFETY: the record's 8 scales.
         let s = unsafe { scales8(rec.add(a.rhs_scales), f16) };
-        let z = if has_zp {
-            // SAFETY: as above.
-            unsafe { [vld1q_f32(rec.add(a.rhs_zp).cast()), vld1q_f32(rec.add(a.rhs_zp + 16).cast())] }
-        } else {
-            [vdupq_n_f32(0.0); 2]
-        };
-        // Row scales and sums in the tile's order (r0, r0, r1, r1); padding rows contribute nothing.
-        let row = |r: usize| -> (f32, f32) {
-            if r < rows {
-                // SAFETY: row r < rows of the tile: its block b scale and Σq.
-                unsafe { (*lhs_scale.add(r * a.blocks + b), *lhs_sum.add(r * a.blocks + b) as f32) }
-            } else {
-                (0.0, 0.0)
-            }
-        };
+        // Column scales in the tiles' order (c0, c1, c0, c1) per column pair, row scales (r0, r0, r1, r1) per row
+        // pair (padding rows read 0 from `pad`).
+        let cols =
+            |v: [float32x4_t; 2]| [dup_pair::<0>(v[0]), dup_pair::<1>(v[0]), dup_pair::<0>(v[1]), dup_pair::<1>(v[1])];
+        let sp = cols(s);
+        // SAFETY: row r's block-b scale (a real row: r < rows of the tile) or `pad_f[0]` (step 0).
+        let sa4: [f32; 4] = core::array::from_fn(|r| unsafe { *scale_rows[r].add(b * row_step[r]) });
+        // SAFETY: 4 local values.
+        let sa4 = unsafe { vld1q_f32(sa4.as_ptr()) };
+        let sa = [vzip1q_f32(sa4, sa4), vzip2q_f32(sa4, sa4)];
         for p in 0..2 {
-            let ((s0, q0), (s1, q1)) = (row(2 * p), row(2 * p + 1));
-            let sa = vcombine_f32(vdup_n_f32(s0), vdup_n_f32(s1));
-            let sq = vcombine_f32(vdup_n_f32(s0 * q0), vdup_n_f32(s1 * q1));
             for j in 0..4 {
-                let v = to_f32_scaled::<BITS>(acc[p][j]);
-                y[p][j] = vfmaq_f32(y[p][j], v, vmulq_f32(pair(s[j / 2], j % 2), sa));
-                if has_zp {
-                    y[p][j] = vfmaq_f32(y[p][j], pair(z[j / 2], j % 2), sq);
+                y[p][j] = vfmaq_f32(y[p][j], to_f32_scaled::<BITS>(acc[p][j]), vmulq_f32(sp[j], sa[p]));
+            }
+        }
+        if has_zp {
+            // SAFETY: the record's 8 f32 corrections (present with zero points); row r's block-b Σq (or `pad`).
+            let (z, q4) = unsafe {
+                let z = [vld1q_f32(rec.add(a.rhs_zp).cast()), vld1q_f32(rec.add(a.rhs_zp + 16).cast())];
+                let q4: [i32; 4] = core::array::from_fn(|r| *sum_rows[r].add(b * row_step[r]));
+                (z, vld1q_s32(q4.as_ptr()))
+            };
+            let zp = cols(z);
+            let sq4 = vmulq_f32(sa4, vcvtq_f32_s32(q4));
+            let sq = [vzip1q_f32(sq4, sq4), vzip2q_f32(sq4, sq4)];
+            for p in 0..2 {
+                for j in 0..4 {
+                    y[p][j] = vfmaq_f32(y[p][j], zp[j], sq[p]);
                 }
             }
         }

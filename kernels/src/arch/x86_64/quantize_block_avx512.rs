@@ -61,31 +61,6 @@ mod tests {
             eprintln!("SKIP: needs avx512f+avx512bw");
             return;
         }
-        let mut seed = 0x1234_5678_u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        for len in [16usize, 32, 64, 128, 4096] {
-            for trial in 0..200 {
-                let mut a: Vec<f32> = (0..len).map(|_| (next() % 20001) as f32 / 1000.0 - 10.0).collect();
-                match trial % 10 {
-                    0 => a.fill(0.0),
-                    1 => a[len / 2] = f32::NAN,
-                    2 => a[3] = f32::INFINITY,
-                    3 => a[len - 1] = f32::NEG_INFINITY,
-                    4 => a.iter_mut().for_each(|x| *x *= 1e-30),
-                    5 => a.iter_mut().enumerate().for_each(|(i, x)| *x = (i as f32 - 8.0) * 0.5), // ties
-                    _ => {}
-                }
-                let (mut q1, mut q2) = (vec![0i8; len], vec![0i8; len]);
-                let r1 = crate::pack::quantize_block(&a, &mut q1);
-                let r2 = super::quantize_block(&a, &mut q2);
-                assert_eq!(q1, q2, "len {len} trial {trial}");
-                assert_eq!((r1.0.to_bits(), r1.1), (r2.0.to_bits(), r2.1), "len {len} trial {trial}: {r1:?} {r2:?}");
-            }
-        }
+        crate::pack::assert_quantizer_matches_scalar(super::quantize_block);
     }
 }
