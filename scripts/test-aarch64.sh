@@ -4,7 +4,8 @@
 #     detection finds exactly what each model has and which kernel family each compute path gets;
 #   * loads the aarch64 libnibble_ort.so into the aarch64 ONNX Runtime 1.31.1 (PyPI wheel) and runs the Rust
 #     integration test (provider/tests/session.rs) against ORT's own aarch64 kernel and numpy; on the first model
-#     again with NIBBLE_FAMILIES forcing the second-ranked kernel families (as scripts/test.sh does on x86).
+#     again with NIBBLE_FAMILIES forcing the second-ranked kernel families (as scripts/test.sh does on x86);
+#   * runs the Llama driver cross-built for aarch64 (scripts/aarch64/llama-aarch64.sh).
 # Installs what it needs (apt cross toolchain + qemu-user, rustup target, the aarch64 ORT wheel). Needs the
 # fixtures of tests/fixtures/make_fixtures.py (made here if absent).
 # Env: A64ENV (default <repo>/.cache/a64env), AARCH64_CPUS to restrict the models (space-separated).
@@ -69,3 +70,6 @@ for cpu in $cpus; do
     fi
 done
 echo "aarch64: kernel and ORT integration tests passed on: $cpus"
+# The Llama driver cross-built for aarch64: 16 greedy SmolLM2 tokens (accuracy_level 1) under qemu -cpu max and
+# cortex-a72, identical to ORT's built-in op (x86 and aarch64) and to nibble on x86.
+bash scripts/aarch64/llama-aarch64.sh

@@ -133,16 +133,17 @@ unsafe fn gemv_c<const R: usize, const P: usize, const BITS: usize, const CHUNK:
     }
 }
 
-/// One group of 4 rows of a `qsi8dbp4x8` tile (the first `rows` of them real, the rest zero padding) × the 8
-/// columns of `panel`, over all K (see the module doc).
+/// `G` (1 or 2) groups of 4 rows of a `qsi8dbp4x8` tile (the first `rows` of them real, the rest zero padding)
+/// × the 8 columns of `panel`, over all K (see the module doc). Two groups share every code vector's unpacking
+/// (64 SMMLA per 32 K of 4-bit codes against 16 field extractions); their 16 f32 accumulators live in memory.
 ///
 /// # Safety
 /// The CPU has i8mm. `args` satisfies the `RunArgs` contract for a `qsi8dbp4x8` LHS and a `qsnbp8x8` RHS of
 /// `BITS` bits; `lhs` is the start of one of the tile's row groups, `lhs_scale`/`lhs_sum`/`dst` its first row,
-/// with `rows` (1..=4) rows of the tile from there; `panel` is one of the tile's panels.
+/// with `rows` (1..=4G) rows of the tile from there; `panel` is one of the tile's panels.
 #[target_feature(enable = "neon")]
 #[inline]
-pub(crate) unsafe fn gemm_unit<const BITS: usize>(
+pub(crate) unsafe fn gemm_unit<const G: usize, const BITS: usize>(
     a: &RunArgs,
     panel: usize,
     rows: usize,
@@ -153,10 +154,11 @@ pub(crate) unsafe fn gemm_unit<const BITS: usize>(
 ) {
     // SAFETY: forwarded.
     unsafe {
-        if a.bl >= 32 {
-            gemm_c::<BITS, 32>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst)
-        } else {
-            gemm_c::<BITS, 16>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst)
+        match (a.bl >= 32, a.has_zp != 0) {
+            (true, false) => gemm_c::<G, BITS, 32, false>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
+            (true, true) => gemm_c::<G, BITS, 32, true>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
+            (false, false) => gemm_c::<G, BITS, 16, false>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
+            (false, true) => gemm_c::<G, BITS, 16, true>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
         }
     }
 }
@@ -170,7 +172,7 @@ fn dup_pair<const H: i32>(x: float32x4_t) -> float32x4_t {
 
 #[target_feature(enable = "neon")]
 #[inline]
-unsafe fn gemm_c<const BITS: usize, const CHUNK: usize>(
+unsafe fn gemm_c<const G: usize, const BITS: usize, const CHUNK: usize, const ZP: bool>(
     a: &RunArgs,
     panel: usize,
     rows: usize,
@@ -183,26 +185,27 @@ unsafe fn gemm_c<const BITS: usize, const CHUNK: usize>(
     let lane_len = CHUNK / cpb;
     let groups = lane_len / KR;
     let chunk_bytes = CHUNK * NR * BITS / 8;
-    let has_zp = a.has_zp != 0;
     let f16 = a.layout.scales == ScaleType::F16;
-    debug_assert!(a.bl.min(32) == CHUNK && (1..=MR).contains(&rows) && groups >= 1);
+    debug_assert!(a.bl.min(32) == CHUNK && (1..=MR * G).contains(&rows) && groups >= 1 && G <= 2);
+    debug_assert_eq!(ZP, a.has_zp != 0);
     // SAFETY: panel is one of the tile's, inside the packed weights (RunArgs contract).
     let prec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
     let zero = vdupq_n_s32(0);
-    // [row pair][column pair]: lanes (r0 c0, r0 c1, r1 c0, r1 c1).
-    let mut y = [[vdupq_n_f32(0.0); 4]; 2];
-    // Per row of the group: where its scales and sums are, and their step per block (0 for padding rows, which
-    // read zeros).
+    // [row pair][column pair]: lanes (r0 c0, r0 c1, r1 c0, r1 c1); row pairs 2G (arrays sized for G = 2).
+    let mut y = [[vdupq_n_f32(0.0); 4]; 4];
+    // The groups' activations: group g starts MR·lhs_stride bytes after group g − 1.
+    let glhs: [*const i8; 2] = core::array::from_fn(|g| lhs.wrapping_add(g * MR * a.lhs_stride));
+    // Per row: where its scales and sums are, and their step per block (0 for padding rows, which read zeros).
     let (pad_f, pad_i) = ([0f32; 1], [0i32; 1]);
-    let scale_rows: [*const f32; 4] =
+    let scale_rows: [*const f32; 8] =
         core::array::from_fn(|r| if r < rows { lhs_scale.wrapping_add(r * a.blocks) } else { pad_f.as_ptr() });
-    let sum_rows: [*const i32; 4] =
+    let sum_rows: [*const i32; 8] =
         core::array::from_fn(|r| if r < rows { lhs_sum.wrapping_add(r * a.blocks) } else { pad_i.as_ptr() });
-    let row_step: [usize; 4] = core::array::from_fn(|r| if r < rows { 1 } else { 0 });
+    let row_step: [usize; 8] = core::array::from_fn(|r| if r < rows { 1 } else { 0 });
     for b in 0..a.blocks {
         // SAFETY: block b's record of this panel.
         let rec = unsafe { prec.add(b * a.rhs_record) };
-        let mut acc = [[zero; 4]; 2];
+        let mut acc = [[zero; 4]; 4];
         for c in 0..a.bl / CHUNK {
             // SAFETY: chunk c of the record's codes.
             let codes = unsafe { rec.add(c * chunk_bytes) };
@@ -211,14 +214,17 @@ unsafe fn gemm_c<const BITS: usize, const CHUNK: usize>(
                 let w: [int8x16_t; 4] =
                     core::array::from_fn(|j| unsafe { vld1q_s8(codes.add(64 * grp + 16 * j).cast()) });
                 for l in 0..cpb {
-                    // The run of 8 K this field covers: 4 rows × 8 bytes inside the group's block.
+                    // The run of 8 K this field covers: 4 rows × 8 bytes of each row group.
                     let run = (b * a.bl + c * CHUNK + l * lane_len + KR * grp) / KR;
-                    // SAFETY: run < k_packed / 8, inside the group's 4 · k_packed bytes.
-                    let (a01, a23) = unsafe { (vld1q_s8(lhs.add(run * 32)), vld1q_s8(lhs.add(run * 32 + 16))) };
-                    for j in 0..4 {
-                        let x = field::<BITS>(w[j], l);
-                        acc[0][j] = smmla(acc[0][j], a01, x);
-                        acc[1][j] = smmla(acc[1][j], a23, x);
+                    let x: [int8x16_t; 4] = core::array::from_fn(|j| field::<BITS>(w[j], l));
+                    for g in 0..G {
+                        // SAFETY: run < k_packed / 8, inside group g's 4 · k_packed bytes (a group of the tile).
+                        let (a01, a23) =
+                            unsafe { (vld1q_s8(glhs[g].add(run * 32)), vld1q_s8(glhs[g].add(run * 32 + 16))) };
+                        for j in 0..4 {
+                            acc[2 * g][j] = smmla(acc[2 * g][j], a01, x[j]);
+                            acc[2 * g + 1][j] = smmla(acc[2 * g + 1][j], a23, x[j]);
+                        }
                     }
                 }
             }
@@ -226,33 +232,36 @@ unsafe fn gemm_c<const BITS: usize, const CHUNK: usize>(
         // SAFETY: the record's 8 scales.
         let s = unsafe { scales8(rec.add(a.rhs_scales), f16) };
         // Column scales in the tiles' order (c0, c1, c0, c1) per column pair, row scales (r0, r0, r1, r1) per row
-        // pair (padding rows read 0 from `pad`).
+        // pair (padding rows read 0 from `pad_f` / `pad_i`).
         let cols =
             |v: [float32x4_t; 2]| [dup_pair::<0>(v[0]), dup_pair::<1>(v[0]), dup_pair::<0>(v[1]), dup_pair::<1>(v[1])];
         let sp = cols(s);
-        // SAFETY: row r's block-b scale (a real row: r < rows of the tile) or `pad_f[0]` (step 0).
-        let sa4: [f32; 4] = core::array::from_fn(|r| unsafe { *scale_rows[r].add(b * row_step[r]) });
-        // SAFETY: 4 local values.
-        let sa4 = unsafe { vld1q_f32(sa4.as_ptr()) };
-        let sa = [vzip1q_f32(sa4, sa4), vzip2q_f32(sa4, sa4)];
-        for p in 0..2 {
-            for j in 0..4 {
-                y[p][j] = vfmaq_f32(y[p][j], to_f32_scaled::<BITS>(acc[p][j]), vmulq_f32(sp[j], sa[p]));
-            }
-        }
-        if has_zp {
-            // SAFETY: the record's 8 f32 corrections (present with zero points); row r's block-b Σq (or `pad`).
-            let (z, q4) = unsafe {
-                let z = [vld1q_f32(rec.add(a.rhs_zp).cast()), vld1q_f32(rec.add(a.rhs_zp + 16).cast())];
-                let q4: [i32; 4] = core::array::from_fn(|r| *sum_rows[r].add(b * row_step[r]));
-                (z, vld1q_s32(q4.as_ptr()))
+        let z = if ZP {
+            // SAFETY: the record's 8 f32 corrections (present with zero points).
+            cols(unsafe { [vld1q_f32(rec.add(a.rhs_zp).cast()), vld1q_f32(rec.add(a.rhs_zp + 16).cast())] })
+        } else {
+            [vdupq_n_f32(0.0); 4]
+        };
+        for g in 0..G {
+            // SAFETY: row 4g + r's block-b scale and Σq (a real row of the tile) or the pads (step 0).
+            let (sa4, q4): ([f32; 4], [i32; 4]) = unsafe {
+                (
+                    core::array::from_fn(|r| *scale_rows[4 * g + r].add(b * row_step[4 * g + r])),
+                    core::array::from_fn(|r| *sum_rows[4 * g + r].add(b * row_step[4 * g + r])),
+                )
             };
-            let zp = cols(z);
+            // SAFETY: 4 local values each.
+            let (sa4, q4) = unsafe { (vld1q_f32(sa4.as_ptr()), vld1q_s32(q4.as_ptr())) };
+            let sa = [vzip1q_f32(sa4, sa4), vzip2q_f32(sa4, sa4)];
             let sq4 = vmulq_f32(sa4, vcvtq_f32_s32(q4));
             let sq = [vzip1q_f32(sq4, sq4), vzip2q_f32(sq4, sq4)];
-            for p in 0..2 {
+            for h in 0..2 {
+                let p = 2 * g + h;
                 for j in 0..4 {
-                    y[p][j] = vfmaq_f32(y[p][j], zp[j], sq[p]);
+                    y[p][j] = vfmaq_f32(y[p][j], to_f32_scaled::<BITS>(acc[p][j]), vmulq_f32(sp[j], sa[h]));
+                    if ZP {
+                        y[p][j] = vfmaq_f32(y[p][j], z[j], sq[h]);
+                    }
                 }
             }
         }
