@@ -70,6 +70,6 @@ for cpu in $cpus; do
     fi
 done
 echo "aarch64: kernel and ORT integration tests passed on: $cpus"
-# The Llama driver cross-built for aarch64: 16 greedy SmolLM2 tokens (accuracy_level 1) under qemu -cpu max and
+# The Llama driver cross-built for aarch64: 16 greedy SmolLM2 tokens (accuracy_level 1) under qemu -cpu max,sve=off and
 # cortex-a72, identical to ORT's built-in op (x86 and aarch64) and to nibble on x86.
 bash scripts/aarch64/llama-aarch64.sh
