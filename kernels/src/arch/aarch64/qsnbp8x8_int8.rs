@@ -7,11 +7,11 @@
 //! operand of one field (value × 2^(8−bits)): a 2 × 8 matrix of two columns.
 //! - GEMM ([`gemm_unit`]): `qsi8dbp4x8` activations (rows in groups of 4, each run of 8 K as row 0..3's 8
 //!   bytes), so one 16-byte load is a 2 × 8 matrix of two rows: `smmla` makes the 2 × 2 (rows × columns) int32
-//!   tile, 8 of them for 4 rows × 8 columns; the per-block scales are applied in that interleaved order and the
-//!   rows separated once, at the store.
+//!   tile, 8 of them per group of 4 rows × 8 columns (two groups per unit: 8 × 8); the per-block scales are
+//!   applied in that interleaved order and the rows separated once, at the store.
 //! - GEMV ([`gemv_unit`]): row-major `qsi8db` activations, 8 of them duplicated into both 64-bit halves
 //!   (`dup .2d`): vector `sdot` against a column pair gives (column, K half) int32 lanes, folded with `addp` once
-//!   per block.
+//!   per block; one row walks two panels per pass (activation loads and per-block work shared by 16 columns).
 //!
 //! int32 sums stay exact: 2^(8−bits)·127·2^(bits−1)·65536 < 2^31 at the largest block.
 
