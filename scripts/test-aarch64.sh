@@ -39,17 +39,15 @@ declare -A families=(
 cpus=${AARCH64_CPUS:-"max max,sve=off max,sme=off neoverse-n1 cortex-a76 cortex-a72 a64fx"}
 
 bash scripts/aarch64/setup-aarch64.sh --no-ort --no-icount --cpus "$cpus"
-# The aarch64 ORT wheel, hash-pinned like the x86 ones in scripts/setup.sh.
-ORT_A64=1.31.1
-ORT_A64_SHA256=da05378364c44d4407e463982d2bf8d5e4cfea873283757e48beeb41df97b7f3
-bash scripts/fetch-ort-lib.sh $ORT_A64 manylinux_2_28_aarch64 $ORT_A64_SHA256 "$A64ENV/ort/aarch64"
+source scripts/aarch64/ort-aarch64.sh
+fetch_ort_a64
 # The setup script equips the stable/nightly toolchains; this repository pins its own (rust-toolchain.toml).
 rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER=$root/scripts/aarch64/qemu-a64-run.sh
 target=aarch64-unknown-linux-gnu
 export NIBBLE_LIB=${CARGO_TARGET_DIR:-$root/target}/$target/release/libnibble_ort.so
-export NIBBLE_ORT_DYLIB=$A64ENV/ort/aarch64/libonnxruntime.so.$ORT_A64 NIBBLE_ORT_VERSION=$ORT_A64
+export NIBBLE_ORT_DYLIB=$ORT_A64_LIB NIBBLE_ORT_VERSION=$ORT_A64
 export NIBBLE_FIXTURES=${NIBBLE_FIXTURES:-${CARGO_TARGET_DIR:-$root/target}/fixtures} ORT_LOG=${ORT_LOG:-fatal}
 [ -s "$NIBBLE_FIXTURES/manifest.txt" ] || .venv/bin/python tests/fixtures/make_fixtures.py --out "$NIBBLE_FIXTURES"
 

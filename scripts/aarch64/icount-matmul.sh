@@ -27,10 +27,9 @@ while [ $# -gt 0 ]; do
     esac
 done
 export A64ENV=${A64ENV:-$root/.cache/a64env}
-ORT_A64=1.31.1
-ORT_A64_SHA256=da05378364c44d4407e463982d2bf8d5e4cfea873283757e48beeb41df97b7f3
+source scripts/aarch64/ort-aarch64.sh
 bash scripts/aarch64/setup-aarch64.sh --no-ort --cpus "$cpus" >&2
-bash scripts/fetch-ort-lib.sh $ORT_A64 manylinux_2_28_aarch64 $ORT_A64_SHA256 "$A64ENV/ort/aarch64" >&2
+fetch_ort_a64 >&2
 rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 target=aarch64-unknown-linux-gnu
@@ -39,7 +38,7 @@ locked=(); [ -f Cargo.lock ] && locked=(--locked)
 cargo build -q "${locked[@]}" --release -p nibble-ort --target $target --lib --example run_matmul >&2
 lib=$tdir/$target/release/libnibble_ort.so
 bin=$tdir/$target/release/examples/run_matmul
-ort=$A64ENV/ort/aarch64/libonnxruntime.so.$ORT_A64
+ort=$ORT_A64_LIB
 [ -x .venv/bin/python ] || { echo "icount-matmul: needs .venv (scripts/setup.sh)" >&2; exit 2; }
 mkdir -p "$tdir/icount"
 

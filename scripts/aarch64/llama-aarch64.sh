@@ -13,7 +13,7 @@ cpus=${LLAMA_CPUS:-"max,sve=off cortex-a72"}
 tokens=${LLAMA_TOKENS:-16}
 tdir=${CARGO_TARGET_DIR:-$root/target}
 target=aarch64-unknown-linux-gnu
-ORT_A64=1.31.1
+source scripts/aarch64/ort-aarch64.sh
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 locked=(); [ -f Cargo.lock ] && locked=(--locked)
 
@@ -25,7 +25,7 @@ bash scripts/convert-smollm2.sh "$tdir/llama" smollm2-q4-acc1 --bits 4 --block-s
 cargo build -q "${locked[@]}" --release -p nibble-ort -p nibble-llama
 cargo build -q "${locked[@]}" --release -p nibble-ort -p nibble-llama --target $target
 x86_ort=$root/.cache/ort/1.31.1/libonnxruntime.so.1.31.1
-a64_ort=$A64ENV/ort/aarch64/libonnxruntime.so.$ORT_A64
+a64_ort=$ORT_A64_LIB
 out=$tdir/llama-aarch64
 mkdir -p "$out"
 # A raw prompt (no chat template): few prompt tokens, since under qemu every float operation is emulated.

@@ -175,6 +175,12 @@ pub(crate) unsafe fn accumulate_block<const R: usize, const BITS: usize, const Z
     // SAFETY: the record's 8 scales.
     let s = unsafe { scales8(rec.add(a.rhs_scales), a.layout.scales == ScaleType::F16) };
     debug_assert_eq!(ZP, a.has_zp != 0);
+    let c = if ZP {
+        // SAFETY: the record's 8 f32 corrections (present when the weights have zero points).
+        unsafe { [vld1q_f32(rec.add(a.rhs_zp).cast()), vld1q_f32(rec.add(a.rhs_zp + 16).cast())] }
+    } else {
+        [vdupq_n_f32(0.0); 2]
+    };
     for r in 0..R {
         // SAFETY: row r's scale and Σq of block b.
         let (sa, qs) = unsafe { (*lhs_scale.add(r * a.blocks + b), *lhs_sum.add(r * a.blocks + b)) };
@@ -182,9 +188,7 @@ pub(crate) unsafe fn accumulate_block<const R: usize, const BITS: usize, const Z
             let v = to_f32_scaled::<BITS>(acc[r][q]);
             y[r][q] = vfmaq_f32(y[r][q], v, vmulq_n_f32(s[q], sa));
             if ZP {
-                // SAFETY: the record's 8 f32 corrections (present when the weights have zero points).
-                let c = unsafe { vld1q_f32(rec.add(a.rhs_zp + 16 * q).cast()) };
-                y[r][q] = vfmaq_n_f32(y[r][q], c, sa * qs as f32);
+                y[r][q] = vfmaq_n_f32(y[r][q], c[q], sa * qs as f32);
             }
         }
     }
