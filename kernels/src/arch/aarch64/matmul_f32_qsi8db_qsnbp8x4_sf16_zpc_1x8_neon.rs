@@ -11,7 +11,7 @@ use crate::ukernel::RunArgs;
 
 /// # Safety
 /// The CPU has neon; `args` satisfies the `RunArgs` contract with a `qsi8db` LHS and a `qsnbp8x4` RHS
-/// (f16 or f32 scales) of `args.bits` ∈ {2, 4, 8}.
+/// (f16 scales) of `args.bits` ∈ {2, 4, 8}.
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn run(args: &RunArgs) {
     walk_panels!(args, unit, SMULL, nr = NR, rows = [2, 1]);

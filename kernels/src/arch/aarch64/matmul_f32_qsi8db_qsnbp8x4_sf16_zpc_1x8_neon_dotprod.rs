@@ -1,4 +1,4 @@
-//! int8-activation GEMV for decode (the dotprod family's kernel for M = 1..3): up to 3 rows share each panel's code loads and unpacking; 8 columns per step, one SDOT-by-element accumulator per 4 columns and row.
+//! int8-activation GEMV for decode (the dotprod family's kernel for M = 1..3): up to 3 rows share each panel's code loads and unpacking; 8 columns per step (one row: two panels per pass, sharing the activation loads and per-block work), one SDOT-by-element accumulator per 4 columns and row.
 //!
 //! LHS: `qsi8db` (int8 per block, row-major, scale and Σq per block). RHS: `qsnbp8x4_sf16_zpc`, bits 2/4/8, any
 //! block size 16 … 65536. Columns: whole 8-column panels from the tile's start (the last one's padding computed,
@@ -11,7 +11,7 @@ use crate::ukernel::RunArgs;
 
 /// # Safety
 /// The CPU has neon,dotprod; `args` satisfies the `RunArgs` contract with a `qsi8db` LHS and a `qsnbp8x4` RHS
-/// (f16 or f32 scales) of `args.bits` ∈ {2, 4, 8}.
+/// (f16 scales) of `args.bits` ∈ {2, 4, 8}.
 #[target_feature(enable = "neon,dotprod")]
 pub(crate) unsafe fn run(args: &RunArgs) {
     walk_panels!(args, unit, SDOT, nr = NR, rows = [3, 2, 1]);

@@ -11,7 +11,7 @@ use crate::ukernel::RunArgs;
 
 /// # Safety
 /// The CPU has neon,dotprod; `args` satisfies the `RunArgs` contract with a `qsi8db` LHS and a `qsnbp8x4` RHS
-/// (f16 or f32 scales) of `args.bits` ∈ {2, 4, 8}.
+/// (f16 scales) of `args.bits` ∈ {2, 4, 8}.
 #[target_feature(enable = "neon,dotprod")]
 pub(crate) unsafe fn run(args: &RunArgs) {
     walk_panels!(args, unit, SDOT, nr = NR, rows = [4, 3, 2, 1]);

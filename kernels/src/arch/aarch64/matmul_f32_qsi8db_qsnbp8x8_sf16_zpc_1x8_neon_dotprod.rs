@@ -12,7 +12,7 @@ use crate::ukernel::RunArgs;
 
 /// # Safety
 /// The CPU has neon and dotprod; `args` satisfies the `RunArgs` contract with a `qsi8db` LHS and a `qsnbp8x8`
-/// RHS (f16 or f32 scales) of `args.bits` ∈ {2, 4, 8}.
+/// RHS (f16 scales) of `args.bits` ∈ {2, 4, 8}.
 #[target_feature(enable = "neon,dotprod")]
 pub(crate) unsafe fn run(args: &RunArgs) {
     let a = args;

@@ -12,7 +12,7 @@ use crate::ukernel::RunArgs;
 
 /// # Safety
 /// The CPU has neon and i8mm; `args` satisfies the `RunArgs` contract with a `qsi8dbp4x8` LHS (the tile starts
-/// at a row group) and a `qsnbp8x8` RHS (f16 or f32 scales) of `args.bits` ∈ {2, 4, 8}.
+/// at a row group) and a `qsnbp8x8` RHS (f16 scales) of `args.bits` ∈ {2, 4, 8}.
 #[target_feature(enable = "neon,i8mm")]
 pub(crate) unsafe fn run(args: &RunArgs) {
     let a = args;

@@ -141,33 +141,43 @@ pub static FP32_GEMM_NEON: UKernel = UKernel {
 };
 
 /// The walk of an int8 kernel's tile on 8-column panels: each panel, then the rows in blocks of up to the first
-/// listed count (the last block smaller), each block computed by `$body::<$op, rows, bits>` (`$op` picks the instruction where the body has several) with
-/// the row count and the bit width (2, 4, 8) dispatched to constants.
+/// listed count (the last block smaller), each block computed by `$body::<$op, rows, panels, bits>` (`$op` picks
+/// the instruction where the body has several) with the row count and the bit width (2, 4, 8) dispatched to
+/// constants. A one-row tile walks the panels in pairs (`panels` = 2; an odd last one alone): its activation
+/// loads and per-block work are shared by 16 columns.
 macro_rules! walk_panels {
     ($args:ident, $body:ident, $op:expr, nr = $nr:expr, rows = [$($r:literal),+]) => {{
         let a = $args;
         let mr = [$($r),+][0];
-        for panel in 0..a.cols.div_ceil($nr) {
+        let panels = a.cols.div_ceil($nr);
+        let mut panel = 0;
+        while panel < panels {
+            let pp = if a.rows == 1 && panel + 2 <= panels { 2 } else { 1 };
             let mut r0 = 0;
             while r0 < a.rows {
                 let rows = (a.rows - r0).min(mr);
                 // SAFETY: rows r0..r0 + rows are inside the tile, so are their LHS rows, scales, sums and output
-                // rows (RunArgs contract); the entry point has the features `$op` needs.
+                // rows (RunArgs contract); panels panel..panel + pp are the tile's; the entry point has the
+                // features `$op` needs.
                 unsafe {
                     let lhs = a.lhs.cast::<i8>().add(r0 * a.lhs_stride);
                     let (sc, sm) = (a.lhs_scale.add(r0 * a.blocks), a.lhs_sum.add(r0 * a.blocks));
                     let dst = a.dst.add(r0 * a.dst_stride);
-                    match (rows, a.bits) {
+                    match (rows, pp, a.bits) {
+                        (1, 2, 2) => $body::<$op, 1, 2, 2>(a, panel, lhs, sc, sm, dst),
+                        (1, 2, 4) => $body::<$op, 1, 2, 4>(a, panel, lhs, sc, sm, dst),
+                        (1, 2, _) => $body::<$op, 1, 2, 8>(a, panel, lhs, sc, sm, dst),
                         $(
-                            ($r, 2) => $body::<$op, $r, 2>(a, panel, lhs, sc, sm, dst),
-                            ($r, 4) => $body::<$op, $r, 4>(a, panel, lhs, sc, sm, dst),
-                            ($r, _) => $body::<$op, $r, 8>(a, panel, lhs, sc, sm, dst),
+                            ($r, _, 2) => $body::<$op, $r, 1, 2>(a, panel, lhs, sc, sm, dst),
+                            ($r, _, 4) => $body::<$op, $r, 1, 4>(a, panel, lhs, sc, sm, dst),
+                            ($r, _, _) => $body::<$op, $r, 1, 8>(a, panel, lhs, sc, sm, dst),
                         )+
                         _ => unreachable!("row blocks are at most the first listed size"),
                     }
                 }
                 r0 += rows;
             }
+            panel += pp;
         }
     }};
 }

@@ -78,22 +78,31 @@ pub(crate) fn f16x4_to_f32(h: uint16x4_t) -> float32x4_t {
     out
 }
 
-/// Eight block scales of one record (f16 or f32) as two f32 vectors (columns 0..3, 4..7).
-///
-/// # Safety
-/// `p` points at 8 scales of the given type.
+/// The high four IEEE half-precision values of `h` (as bits) to f32: FCVTL2.
 #[target_feature(enable = "neon")]
 #[inline]
-pub(crate) unsafe fn scales8(p: *const u8, f16: bool) -> [float32x4_t; 2] {
-    // SAFETY: 16 (f16) or 32 (f32) bytes at `p` (the caller's guarantee).
+pub(crate) fn f16x8_high_to_f32(h: uint16x8_t) -> float32x4_t {
+    let out: float32x4_t;
+    // SAFETY: a register-only instruction of base AdvSIMD.
     unsafe {
-        if f16 {
-            let h = vld1q_u16(p.cast());
-            [f16x4_to_f32(vget_low_u16(h)), f16x4_to_f32(vget_high_u16(h))]
-        } else {
-            [vld1q_f32(p.cast()), vld1q_f32(p.cast::<f32>().add(4))]
-        }
+        asm!("fcvtl2 {o:v}.4s, {h:v}.8h", o = lateout(vreg) out, h = in(vreg) h,
+             options(pure, nomem, nostack, preserves_flags));
     }
+    out
+}
+
+/// Eight f16 block scales of one record as two f32 vectors (columns 0..3, 4..7): one load, FCVTL + FCVTL2.
+/// The int8 layouts of this module store f16 scales (`QSNBP8X{4,8}_SF16_ZPC`); the kernels reading them are
+/// fixed-layout.
+///
+/// # Safety
+/// `p` points at 8 f16 scales.
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) unsafe fn scales8(p: *const u8) -> [float32x4_t; 2] {
+    // SAFETY: 16 bytes at `p` (the caller's guarantee).
+    let h = unsafe { vld1q_u16(p.cast()) };
+    [f16x4_to_f32(vget_low_u16(h)), f16x8_high_to_f32(h)]
 }
 
 /// Field `l` of every byte of `v` (signed `BITS`-bit two's-complement codes; lane l in bits l·BITS..), as int8
@@ -155,7 +164,7 @@ pub(crate) unsafe fn store4(dst: *mut f32, bias: *const f32, col: usize, cols: u
 }
 
 /// One block's contribution for rows `0..R` × 8 columns: `y += sa·(s·acc + c·Σq)` per (row, column), from the
-/// int32 sums `acc` (columns 0..3, 4..7; times 2^(8−BITS)), the record's scales (f16 or f32) and, when the
+/// int32 sums `acc` (columns 0..3, 4..7; times 2^(8−BITS)), the record's f16 scales and, when the
 /// weights have zero points (`ZP`, = `a.has_zp != 0`), its f32 corrections c.
 ///
 /// # Safety
@@ -172,8 +181,9 @@ pub(crate) unsafe fn accumulate_block<const R: usize, const BITS: usize, const Z
     lhs_sum: *const i32,
     b: usize,
 ) {
+    debug_assert_eq!(a.layout.scales, ScaleType::F16);
     // SAFETY: the record's 8 scales.
-    let s = unsafe { scales8(rec.add(a.rhs_scales), a.layout.scales == ScaleType::F16) };
+    let s = unsafe { scales8(rec.add(a.rhs_scales)) };
     debug_assert_eq!(ZP, a.has_zp != 0);
     let c = if ZP {
         // SAFETY: the record's 8 f32 corrections (present when the weights have zero points).
@@ -202,7 +212,7 @@ pub(crate) unsafe fn accumulate_block<const R: usize, const BITS: usize, const Z
 /// holds `a.cols` values.
 #[target_feature(enable = "neon")]
 #[inline]
-pub(crate) unsafe fn store_rows<const R: usize>(y: &[[float32x4_t; 2]; R], a: &RunArgs, panel: usize, dst: *mut f32) {
+pub(crate) unsafe fn store_rows<const R: usize>(y: [[float32x4_t; 2]; R], a: &RunArgs, panel: usize, dst: *mut f32) {
     for r in 0..R {
         for q in 0..2 {
             let col = panel * 8 + 4 * q;

@@ -1,4 +1,4 @@
-//! The body shared by the aarch64 int8 kernels on `qsnbp8x4_s{f16,f32}_zpc` weights (signed n-bit codes, panels
+//! The body shared by the aarch64 int8 kernels on `qsnbp8x4_sf16_zpc` weights (signed n-bit codes, panels
 //! of 8 columns × 4 K, zero points as a per-block correction c = s·(m − z)), with row-major `qsi8db` activations.
 //!
 //! Per (panel, block) record, one chunk (C = min(bl, 32) K values) is `C/4/cpb` groups of 32 bytes: two 16-byte
@@ -56,18 +56,19 @@ fn fold<const OP: u8>(acc: [int32x4_t; 2]) -> int32x4_t {
     if OP == SDOT { acc[0] } else { vpaddq_s32(acc[0], acc[1]) }
 }
 
-/// Computes rows `0..R` of the tile × the 8 columns of `panel`, over all K, for `BITS`-bit codes. The rows of
-/// the int8 LHS start at `lhs` (row stride `args.lhs_stride`), their scales and sums at `lhs_scale`/`lhs_sum`
+/// Computes rows `0..R` of the tile × the 8·P columns of panels `panel..panel + P`, over all K, for `BITS`-bit
+/// codes (P = 2 only for one row: the activation loads and the per-block work are shared by 16 columns). The rows
+/// of the int8 LHS start at `lhs` (row stride `args.lhs_stride`), their scales and sums at `lhs_scale`/`lhs_sum`
 /// (stride `args.blocks`), output rows at `dst` (the tile's column 0). Columns past `args.cols` are computed from
 /// the panel's zero padding and never stored.
 ///
 /// # Safety
-/// The CPU has what `OP` needs (dotprod for SDOT). `args` satisfies the `RunArgs`
-/// contract for a `qsi8db` LHS and a `qsnbp8x4_s{f16,f32}_zpc` RHS of `BITS` bits; the pointers are at a row of
-/// the tile that has at least `R` rows from there; `panel` is one of the tile's panels.
+/// The CPU has what `OP` needs (dotprod for SDOT). `args` satisfies the `RunArgs` contract for a `qsi8db` LHS
+/// and a `qsnbp8x4_sf16_zpc` RHS of `BITS` bits; the pointers are at a row of the tile that has at least `R`
+/// rows from there; panels `panel..panel + P` are the tile's.
 #[target_feature(enable = "neon")]
 #[inline]
-pub(crate) unsafe fn unit<const OP: u8, const R: usize, const BITS: usize>(
+pub(crate) unsafe fn unit<const OP: u8, const R: usize, const P: usize, const BITS: usize>(
     args: &RunArgs,
     panel: usize,
     lhs: *const i8,
@@ -77,18 +78,32 @@ pub(crate) unsafe fn unit<const OP: u8, const R: usize, const BITS: usize>(
 ) {
     // SAFETY: forwarded.
     unsafe {
-        if args.bl >= 32 {
-            unit_c::<OP, R, BITS, 32>(args, panel, lhs, lhs_scale, lhs_sum, dst)
-        } else {
-            unit_c::<OP, R, BITS, 16>(args, panel, lhs, lhs_scale, lhs_sum, dst)
+        // Blocks of one chunk (16 or 32 K) get a loop without chunk bookkeeping.
+        match (args.bl, args.has_zp != 0) {
+            (16, false) => unit_c::<OP, R, P, BITS, 16, true, false>(args, panel, lhs, lhs_scale, lhs_sum, dst),
+            (16, true) => unit_c::<OP, R, P, BITS, 16, true, true>(args, panel, lhs, lhs_scale, lhs_sum, dst),
+            (32, false) => unit_c::<OP, R, P, BITS, 32, true, false>(args, panel, lhs, lhs_scale, lhs_sum, dst),
+            (32, true) => unit_c::<OP, R, P, BITS, 32, true, true>(args, panel, lhs, lhs_scale, lhs_sum, dst),
+            (_, false) => unit_c::<OP, R, P, BITS, 32, false, false>(args, panel, lhs, lhs_scale, lhs_sum, dst),
+            (_, true) => unit_c::<OP, R, P, BITS, 32, false, true>(args, panel, lhs, lhs_scale, lhs_sum, dst),
         }
     }
 }
 
-/// [`unit`] with the chunk length (16 or 32) as a constant, so that every loop inside a chunk unrolls.
+/// [`unit`] with the chunk length (16 or 32), whether a block is one chunk (`ONE`) and the presence of zero
+/// points as constants, so that every loop inside a chunk unrolls and the block epilogue has no branch. One loop
+/// walks all chunks of K, running the epilogue after each block's last chunk (with `ONE`: every iteration).
 #[target_feature(enable = "neon")]
 #[inline]
-unsafe fn unit_c<const OP: u8, const R: usize, const BITS: usize, const CHUNK: usize>(
+unsafe fn unit_c<
+    const OP: u8,
+    const R: usize,
+    const P: usize,
+    const BITS: usize,
+    const CHUNK: usize,
+    const ONE: bool,
+    const ZP: bool,
+>(
     a: &RunArgs,
     panel: usize,
     lhs: *const i8,
@@ -96,57 +111,105 @@ unsafe fn unit_c<const OP: u8, const R: usize, const BITS: usize, const CHUNK: u
     lhs_sum: *const i32,
     dst: *mut f32,
 ) {
+    let chunk_bytes = CHUNK * NR * BITS / 8;
+    let chunks = if ONE { 1 } else { a.bl / CHUNK };
+    debug_assert!(!ONE || a.bl == CHUNK);
+    debug_assert!(a.bl.min(32) == CHUNK && R <= 4 && (P == 1 || R == 1) && panel + P <= a.cols.div_ceil(NR));
+    debug_assert_eq!(ZP, a.has_zp != 0);
+    // SAFETY: panels panel..panel + P are the tile's, inside the packed weights (RunArgs contract).
+    let mut rec: [*const u8; P] = core::array::from_fn(|p| unsafe { a.rhs.add((panel + p) * a.rhs_panel_stride) });
+    let mut codes = rec;
+    let mut act = lhs;
+    let zero = vdupq_n_s32(0);
+    let mut y = [[[vdupq_n_f32(0.0); 2]; R]; P];
+    let mut acc = [[[[zero; 2]; 2]; R]; P];
+    let (mut b, mut left) = (0, chunks);
+    for _ in 0..a.blocks * chunks {
+        // Row r's activations of this chunk (block b, K from `act`): CHUNK/16 vectors.
+        let av: [[int8x16_t; 2]; R] = core::array::from_fn(|r| {
+            core::array::from_fn(|j| {
+                if 16 * j < CHUNK {
+                    // SAFETY: row r < R of the tile, the current chunk: 16 values inside the block.
+                    unsafe { vld1q_s8(act.add(r * a.lhs_stride + 16 * j)) }
+                } else {
+                    vdupq_n_s8(0)
+                }
+            })
+        });
+        // SAFETY: the current chunk of each panel's record (groups past the chunk's are no-ops).
+        unsafe {
+            group::<OP, R, P, BITS, CHUNK, 0>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, 1>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, 2>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, 3>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, 4>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, 5>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, 6>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, 7>(&mut acc, &av, &codes);
+        }
+        // The next chunk of the row and of each record (past the last block: never read).
+        act = act.wrapping_add(CHUNK);
+        for p in 0..P {
+            codes[p] = codes[p].wrapping_add(chunk_bytes);
+        }
+        left -= 1;
+        if left == 0 {
+            for p in 0..P {
+                let folded: [[int32x4_t; 2]; R] =
+                    core::array::from_fn(|r| [fold::<OP>(acc[p][r][0]), fold::<OP>(acc[p][r][1])]);
+                // SAFETY: block b's record of panel p; rows 0..R of the tile's scales and sums.
+                unsafe { accumulate_block::<R, BITS, ZP>(&mut y[p], &folded, a, rec[p], lhs_scale, lhs_sum, b) };
+                rec[p] = rec[p].wrapping_add(a.rhs_record);
+                codes[p] = rec[p];
+            }
+            acc = [[[[zero; 2]; 2]; R]; P];
+            b += 1;
+            left = chunks;
+        }
+    }
+    for p in 0..P {
+        // SAFETY: rows 0..R of the tile's output.
+        unsafe { store_rows(y[p], a, panel + p, dst) };
+    }
+}
+
+/// Group `GRP` (32 bytes per panel: 4 K of every field for the 8 columns) of the current chunk into the
+/// accumulators, a no-op past the chunk's `CHUNK / (8 / BITS) / 4` groups. One function per group, so that the
+/// activation element each step reads is a constant (LLVM does not fully unroll the group loop of the larger
+/// tiles, and a run-time element index becomes a branch per step).
+///
+/// # Safety
+/// `codes[p]` is the current chunk of panel p's record.
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn group<
+    const OP: u8,
+    const R: usize,
+    const P: usize,
+    const BITS: usize,
+    const CHUNK: usize,
+    const GRP: usize,
+>(
+    acc: &mut [[[[int32x4_t; 2]; 2]; R]; P],
+    av: &[[int8x16_t; 2]; R],
+    codes: &[*const u8; P],
+) {
     let cpb = 8 / BITS;
     let lane_len = CHUNK / cpb;
-    let groups = lane_len / KR;
-    let chunk_bytes = CHUNK * NR * BITS / 8;
-    debug_assert!(a.bl.min(32) == CHUNK && R <= 4 && panel < a.cols.div_ceil(NR));
-    // SAFETY: panel is one of the tile's, inside the packed weights (RunArgs contract).
-    let prec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
-    let zero = vdupq_n_s32(0);
-    let mut y = [[vdupq_n_f32(0.0); 2]; R];
-    for b in 0..a.blocks {
-        // SAFETY: block b's record of this panel.
-        let rec = unsafe { prec.add(b * a.rhs_record) };
-        let mut acc = [[[zero; 2]; 2]; R];
-        for c in 0..a.bl / CHUNK {
-            // Row r's activations of this chunk: CHUNK/16 vectors.
-            let av: [[int8x16_t; 2]; R] = core::array::from_fn(|r| {
-                core::array::from_fn(|j| {
-                    if 16 * j < CHUNK {
-                        // SAFETY: row r < R of the tile, block b, chunk c: 16 values inside the block.
-                        unsafe { vld1q_s8(lhs.add(r * a.lhs_stride + b * a.bl + c * CHUNK + 16 * j)) }
-                    } else {
-                        vdupq_n_s8(0)
-                    }
-                })
-            });
-            // SAFETY: chunk c of the record's codes.
-            let codes = unsafe { rec.add(c * chunk_bytes) };
-            for grp in 0..groups {
-                // SAFETY: group grp: 32 bytes inside the chunk.
-                let w = unsafe { [vld1q_s8(codes.add(32 * grp).cast()), vld1q_s8(codes.add(32 * grp + 16).cast())] };
-                for l in 0..cpb {
-                    let x = [field::<BITS>(w[0], l), field::<BITS>(w[1], l)];
-                    let off = l * lane_len + KR * grp;
-                    for r in 0..R {
-                        for q in 0..2 {
-                            step::<OP>(&mut acc[r][q], x[q], av[r][off / 16], (off % 16) / 4);
-                        }
-                    }
+    if GRP >= lane_len / KR {
+        return;
+    }
+    for p in 0..P {
+        // SAFETY: group GRP of the chunk: 32 bytes inside it.
+        let w = unsafe { [vld1q_s8(codes[p].add(32 * GRP).cast()), vld1q_s8(codes[p].add(32 * GRP + 16).cast())] };
+        for l in 0..cpb {
+            let x = [field::<BITS>(w[0], l), field::<BITS>(w[1], l)];
+            let off = l * lane_len + KR * GRP;
+            for r in 0..R {
+                for q in 0..2 {
+                    step::<OP>(&mut acc[p][r][q], x[q], av[r][off / 16], (off % 16) / 4);
                 }
             }
         }
-        let folded: [[int32x4_t; 2]; R] = core::array::from_fn(|r| [fold::<OP>(acc[r][0]), fold::<OP>(acc[r][1])]);
-        // SAFETY: block b's record; rows 0..R of the tile's scales and sums.
-        if a.has_zp != 0 {
-            // SAFETY: block b's record; rows 0..R of the tile's scales and sums.
-            unsafe { accumulate_block::<R, BITS, true>(&mut y, &folded, a, rec, lhs_scale, lhs_sum, b) };
-        } else {
-            // SAFETY: as above.
-            unsafe { accumulate_block::<R, BITS, false>(&mut y, &folded, a, rec, lhs_scale, lhs_sum, b) };
-        }
     }
-    // SAFETY: rows 0..R of the tile's output.
-    unsafe { store_rows(&y, a, panel, dst) };
 }

@@ -1,4 +1,4 @@
-//! The bodies of the i8mm family's kernels on `qsnbp8x8_s{f16,f32}_zpc` weights (signed n-bit codes, panels of
+//! The bodies of the i8mm family's kernels on `qsnbp8x8_sf16_zpc` weights (signed n-bit codes, panels of
 //! 8 columns × 8 K, zero points as a per-block correction c = s·(m − z)).
 //!
 //! Per (panel, block) record, one chunk (C = min(bl, 32) K values) is `C/8/cpb` groups of 64 bytes: four
@@ -47,18 +47,31 @@ pub(crate) unsafe fn gemv_unit<const R: usize, const P: usize, const BITS: usize
 ) {
     // SAFETY: forwarded.
     unsafe {
-        match (a.bl >= 32, a.has_zp != 0) {
-            (true, false) => gemv_c::<R, P, BITS, 32, false>(a, panel, lhs, lhs_scale, lhs_sum, dst),
-            (true, true) => gemv_c::<R, P, BITS, 32, true>(a, panel, lhs, lhs_scale, lhs_sum, dst),
-            (false, false) => gemv_c::<R, P, BITS, 16, false>(a, panel, lhs, lhs_scale, lhs_sum, dst),
-            (false, true) => gemv_c::<R, P, BITS, 16, true>(a, panel, lhs, lhs_scale, lhs_sum, dst),
+        // Blocks of one chunk (16 or 32 K) get a loop without chunk bookkeeping.
+        match (a.bl, a.has_zp != 0) {
+            (16, false) => gemv_c::<R, P, BITS, 16, true, false>(a, panel, lhs, lhs_scale, lhs_sum, dst),
+            (16, true) => gemv_c::<R, P, BITS, 16, true, true>(a, panel, lhs, lhs_scale, lhs_sum, dst),
+            (32, false) => gemv_c::<R, P, BITS, 32, true, false>(a, panel, lhs, lhs_scale, lhs_sum, dst),
+            (32, true) => gemv_c::<R, P, BITS, 32, true, true>(a, panel, lhs, lhs_scale, lhs_sum, dst),
+            (_, false) => gemv_c::<R, P, BITS, 32, false, false>(a, panel, lhs, lhs_scale, lhs_sum, dst),
+            (_, true) => gemv_c::<R, P, BITS, 32, false, true>(a, panel, lhs, lhs_scale, lhs_sum, dst),
         }
     }
 }
 
+/// [`gemv_unit`] with the chunk length, whether a block is one chunk (`ONE`) and the presence of zero points as
+/// constants; one loop walks all chunks of K, running the epilogue after each block's last chunk (with `ONE`:
+/// every iteration).
 #[target_feature(enable = "neon")]
 #[inline]
-unsafe fn gemv_c<const R: usize, const P: usize, const BITS: usize, const CHUNK: usize, const ZP: bool>(
+unsafe fn gemv_c<
+    const R: usize,
+    const P: usize,
+    const BITS: usize,
+    const CHUNK: usize,
+    const ONE: bool,
+    const ZP: bool,
+>(
     a: &RunArgs,
     panel: usize,
     lhs: *const i8,
@@ -70,66 +83,75 @@ unsafe fn gemv_c<const R: usize, const P: usize, const BITS: usize, const CHUNK:
     let lane_len = CHUNK / cpb;
     let groups = lane_len / KR;
     let chunk_bytes = CHUNK * NR * BITS / 8;
-    let chunks = a.bl / CHUNK;
+    let chunks = if ONE { 1 } else { a.bl / CHUNK };
+    debug_assert!(!ONE || a.bl == CHUNK);
     debug_assert!(a.bl.min(32) == CHUNK && R <= 2 && P <= 2 && groups >= 1 && panel + P <= a.cols.div_ceil(NR));
     // SAFETY: panels panel..panel + P are the tile's, inside the packed weights (RunArgs contract).
-    let prec: [*const u8; P] = core::array::from_fn(|p| unsafe { a.rhs.add((panel + p) * a.rhs_panel_stride) });
+    let mut rec: [*const u8; P] = core::array::from_fn(|p| unsafe { a.rhs.add((panel + p) * a.rhs_panel_stride) });
+    let mut codes = rec;
+    let mut act = lhs;
     let zero = vdupq_n_s32(0);
     let mut y = [[[vdupq_n_f32(0.0); 2]; R]; P];
-    for b in 0..a.blocks {
-        // SAFETY: block b's records of the panels.
-        let rec: [*const u8; P] = core::array::from_fn(|p| unsafe { prec[p].add(b * a.rhs_record) });
-        let mut acc = [[[zero; 4]; R]; P];
-        for c in 0..chunks {
-            let av: [[int64x2_t; 2]; R] = core::array::from_fn(|r| {
-                core::array::from_fn(|j| {
-                    if 16 * j < CHUNK {
-                        // SAFETY: row r < R of the tile, block b, chunk c: 16 values inside the block.
-                        vreinterpretq_s64_s8(unsafe {
-                            vld1q_s8(lhs.add(r * a.lhs_stride + b * a.bl + c * CHUNK + 16 * j))
-                        })
-                    } else {
-                        vdupq_n_s64(0)
-                    }
-                })
+    let mut acc = [[[zero; 4]; R]; P];
+    let (mut b, mut left) = (0, chunks);
+    for _ in 0..a.blocks * chunks {
+        let av: [[int64x2_t; 2]; R] = core::array::from_fn(|r| {
+            core::array::from_fn(|j| {
+                if 16 * j < CHUNK {
+                    // SAFETY: row r < R of the tile, the current chunk: 16 values inside the block.
+                    vreinterpretq_s64_s8(unsafe { vld1q_s8(act.add(r * a.lhs_stride + 16 * j)) })
+                } else {
+                    vdupq_n_s64(0)
+                }
+            })
+        });
+        for grp in 0..groups {
+            // SAFETY: group grp of the current chunk of each panel's record: 64 bytes inside the chunk.
+            let w: [[int8x16_t; 4]; P] = core::array::from_fn(|p| {
+                // SAFETY: as above.
+                core::array::from_fn(|j| unsafe { vld1q_s8(codes[p].add(64 * grp + 16 * j).cast()) })
             });
-            for grp in 0..groups {
-                // SAFETY: chunk c, group grp of each panel's record: 64 bytes inside the chunk.
-                let w: [[int8x16_t; 4]; P] = core::array::from_fn(|p| {
-                    // SAFETY: as above.
-                    core::array::from_fn(|j| unsafe {
-                        vld1q_s8(rec[p].add(c * chunk_bytes + 64 * grp + 16 * j).cast())
-                    })
-                });
-                for l in 0..cpb {
-                    let off = l * lane_len + KR * grp;
-                    for r in 0..R {
-                        let v = av[r][off / 16];
-                        let d = vreinterpretq_s8_s64(if off.is_multiple_of(16) {
-                            vdupq_laneq_s64::<0>(v)
-                        } else {
-                            vdupq_laneq_s64::<1>(v)
-                        });
-                        for p in 0..P {
-                            for j in 0..4 {
-                                acc[p][r][j] = sdot(acc[p][r][j], field::<BITS>(w[p][j], l), d);
-                            }
+            for l in 0..cpb {
+                let off = l * lane_len + KR * grp;
+                for r in 0..R {
+                    let v = av[r][off / 16];
+                    let d = vreinterpretq_s8_s64(if off.is_multiple_of(16) {
+                        vdupq_laneq_s64::<0>(v)
+                    } else {
+                        vdupq_laneq_s64::<1>(v)
+                    });
+                    for p in 0..P {
+                        for j in 0..4 {
+                            acc[p][r][j] = sdot(acc[p][r][j], field::<BITS>(w[p][j], l), d);
                         }
                     }
                 }
             }
         }
+        // The next chunk of the row and of each record (past the last block: never read).
+        act = act.wrapping_add(CHUNK);
         for p in 0..P {
-            let folded: [[int32x4_t; 2]; R] = core::array::from_fn(|r| {
-                [vpaddq_s32(acc[p][r][0], acc[p][r][1]), vpaddq_s32(acc[p][r][2], acc[p][r][3])]
-            });
-            // SAFETY: block b's record of panel p; rows 0..R of the tile's scales and sums.
-            unsafe { accumulate_block::<R, BITS, ZP>(&mut y[p], &folded, a, rec[p], lhs_scale, lhs_sum, b) };
+            codes[p] = codes[p].wrapping_add(chunk_bytes);
+        }
+        left -= 1;
+        if left == 0 {
+            for p in 0..P {
+                let folded: [[int32x4_t; 2]; R] = core::array::from_fn(|r| {
+                    [vpaddq_s32(acc[p][r][0], acc[p][r][1]), vpaddq_s32(acc[p][r][2], acc[p][r][3])]
+                });
+                // SAFETY: block b's record of panel p; rows 0..R of the tile's scales and sums.
+                unsafe { accumulate_block::<R, BITS, ZP>(&mut y[p], &folded, a, rec[p], lhs_scale, lhs_sum, b) };
+                rec[p] = rec[p].wrapping_add(a.rhs_record);
+                codes[p] = rec[p];
+            }
+            acc = [[[zero; 4]; R]; P];
+            b += 1;
+            left = chunks;
         }
     }
     for p in 0..P {
         // SAFETY: rows 0..R of the tile's output.
-        unsafe { store_rows(&y[p], a, panel + p, dst) };
+        unsafe { store_rows(y[p], a, panel + p, dst) };
     }
 }
 
@@ -185,7 +207,7 @@ unsafe fn gemm_c<const G: usize, const BITS: usize, const CHUNK: usize, const ZP
     let lane_len = CHUNK / cpb;
     let groups = lane_len / KR;
     let chunk_bytes = CHUNK * NR * BITS / 8;
-    let f16 = a.layout.scales == ScaleType::F16;
+    debug_assert_eq!(a.layout.scales, ScaleType::F16);
     debug_assert!(a.bl.min(32) == CHUNK && (1..=MR * G).contains(&rows) && groups >= 1 && G <= 2);
     debug_assert_eq!(ZP, a.has_zp != 0);
     // SAFETY: panel is one of the tile's, inside the packed weights (RunArgs contract).
@@ -230,7 +252,7 @@ unsafe fn gemm_c<const G: usize, const BITS: usize, const CHUNK: usize, const ZP
             }
         }
         // SAFETY: the record's 8 scales.
-        let s = unsafe { scales8(rec.add(a.rhs_scales), f16) };
+        let s = unsafe { scales8(rec.add(a.rhs_scales)) };
         // Column scales in the tiles' order (c0, c1, c0, c1) per column pair, row scales (r0, r0, r1, r1) per row
         // pair (padding rows read 0 from `pad_f` / `pad_i`).
         let cols =
