@@ -270,7 +270,7 @@ impl Selected {
                 lhs.bytes.len()
             );
             let nb = rhs.blocks;
-            assert!(lhs.scale.len() == plan.m * nb && lhs.sum.len() == plan.m * nb, "activation scales");
+            assert!(lhs.scale.len() == padded * nb && lhs.sum.len() == padded * nb, "activation scales");
             (lhs.bytes[m0 * kp..].as_ptr(), lhs.scale[m0 * nb..].as_ptr(), lhs.sum[m0 * nb..].as_ptr())
         };
         assert!(out.claim(t), "tile {t} computed twice into the same output");

@@ -123,9 +123,10 @@ impl UKernel {
 pub struct RunArgs {
     /// f32 values (F32) or bytes (int8 formats) in the kernel's LHS format.
     pub lhs: *const u8,
-    /// int8 formats: per (row, block) activation scale, `blocks` per row; null for F32.
+    /// int8 formats: per (row, block) activation scale, `blocks` per row, rows rounded up to the format's mr
+    /// (`LhsFormat::scale_index`: row-major, or group-major in Qsi8DbP); null for F32.
     pub lhs_scale: *const f32,
-    /// int8 formats: per (row, block) Σ q; null for F32.
+    /// int8 formats: per (row, block) Σ q, laid out as `lhs_scale`; null for F32.
     pub lhs_sum: *const i32,
     /// Values per packed LHS row (= blocks · bl); an interleaved group holds mr rows of it.
     pub lhs_stride: usize,

@@ -13,7 +13,10 @@
 //! Qsu8Db       rows of k_packed u8 = q + 128                           (u8×s8 VNNI/USDOT with signed codes:
 //!              Σ (q+128)·v = Σ q·v + 128·Σ v, the layout's block sums take 128·Σ v back out)
 //! ```
-//! Scales (f32) and Σq (i32) are per (row, block), row-major, in every int8 format.
+//! Scales (f32) and Σq (i32) are per (row, block): row-major in Qsi8Db and Qsu8Db; in Qsi8DbP group-major, per
+//! group of mr rows and per block the group's mr values (rows past M: 0), so that one load gives them
+//! ([`LhsFormat::scale_index`]). Either way a tile starting at row r0 (a group's first row) finds its scales at
+//! offset r0·blocks.
 
 use super::rhs::{NO_SOURCE, PackedRhs};
 use half::f16;
@@ -104,6 +107,15 @@ impl LhsFormat {
         }
     }
 
+    /// Where the scale and Σq of (row, block) are in the int8 formats' arrays (`blocks` per row): row-major, or in
+    /// Qsi8DbP group-major (per group of mr rows, per block, the group's mr values).
+    pub fn scale_index(&self, blocks: usize, row: usize, b: usize) -> usize {
+        match self {
+            LhsFormat::Qsi8DbP { mr, .. } => (row / mr) * mr * blocks + b * mr + row % mr,
+            _ => row * blocks + b,
+        }
+    }
+
     /// Whether the format carries f32 values (else int8 with scales and sums).
     pub fn is_f32(&self) -> bool {
         matches!(self, LhsFormat::F32)
@@ -130,7 +142,8 @@ pub struct PackedLhs {
     pub(crate) f32s: Vec<f32>,
     /// int8 formats: the values (i8 or u8 bytes), `m` rows rounded up to `mr`.
     pub(crate) bytes: Vec<u8>,
-    /// int8 formats: per (row, block) scale and Σq, `m` rows.
+    /// int8 formats: per (row, block) scale and Σq, `m` rows rounded up to `mr`, at
+    /// [`LhsFormat::scale_index`].
     pub(crate) scale: Vec<f32>,
     pub(crate) sum: Vec<i32>,
 }
@@ -173,15 +186,16 @@ impl PackedLhs {
         }
         let rows = m.next_multiple_of(format.mr());
         out.bytes = vec![0u8; rows * kp];
-        out.scale = vec![0f32; m * blocks];
-        out.sum = vec![0i32; m * blocks];
+        out.scale = vec![0f32; rows * blocks];
+        out.sum = vec![0i32; rows * blocks];
         let (mut row, mut q) = (vec![0f32; kp], vec![0i8; kp]);
         for i in 0..m {
             a.gather_row(i, k, k_map, &mut row);
             for b in 0..blocks {
                 let (s, t) = quant(&row[b * bl..][..bl], &mut q[b * bl..][..bl]);
-                out.scale[i * blocks + b] = s;
-                out.sum[i * blocks + b] = t;
+                let at = format.scale_index(blocks, i, b);
+                out.scale[at] = s;
+                out.sum[at] = t;
             }
             match format {
                 LhsFormat::Qsi8Db => {
@@ -233,7 +247,8 @@ impl PackedLhs {
 
     /// Scale and Σq of (row, block) (int8 formats).
     pub fn block_at(&self, row: usize, b: usize) -> (f32, i32) {
-        (self.scale[row * self.blocks + b], self.sum[row * self.blocks + b])
+        let at = self.format.scale_index(self.blocks, row, b);
+        (self.scale[at], self.sum[at])
     }
 }
 

@@ -2,7 +2,7 @@
 //! 32 K of 4-bit codes into 16 int32 2×2 tiles, each code vector unpacked once for the 8 rows (see
 //! `super::qsnbp8x8_int8`); a last block of up to 4 rows runs the 4 × 8 variant.
 //!
-//! LHS: `qsi8dbp4x8` (int8 per block, rows in groups of 4, K in runs of 8; scale and Σq per row and block). RHS:
+//! LHS: `qsi8dbp4x8` (int8 per block, rows in groups of 4, K in runs of 8; scale and Σq per row and block, group-major: one load per group and block). RHS:
 //! `qsnbp8x8_sf16_zpc`, bits 2/4/8, block sizes 16 … 65536 whose fields hold whole 8-K runs. Rows: whole groups
 //! of 4 from the tile's start, two at a time (the last group's padding rows computed, never stored); columns: whole 8-column
 //! panels (the last one's padding computed, never stored). Features: neon, i8mm. No over-reads.

@@ -176,11 +176,14 @@ pub(crate) unsafe fn gemm_unit<const G: usize, const BITS: usize>(
 ) {
     // SAFETY: forwarded.
     unsafe {
-        match (a.bl >= 32, a.has_zp != 0) {
-            (true, false) => gemm_c::<G, BITS, 32, false>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
-            (true, true) => gemm_c::<G, BITS, 32, true>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
-            (false, false) => gemm_c::<G, BITS, 16, false>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
-            (false, true) => gemm_c::<G, BITS, 16, true>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
+        // Blocks of one chunk (16 or 32 K) get a block loop without a chunk loop inside.
+        match (a.bl, a.has_zp != 0) {
+            (16, false) => gemm_c::<G, BITS, 16, true, false>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
+            (16, true) => gemm_c::<G, BITS, 16, true, true>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
+            (32, false) => gemm_c::<G, BITS, 32, true, false>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
+            (32, true) => gemm_c::<G, BITS, 32, true, true>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
+            (_, false) => gemm_c::<G, BITS, 32, false, false>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
+            (_, true) => gemm_c::<G, BITS, 32, false, true>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
         }
     }
 }
@@ -194,7 +197,7 @@ fn dup_pair<const H: i32>(x: float32x4_t) -> float32x4_t {
 
 #[target_feature(enable = "neon")]
 #[inline]
-unsafe fn gemm_c<const G: usize, const BITS: usize, const CHUNK: usize, const ZP: bool>(
+unsafe fn gemm_c<const G: usize, const BITS: usize, const CHUNK: usize, const ONE: bool, const ZP: bool>(
     a: &RunArgs,
     panel: usize,
     rows: usize,
@@ -217,18 +220,13 @@ unsafe fn gemm_c<const G: usize, const BITS: usize, const CHUNK: usize, const ZP
     let mut y = [[vdupq_n_f32(0.0); 4]; 4];
     // The groups' activations: group g starts MR·lhs_stride bytes after group g − 1.
     let glhs: [*const i8; 2] = core::array::from_fn(|g| lhs.wrapping_add(g * MR * a.lhs_stride));
-    // Per row: where its scales and sums are, and their step per block (0 for padding rows, which read zeros).
-    let (pad_f, pad_i) = ([0f32; 1], [0i32; 1]);
-    let scale_rows: [*const f32; 8] =
-        core::array::from_fn(|r| if r < rows { lhs_scale.wrapping_add(r * a.blocks) } else { pad_f.as_ptr() });
-    let sum_rows: [*const i32; 8] =
-        core::array::from_fn(|r| if r < rows { lhs_sum.wrapping_add(r * a.blocks) } else { pad_i.as_ptr() });
-    let row_step: [usize; 8] = core::array::from_fn(|r| if r < rows { 1 } else { 0 });
+    let chunks = if ONE { 1 } else { a.bl / CHUNK };
+    debug_assert!(!ONE || a.bl == CHUNK);
     for b in 0..a.blocks {
         // SAFETY: block b's record of this panel.
         let rec = unsafe { prec.add(b * a.rhs_record) };
         let mut acc = [[zero; 4]; 4];
-        for c in 0..a.bl / CHUNK {
+        for c in 0..chunks {
             // SAFETY: chunk c of the record's codes.
             let codes = unsafe { rec.add(c * chunk_bytes) };
             for grp in 0..groups {
@@ -254,7 +252,7 @@ unsafe fn gemm_c<const G: usize, const BITS: usize, const CHUNK: usize, const ZP
         // SAFETY: the record's 8 scales.
         let s = unsafe { scales8(rec.add(a.rhs_scales)) };
         // Column scales in the tiles' order (c0, c1, c0, c1) per column pair, row scales (r0, r0, r1, r1) per row
-        // pair (padding rows read 0 from `pad_f` / `pad_i`).
+        // pair (padding rows hold 0).
         let cols =
             |v: [float32x4_t; 2]| [dup_pair::<0>(v[0]), dup_pair::<1>(v[0]), dup_pair::<0>(v[1]), dup_pair::<1>(v[1])];
         let sp = cols(s);
@@ -265,15 +263,11 @@ unsafe fn gemm_c<const G: usize, const BITS: usize, const CHUNK: usize, const ZP
             [vdupq_n_f32(0.0); 4]
         };
         for g in 0..G {
-            // SAFETY: row 4g + r's block-b scale and Σq (a real row of the tile) or the pads (step 0).
-            let (sa4, q4): ([f32; 4], [i32; 4]) = unsafe {
-                (
-                    core::array::from_fn(|r| *scale_rows[4 * g + r].add(b * row_step[4 * g + r])),
-                    core::array::from_fn(|r| *sum_rows[4 * g + r].add(b * row_step[4 * g + r])),
-                )
+            // SAFETY: group g's 4 scales and Σq of block b (group-major in qsi8dbp4x8; padding rows hold 0).
+            let (sa4, q4) = unsafe {
+                let at = g * MR * a.blocks + b * MR;
+                (vld1q_f32(lhs_scale.add(at)), vld1q_s32(lhs_sum.add(at)))
             };
-            // SAFETY: 4 local values each.
-            let (sa4, q4) = unsafe { (vld1q_f32(sa4.as_ptr()), vld1q_s32(q4.as_ptr())) };
             let sa = [vzip1q_f32(sa4, sa4), vzip2q_f32(sa4, sa4)];
             let sq4 = vmulq_f32(sa4, vcvtq_f32_s32(q4));
             let sq = [vzip1q_f32(sq4, sq4), vzip2q_f32(sq4, sq4)];

@@ -83,6 +83,8 @@ fn rows_of_one(_: &Cpu, l: &RhsLayout) -> Geometry {
 
 /// A safe view of one tile's inputs, built from `RunArgs` once.
 pub(crate) struct Tile<'a> {
+    /// The LHS format (where a row's block scales are).
+    pub lhs: LhsFormat,
     /// The tile's LHS: f32 values (F32) or int8/u8 bytes, rows (groups) from the tile's first one.
     pub lhs_f32: &'a [f32],
     pub lhs_bytes: &'a [u8],
@@ -96,8 +98,7 @@ pub(crate) struct Tile<'a> {
 impl<'a> Tile<'a> {
     /// # Safety
     /// `args` satisfies the `RunArgs` contract for a kernel reading LHS format `lhs` (pointers valid for the
-    /// sizes they describe; int8 formats: `rows` rounded up to the format's mr rows of bytes, scales and sums
-    /// for `rows` rows).
+    /// sizes they describe; int8 formats: `rows` rounded up to the format's mr rows of bytes, scales and sums).
     pub unsafe fn new(args: &'a RunArgs, lhs: LhsFormat) -> Self {
         let a = args;
         let panels = a.cols.div_ceil(a.layout.nr);
@@ -107,13 +108,13 @@ impl<'a> Tile<'a> {
             (v, &[][..], &[][..], &[][..])
         } else {
             let rows = a.rows.next_multiple_of(lhs.mr());
-            // SAFETY: int8 formats: whole row groups of bytes, and rows × blocks scales and sums, per the caller.
+            // SAFETY: int8 formats: whole row groups of bytes, scales and sums, per the caller.
             unsafe {
                 (
                     &[][..],
                     std::slice::from_raw_parts(a.lhs, rows * a.lhs_stride),
-                    std::slice::from_raw_parts(a.lhs_scale, a.rows * a.blocks),
-                    std::slice::from_raw_parts(a.lhs_sum, a.rows * a.blocks),
+                    std::slice::from_raw_parts(a.lhs_scale, rows * a.blocks),
+                    std::slice::from_raw_parts(a.lhs_sum, rows * a.blocks),
                 )
             }
         };
@@ -122,7 +123,7 @@ impl<'a> Tile<'a> {
         let rhs = unsafe { std::slice::from_raw_parts(a.rhs, panels * a.rhs_panel_stride) };
         // SAFETY: bias, when non-null, has `cols` values for this tile.
         let bias = (!a.bias.is_null()).then(|| unsafe { std::slice::from_raw_parts(a.bias, a.cols) });
-        Tile { lhs_f32, lhs_bytes, lhs_scale, lhs_sum, rhs, bias, args }
+        Tile { lhs, lhs_f32, lhs_bytes, lhs_scale, lhs_sum, rhs, bias, args }
     }
 
     /// f32 LHS row r of the tile.
@@ -176,7 +177,7 @@ impl<'a> Tile<'a> {
     /// Activation scale and Σq of block `b` of tile row `r`, or None for an all-zero block (e.g. padding), which
     /// contributes nothing.
     pub fn block_activation(&self, r: usize, b: usize) -> Option<(f32, i32)> {
-        let i = r * self.args.blocks + b;
+        let i = self.lhs.scale_index(self.args.blocks, r, b);
         let (sa, qsum) = (self.lhs_scale[i], self.lhs_sum[i]);
         (qsum != 0 || sa != 0.0).then_some((sa, qsum))
     }
