@@ -5,10 +5,16 @@
 #   * loads the aarch64 libnibble_ort.so into the aarch64 ONNX Runtime 1.31.1 (PyPI wheel) and runs the Rust
 #     integration test (provider/tests/session.rs) against ORT's own aarch64 kernel and numpy; on the first model
 #     again with NIBBLE_FAMILIES forcing the second-ranked kernel families (as scripts/test.sh does on x86);
+#   * runs the Python parity tests (tests/python/test_parity.py) in an aarch64 CPython 3.11 with the aarch64
+#     onnxruntime 1.31.1 wheel on max, neoverse-n1 and cortex-a72, in parallel (scripts/aarch64/python-aarch64.sh:
+#     both domains against ORT's built-in aarch64 op and numpy; a wide subset of the matrix on max, a quick one on
+#     the others);
 #   * runs the Llama driver cross-built for aarch64 (scripts/aarch64/llama-aarch64.sh).
-# Installs what it needs (apt cross toolchain + qemu-user, rustup target, the aarch64 ORT wheel). Needs the
-# fixtures of tests/fixtures/make_fixtures.py (made here if absent).
-# Env: A64ENV (default <repo>/.cache/a64env), AARCH64_CPUS to restrict the models (space-separated).
+# Installs what it needs (apt cross toolchain + qemu-user, rustup target, the aarch64 ORT wheel; for the Python
+# tests Debian's arm64 CPython packages, unpacked under A64ENV, and aarch64 wheels from PyPI). Needs the fixtures of
+# tests/fixtures/make_fixtures.py (made here if absent).
+# Env: A64ENV (default <repo>/.cache/a64env), AARCH64_CPUS to restrict the models (space-separated; the Python tests
+# run on those of max, neoverse-n1 and cortex-a72 it names).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -68,6 +74,16 @@ for cpu in $cpus; do
     fi
 done
 echo "aarch64: kernel and ORT integration tests passed on: $cpus"
+# The Python parity tests inside aarch64 ONNX Runtime (aarch64 CPython under qemu) on the models of both lists.
+py_cpus=()
+for c in max neoverse-n1 cortex-a72; do
+    if [[ " $cpus " == *" $c "* ]]; then py_cpus+=("$c"); fi
+done
+if [ ${#py_cpus[@]} -gt 0 ]; then
+    bash scripts/aarch64/python-aarch64.sh --cpus "${py_cpus[*]}"
+else
+    echo "aarch64: Python parity tests skipped (AARCH64_CPUS names none of max, neoverse-n1, cortex-a72)"
+fi
 # The Llama driver cross-built for aarch64: 16 greedy SmolLM2 tokens (accuracy_level 1) under qemu -cpu max,sve=off and
 # cortex-a72, identical to ORT's built-in op (x86 and aarch64) and to nibble on x86.
 bash scripts/aarch64/llama-aarch64.sh

@@ -22,7 +22,9 @@
 #        (NIBBLE_ISA=portable, =avx2; NIBBLE_FAMILIES= the second portable families, the AVX2 family without
 #        AVX-VNNI), so every kernel family is proven through ORT, not only in the kernel suite
 #   8. scripts/test-aarch64.sh                   kernel tests cross-built for aarch64, under qemu on 7 CPU models,
-#                                                and the Llama driver on aarch64 (scripts/aarch64/llama-aarch64.sh)
+#                                                the Python parity tests in aarch64 ORT on 3 of them
+#                                                (scripts/aarch64/python-aarch64.sh) and the Llama driver on aarch64
+#                                                (scripts/aarch64/llama-aarch64.sh)
 # Environment passed to the tests: NIBBLE_LIB, NIBBLE_FIXTURES, NIBBLE_ORT_DYLIB, NIBBLE_ORT_VERSION,
 # NIBBLE_LLAMA_FP32_DIR, NIBBLE_LLAMA_Q4_DIR, NIBBLE_LLAMA_BIN.
 # ORT_LOG defaults to "fatal": the error-path tests make ORT log the (expected) errors; ORT_LOG=warning shows them.

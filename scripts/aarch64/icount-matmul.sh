@@ -59,8 +59,11 @@ per_run() {
     echo $(((many[0] - one[0]) / runs)) $(((many[1] + many[2] - one[1] - one[2]) / runs)) $(((many[3] - one[3]) / runs))
 }
 
-table="| CPU (qemu -cpu) | K x N | M | ORT insns/run | nibble insns/run | nibble / ORT | ORT SDOT, SMMLA | nibble SDOT, SMMLA |
-|---|---|---:|---:|---:|---:|---|---|"
+# Columns beyond the counts: insns per weight byte (K·N·bits/8 bytes of codes per Run: how tight the loop over
+# the weights is) and the MACs the SDOT / SMMLA instructions perform over the M·K·N the product needs (1.00: not
+# one lane wasted; SDOT = 16 MACs, SMMLA = 32).
+table="| CPU (qemu -cpu) | K x N | M | ORT insns/run | nibble insns/run | nibble / ORT | ORT SDOT, SMMLA | nibble SDOT, SMMLA | insns/weight byte ORT, nibble | dot MACs / needed ORT, nibble |
+|---|---|---:|---:|---:|---:|---|---|---|---|"
 echo "$table"
 for cpu in $cpus; do
     for shape in $shapes; do
@@ -72,7 +75,11 @@ for cpu in $cpus; do
             o=($(per_run "$cpu" "$model" "$m"))
             n=($(per_run "$cpu" "$model" "$m" "$lib"))
             ratio=$(awk -v a="${n[0]}" -v b="${o[0]}" 'BEGIN{printf "%.2f", a/b}')
-            row="| $cpu | ${K}x${N} | $m | ${o[0]} | ${n[0]} | $ratio | ${o[1]}, ${o[2]} | ${n[1]}, ${n[2]} |"
+            extra=$(awk -v o="${o[0]}" -v n="${n[0]}" -v os="${o[1]}" -v om="${o[2]}" -v ns="${n[1]}" -v nm="${n[2]}" \
+                -v k="$K" -v nn="$N" -v m="$m" -v bits="$bits" 'BEGIN{
+                    wb = k * nn * bits / 8; macs = m * k * nn
+                    printf "%.2f, %.2f | %.2f, %.2f", o / wb, n / wb, (os * 16 + om * 32) / macs, (ns * 16 + nm * 32) / macs }')
+            row="| $cpu | ${K}x${N} | $m | ${o[0]} | ${n[0]} | $ratio | ${o[1]}, ${o[2]} | ${n[1]}, ${n[2]} | $extra |"
             echo "$row"
             table+=$'\n'"$row"
         done

@@ -4,12 +4,14 @@ built-in kernel as an oracle, and the parity summary (target/parity_summary.json
 Environment:
   NIBBLE_LIB                path of the library (default <repo>/target/release/libnibble_ort.so)
   NIBBLE_ALLOW_MISSING_LIB  "1": tests that need the library skip when it is missing (default: they fail)
+  NIBBLE_PARITY_SUMMARY     where the parity summary goes (default <repo>/target/parity_summary.json)
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "models"))
 
-SUMMARY_PATH = REPO_ROOT / "target" / "parity_summary.json"
+SUMMARY_PATH = Path(os.environ.get("NIBBLE_PARITY_SUMMARY", REPO_ROOT / "target" / "parity_summary.json"))
 
 # Session config keys read by the library (they must be set before register_custom_ops_library).
 OVERRIDE_KEY = "nibble.override_com_microsoft"
@@ -131,6 +133,7 @@ class ParityLog:
     def to_json(self) -> dict:
         return {
             "onnxruntime": ort.__version__,
+            "machine": platform.machine(),
             "library": str(library_path()),
             "library_present": library_path().is_file(),
             "total_cases": sum(s.cases for s in self.groups.values()),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import warnings
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -148,7 +149,58 @@ def _cases() -> list[Case]:
     return cases
 
 
-CASES = _cases()
+ALL_CASES = _cases()
+
+# NIBBLE_PARITY_SUBSET: a representative part of the matrix for runs where all of it is too slow (the aarch64 runs
+# under qemu, scripts/aarch64/python-aarch64.sh: the full matrix takes ~35 min there). Unset or "all": every case.
+# Each subset keeps the matrix's own cases (same ids and groups), every one still run in both domains against ORT's
+# built-in op (where it is the oracle) and numpy, for each of M = 1, 2, 100 (2-D A: GEMV and GEMM kernels):
+#   quick  4-bit with no / uint8 / float zero points at accuracy_level 0, 1, 4 on N=2 K=93 bs=32 (a partial 8-column
+#          tile, a partial last block) and at levels 1, 4 on N=32 K=1234 bs=16 (several tiles, a long K loop, K % 16
+#          = 2), N=288 K=93 bs=128 (many tiles, one partial block) and N=1 K=1234 bs=128; a case or two each of 2-bit
+#          (also at block 16), 8-bit, fp16, bias, g_idx, A rank 3 and block 512 (~40 cases)
+#   wide   every group of the matrix on the shapes (N, K, block) = (1, 16, 16), (2, 93, 32), (288, 93, 128),
+#          (1, 1234, 128), the MLAS shapes up to 15 and (32, 1234, 512), plus the 4-bit grid on (32, 1234, 16) and
+#          (32, 1024, 256) (~400 cases)
+# A subset of the cases is all that changes: the session-level tests below always run.
+SUBSET_ENV = "NIBBLE_PARITY_SUBSET"
+_GRID_4BIT = "4-bit zp="  # the groups of the full 4-bit grid ("4-bit zp={zp} acc={acc}")
+_QUICK = (  # (group, or _GRID_4BIT: any group of that grid; (N, K, block_size); zero points; accuracy levels; bits)
+    (_GRID_4BIT, (2, 93, 32), ZP_KINDS, (0, 1, 4), 4),
+    (_GRID_4BIT, (32, 1234, 16), ZP_KINDS, (1, 4), 4),
+    (_GRID_4BIT, (288, 93, 128), ZP_KINDS, (1, 4), 4),
+    (_GRID_4BIT, (1, 1234, 128), ZP_KINDS, (1, 4), 4),
+    ("2-bit", (2, 93, 32), ("uint8",), (1, 4), 2),
+    ("2-bit", (1, 16, 16), (None,), (4,), 2),
+    ("8-bit", (2, 93, 32), ("uint8",), (1, 4), 8),
+    ("fp16", (2, 93, 32), ("float",), (1, 4), 4),
+    ("4-bit bias", (2, 93, 32), (None,), (4,), 4),
+    ("4-bit g_idx", (2, 93, 32), ("float",), (1,), 4),
+    ("A rank 3", (2, 93, 32), ("uint8",), (4,), 4),
+    ("bs>=512 (numpy only)", (32, 1234, 512), (None,), (4,), 4),
+)
+_WIDE_SHAPES = {(1, 16, 16), (2, 93, 32), (288, 93, 128), (1, 1234, 128), (7, 7, 16), (7, 7, 32), (15, 15, 16),
+                (15, 15, 32), (32, 1234, 512)}
+_WIDE_GRID_SHAPES = {(32, 1234, 16), (32, 1024, 256)}
+
+
+def in_subset(case: Case, subset: str) -> bool:
+    shape = (case.N, case.K, case.block_size)
+    if subset == "quick":
+        return any((case.group.startswith(group) if group == _GRID_4BIT else case.group == group)
+                   and shape == sel_shape and case.zp in zps and case.accuracy_level in accs and case.bits == bits
+                   for group, sel_shape, zps, accs, bits in _QUICK)
+    if subset == "wide":
+        return shape in _WIDE_SHAPES or (shape in _WIDE_GRID_SHAPES and case.group.startswith(_GRID_4BIT))
+    raise ValueError(f"{SUBSET_ENV}={subset!r}: expected quick, wide or all")
+
+
+def _selected(cases: list[Case]) -> list[Case]:
+    subset = os.environ.get(SUBSET_ENV, "all") or "all"
+    return cases if subset == "all" else [c for c in cases if in_subset(c, subset)]
+
+
+CASES = _selected(ALL_CASES)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Data, models and runs
