@@ -20,6 +20,7 @@
 # `max` itself is left out by default: ORT's SVE fp32 kernels (attention, LM head) take ~10x longer under qemu.
 # Needs scripts/setup.sh's .venv and SmolLM2 GGUF, and the aarch64 set-up (scripts/aarch64/setup-aarch64.sh).
 set -euo pipefail
+shopt -s inherit_errexit
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 cpus="neoverse-n1 max,sve=off"; which=q4; steps=16; out=""
@@ -33,6 +34,7 @@ while [ $# -gt 0 ]; do
         *) echo "icount-llama: unknown argument $1" >&2; exit 2 ;;
     esac
 done
+[[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "icount-llama: --steps must be a positive integer, not $steps" >&2; exit 2; }
 export A64ENV=${A64ENV:-$root/.cache/a64env}
 source scripts/aarch64/ort-aarch64.sh
 bash scripts/aarch64/setup-aarch64.sh --no-ort --cpus "$cpus" >&2
@@ -67,11 +69,13 @@ count() {
         --max-new-tokens "$new" --threads 1 --quiet --lib "$lib" --ort-dylib "$ORT_A64_LIB" --json "$json" \
         "${extra[@]}" 2>"$work/last.err" | awk '/^icount total/{print $3}' | grep . \
         || { cat "$work/last.err" >&2; echo "icount-llama: the $side run on $cpu failed" >&2; exit 1; }
-    # The prompt must be 64 tokens for this tokenizer, and generation must not stop early (end of text).
-    local got
-    got=$(.venv/bin/python -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["prompt_tokens"], d["generated_tokens"])' "$json")
-    [ "$prompt" != "$p64" ] || [ "${got% *}" = 64 ] \
-        || { echo "icount-llama: the 64-token prompt is ${got% *} tokens for this tokenizer" >&2; exit 1; }
+    # The prompts must be 64 and 1 tokens for this tokenizer, and generation must not stop early (end of text).
+    local got want=1
+    got=$(.venv/bin/python -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["prompt_tokens"], d["generated_tokens"])' "$json") \
+        || { echo "icount-llama: cannot read $json" >&2; exit 1; }
+    [ "$prompt" = "$p64" ] && want=64
+    [ "${got% *}" = "$want" ] \
+        || { echo "icount-llama: the $want-token prompt is ${got% *} tokens for this tokenizer" >&2; exit 1; }
     [ "${got#* }" = "$new" ] || { echo "icount-llama: $side on $cpu generated ${got#* } tokens, not $new" >&2; exit 1; }
 }
 
@@ -85,8 +89,10 @@ for cpu in $cpus; do
         c=$(count "$cpu" $side "$p1" 1)
         d[$side]=$(((b - a) / steps)); p[$side]=$((a - c + d[$side]))
     done
-    row=$(awk -v cpu="$cpu" -v m="smollm2-$which" -v od="${d[ort]}" -v nd="${d[nibble]}" -v op="${p[ort]}" \
-        -v np="${p[nibble]}" 'BEGIN{printf "| %s | %s | %d | %d | %.2f | %d | %d | %.2f |", cpu, m, od, nd, nd / od, op, np, np / op}')
+    # Counts printed by bash (awk's %d stops at 2^31 in mawk), ratios by awk.
+    ratios=($(awk -v od="${d[ort]}" -v nd="${d[nibble]}" -v op="${p[ort]}" -v np="${p[nibble]}" \
+        'BEGIN{printf "%.2f %.2f", nd / od, np / op}'))
+    row="| $cpu | smollm2-$which | ${d[ort]} | ${d[nibble]} | ${ratios[0]} | ${p[ort]} | ${p[nibble]} | ${ratios[1]} |"
     echo "$row"
     table+=$'\n'"$row"
 done

@@ -19,9 +19,9 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     for panel in 0..a.cols.div_ceil(NR) {
         for g in (0..a.rows.div_ceil(MR)).step_by(2) {
             let (r0, rows) = (g * MR, (a.rows - g * MR).min(2 * MR));
-            // SAFETY: groups g and g + 1 (if rows > 4) of the tile: their 4·lhs_stride bytes each (padded rows are
-            // zero), the scales, sums and output rows of their `rows` real rows are inside the buffers (RunArgs
-            // contract); the CPU has i8mm.
+            // SAFETY: groups g and g + 1 (if rows > 4) of the tile: their 4·lhs_stride bytes, scales and sums each
+            // (whole groups, padding rows zero) and the output rows of their `rows` real rows are inside the
+            // buffers (RunArgs contract); the CPU has i8mm.
             unsafe {
                 let lhs = a.lhs.cast::<i8>().add(r0 * a.lhs_stride);
                 let (sc, sm, dst) =

@@ -65,7 +65,8 @@ pub(crate) fn smmla(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
     acc
 }
 
-/// Four IEEE half-precision values (as bits) to f32: FCVTL, in every aarch64 CPU's base NEON.
+/// Four IEEE half-precision values (as bits) to f32: FCVTL, in every aarch64 CPU's base NEON. Not
+/// `preserves_flags`: a signalling NaN sets FPSR's invalid-operation flag (also for FCVTL2 below).
 #[target_feature(enable = "neon")]
 #[inline]
 pub(crate) fn f16x4_to_f32(h: uint16x4_t) -> float32x4_t {
@@ -73,7 +74,7 @@ pub(crate) fn f16x4_to_f32(h: uint16x4_t) -> float32x4_t {
     // SAFETY: a register-only instruction of base AdvSIMD.
     unsafe {
         asm!("fcvtl {o:v}.4s, {h:v}.4h", o = lateout(vreg) out, h = in(vreg) h,
-             options(pure, nomem, nostack, preserves_flags));
+             options(pure, nomem, nostack));
     }
     out
 }
@@ -86,7 +87,7 @@ pub(crate) fn f16x8_high_to_f32(h: uint16x8_t) -> float32x4_t {
     // SAFETY: a register-only instruction of base AdvSIMD.
     unsafe {
         asm!("fcvtl2 {o:v}.4s, {h:v}.8h", o = lateout(vreg) out, h = in(vreg) h,
-             options(pure, nomem, nostack, preserves_flags));
+             options(pure, nomem, nostack));
     }
     out
 }
@@ -168,8 +169,8 @@ pub(crate) unsafe fn store4(dst: *mut f32, bias: *const f32, col: usize, cols: u
 /// weights have zero points (`ZP`, = `a.has_zp != 0`), its f32 corrections c.
 ///
 /// # Safety
-/// `rec` is block `b`'s record of a panel in `a`'s layout; `lhs_scale`/`lhs_sum` hold rows `0..R` (stride
-/// `a.blocks`).
+/// `rec` is block `b`'s record of a panel in `a`'s layout; `lhs_scale`/`lhs_sum` hold rows `0..R` row-major
+/// (stride `a.blocks`: the `qsi8db` LHS, not the group-major `qsi8dbp4x8`).
 #[target_feature(enable = "neon")]
 #[inline]
 pub(crate) unsafe fn accumulate_block<const R: usize, const BITS: usize, const ZP: bool>(
