@@ -270,7 +270,12 @@ impl Selected {
                 lhs.bytes.len()
             );
             let nb = rhs.blocks;
-            assert!(lhs.scale.len() == padded * nb && lhs.sum.len() == padded * nb, "activation scales");
+            assert!(
+                lhs.scale.len() == padded * nb && lhs.sum.len() == padded * nb,
+                "activations hold {} scales and {} sums, plan needs {padded}x{nb}",
+                lhs.scale.len(),
+                lhs.sum.len()
+            );
             (lhs.bytes[m0 * kp..].as_ptr(), lhs.scale[m0 * nb..].as_ptr(), lhs.sum[m0 * nb..].as_ptr())
         };
         assert!(out.claim(t), "tile {t} computed twice into the same output");
