@@ -233,7 +233,7 @@ pub struct Tensor<'a> {
 impl<'a> Tensor<'a> {
     /// # Safety
     /// `value` is a tensor OrtValue alive, and not written to, for `'a`.
-    unsafe fn from_value(value: *const OrtValue) -> Result<Tensor<'a>> {
+    pub(crate) unsafe fn from_value(value: *const OrtValue) -> Result<Tensor<'a>> {
         let mut info = null_mut();
         // SAFETY: `value` is a live tensor (contract); `info` is a writable local that receives a new info we
         // own, handed to `type_and_shape` next, which releases it.
@@ -384,6 +384,32 @@ impl<'a> KernelInfo<'a> {
         // SAFETY: `self.raw` is live for 'a (`new`'s contract); `i` is in range (checked above, and ORT checks it
         // too); `buf` and `size` follow `read_string`'s convention.
         Ok(!read_string(|buf, size| ort![unsafe KernelInfo_GetInputName(self.raw, i, buf, size)])?.is_empty())
+    }
+
+    /// The element type of input `i` as the graph declares it (UNDEFINED if not a tensor).
+    pub fn input_dtype(&self, i: usize) -> Result<Dtype> {
+        let mut type_info: *mut ort_sys::OrtTypeInfo = null_mut();
+        // SAFETY: `self.raw` is live for 'a (`new`'s contract); `type_info` is a writable local that receives a
+        // new type info we own (released below on every path). ORT checks `i`.
+        ort![unsafe KernelInfo_GetInputTypeInfo(self.raw, i, &mut type_info)]?;
+        struct Owned(*mut ort_sys::OrtTypeInfo);
+        impl Drop for Owned {
+            fn drop(&mut self) {
+                // SAFETY: the info KernelInfo_GetInputTypeInfo handed us, owned only by this guard, released once.
+                unsafe { (api().ReleaseTypeInfo)(self.0) }
+            }
+        }
+        let owned = Owned(type_info);
+        let mut tensor_info: *const OrtTensorTypeAndShapeInfo = null();
+        // SAFETY: `owned.0` is the live type info above; `tensor_info` is a writable local that receives a view
+        // owned by the type info (null if not a tensor).
+        ort![unsafe CastTypeInfoToTensorInfo(owned.0, &mut tensor_info)]?;
+        if tensor_info.is_null() {
+            return Ok(Dtype::from_ort(Ty::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED));
+        }
+        // SAFETY: a view owned by `owned`, which outlives this call: `owned = false`.
+        let (dtype, _) = unsafe { type_and_shape(tensor_info.cast_mut(), false) }?;
+        Ok(dtype)
     }
 
     /// Input `i` if it is a constant initializer (one a graph input cannot override), else None.

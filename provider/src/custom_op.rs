@@ -4,7 +4,7 @@
 //! read a field, and cannot panic.
 
 use crate::api::{self, Dtype, KernelContext, KernelInfo, ShapeInfer};
-use crate::matmul_nbits::{self, MatMulNBits, OpConfig};
+use crate::matmul_nbits::{self, MatMulNBits, OpConfig, PackAt};
 use crate::status::{Error, Result};
 use ort_sys::{
     ONNXTensorElementDataType, OrtApi, OrtCustomOp, OrtCustomOpInputOutputCharacteristic as Ch, OrtKernelContext,
@@ -158,7 +158,7 @@ unsafe extern "system" fn create_kernel(
     fenced("MatMulNBits create", || {
         // SAFETY: ORT passes back our op and the info of the kernel being created.
         let (def, info) = unsafe { (op_def(op), KernelInfo::new(info)) };
-        let k = MatMulNBits::create(&info, def.dtype, &def.config)?;
+        let k = MatMulNBits::create(&info, def.dtype, &def.config, PackAt::Create)?;
         // SAFETY: `kernel` is ORT's out-pointer; it takes ownership until KernelDestroy.
         unsafe { *kernel = Box::into_raw(Box::new(k)).cast() };
         Ok(())

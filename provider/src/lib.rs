@@ -13,7 +13,9 @@
 mod api;
 mod custom_op;
 pub mod domain;
+pub mod ep;
 mod matmul_nbits;
+pub mod shared;
 mod status;
 
 use api::Dtype;
@@ -70,6 +72,36 @@ pub unsafe extern "C" fn RegisterCustomOps(
             table.map_or(std::ptr::null_mut(), |t| api::make_status(t, &e))
         }
     }
+}
+
+/// Entry point of ORT's plugin execution-provider libraries (ORT ≥ 1.24: `register_execution_provider_library` /
+/// `RegisterExecutionProviderLibrary`): creates nibble's one EP factory. On older runtimes it fails with a
+/// message naming the version needed and the custom-op alternative.
+///
+/// # Safety
+/// Called by ONNX Runtime with a valid `api_base`, `factories` with room for `max_factories` pointers, and a
+/// writable `num_factories`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn CreateEpFactories(
+    _registered_name: *const std::ffi::c_char,
+    api_base: *const OrtApiBase,
+    _default_logger: *const ort_sys::OrtLogger,
+    factories: *mut *mut ep::abi::OrtEpFactory,
+    max_factories: usize,
+    num_factories: *mut usize,
+) -> *mut OrtStatus {
+    // SAFETY: forwarded with ORT's guarantees (this function's contract).
+    unsafe { ep::create_factories(api_base, factories, max_factories, num_factories) }
+}
+
+/// Releases the factory `CreateEpFactories` made (ORT calls it when the library is unregistered).
+///
+/// # Safety
+/// `factory` came from `CreateEpFactories` and is released once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ReleaseEpFactory(factory: *mut ep::abi::OrtEpFactory) -> *mut OrtStatus {
+    // SAFETY: forwarded with ORT's guarantees (this function's contract).
+    unsafe { ep::release_factory(factory) }
 }
 
 /// "1.20.1" → 20 (0 if unparsable, which fails the version check with the string in the message).

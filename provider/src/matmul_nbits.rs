@@ -8,7 +8,9 @@ use crate::OP_PREFIX;
 use crate::api::{Dtype, KernelContext, KernelInfo, Output, ShapeInfer, Tensor};
 use crate::status::{Error, Result};
 use nibble_kernels::format::fmt_shape;
+use crate::shared;
 use nibble_kernels::{ComputePath, LhsSource, PackedRhs, Params, Problem, Selected, Weights, ZeroPoints};
+use std::sync::Arc;
 
 /// Inputs: A, B, scales, zero_points?, g_idx?, bias?
 pub const INPUT_COUNT: usize = 6;
@@ -37,15 +39,77 @@ pub struct OpConfig {
     pub default_accuracy: i64,
 }
 
-/// One node's kernel: immutable after creation, so concurrent Compute calls share it freely.
+/// When a node's weights are packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PackAt {
+    /// At kernel creation, from the constant initializers (custom-op frontend; EP with prepacking disabled).
+    Create,
+    /// When ORT hands each weight input to the kernel (the EP's `PrePackWeight`): the kernel keeps a copy of
+    /// what arrives until B, scales and the zero points / g_idx it has are all in, packs, drops the copies, and
+    /// ORT frees the initializers.
+    PrePack,
+}
+
+/// One node's kernel: immutable once its weights are packed, so concurrent Compute calls share it freely.
 #[derive(Debug)]
 pub struct MatMulNBits {
     node: String,
     params: Params,
     dtype: Dtype,
     sel: Selected,
-    rhs: PackedRhs,
+    rhs: Rhs,
     bias: Bias,
+}
+
+#[derive(Debug)]
+enum Rhs {
+    Packed(Arc<PackedRhs>),
+    /// Waiting for the weight inputs (`PackAt::PrePack`).
+    Awaiting(Box<Pending>),
+}
+
+/// The weight inputs of a node as they arrive through `prepack`, and what each must look like (checked at
+/// kernel creation).
+#[derive(Debug)]
+struct Pending {
+    b: Slot<Vec<u8>>,
+    scales: Slot<Vec<f32>>,
+    zero_points: Option<Slot<ZpOwned>>,
+    g_idx: Option<Slot<Vec<i32>>>,
+}
+
+#[derive(Debug)]
+struct Slot<T> {
+    dtype: Dtype,
+    shape: Vec<i64>,
+    value: Option<T>,
+}
+
+impl<T> Slot<T> {
+    fn expect(t: &Tensor<'_>) -> Self {
+        Slot { dtype: t.dtype, shape: t.shape.clone(), value: None }
+    }
+
+    /// Stores `t` converted by `f`, after checking it is the tensor validated at creation.
+    fn fill(&mut self, name: &str, t: &Tensor<'_>, f: impl FnOnce(&Tensor<'_>) -> T) -> Result<()> {
+        if t.dtype != self.dtype || t.shape != self.shape {
+            return Err(Error::fail(format!(
+                "ORT handed over input {name} as {} {} but the node was created with {} {}",
+                t.dtype.name(),
+                fmt_shape(&t.shape),
+                self.dtype.name(),
+                fmt_shape(&self.shape)
+            )));
+        }
+        self.value = Some(f(t));
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+enum ZpOwned {
+    Packed(Vec<u8>),
+    Float(Vec<f32>),
 }
 
 #[derive(Debug)]
@@ -82,13 +146,17 @@ fn expect_type(t: &Tensor<'_>, name: &str, want: Dtype, why: &str) -> Result<()>
 }
 
 impl MatMulNBits {
-    /// Kernel creation (session creation time). Every error names the node.
-    pub fn create(info: &KernelInfo<'_>, dtype: Dtype, config: &OpConfig) -> Result<Self> {
+    /// Kernel creation (session creation time). Every error names the node. `dtype` is A's type (the custom-op
+    /// variant's, or the node's input type for the EP).
+    pub fn create(info: &KernelInfo<'_>, dtype: Dtype, config: &OpConfig, at: PackAt) -> Result<Self> {
         let node = info.node_name()?;
-        in_node(&node, "create", || Self::create_in(info, dtype, config, node.clone()))
+        in_node(&node, "create", || Self::create_in(info, dtype, config, at, node.clone()))
     }
 
-    fn create_in(info: &KernelInfo<'_>, dtype: Dtype, config: &OpConfig, node: String) -> Result<Self> {
+    fn create_in(info: &KernelInfo<'_>, dtype: Dtype, config: &OpConfig, at: PackAt, node: String) -> Result<Self> {
+        if !matches!(dtype, Dtype::F32 | Dtype::F16) {
+            return Err(Error::invalid(format!("input A has type {} but must be float or float16", dtype.name())));
+        }
         let params = Params::new(
             required_attr(info, "K")?,
             required_attr(info, "N")?,
@@ -170,7 +238,25 @@ impl MatMulNBits {
 
         let weights = Weights::new(params, b.u8s(), &scales, zero_points, g_idx.as_deref())?;
         let sel = nibble_kernels::select(&Problem::of(path, &weights))?;
-        let rhs = sel.pack_rhs(&weights)?;
+        let (rhs, packed) = match at {
+            PackAt::Create => {
+                let (rhs, origin) = shared::packed(&sel, &weights)?;
+                let how = match origin {
+                    shared::Origin::Packed => format!("packed {} bytes", rhs.bytes().len()),
+                    shared::Origin::Shared => format!("shares {} packed bytes with an earlier node", rhs.bytes().len()),
+                };
+                (Rhs::Packed(rhs), how)
+            }
+            PackAt::PrePack => {
+                let pending = Pending {
+                    b: Slot::expect(&b),
+                    scales: Slot::expect(&scales_t),
+                    zero_points: zp_t.as_ref().map(Slot::expect),
+                    g_idx: g_idx_t.as_ref().map(Slot::expect),
+                };
+                (Rhs::Awaiting(Box::new(pending)), "packs as ORT hands over the weights (PrePackWeight)".to_string())
+            }
+        };
         let zp_kind = match zero_points {
             ZeroPoints::Default => "none",
             ZeroPoints::Packed(_) => "uint8",
@@ -191,7 +277,7 @@ impl MatMulNBits {
         // A logging failure must not fail the session: the line is informational.
         let _ = info.log_info(&format!(
             "{OP_PREFIX} node '{node}': K={} N={} bits={} block_size={} accuracy_level={accuracy} -> {} path, \
-             family {}: GEMV {} (M<={}), GEMM {} (M>{}), layout {}, packed {} bytes, zero_points={zp_kind}, \
+             family {}: GEMV {} (M<={}), GEMM {} (M>{}), layout {}, {packed}, zero_points={zp_kind}, \
              g_idx={g_idx_kind}, bias={bias_kind}, A={}",
             params.k,
             params.n,
@@ -204,10 +290,89 @@ impl MatMulNBits {
             sel.gemm().name(),
             sel.gemv_max_m(),
             sel.layout(),
-            rhs.bytes().len(),
             dtype.name(),
         ));
         Ok(MatMulNBits { node, params, dtype, sel, rhs, bias })
+    }
+
+    /// ORT hands over constant input `index` (`PackAt::PrePack`). Returns whether the kernel took it over, so
+    /// that ORT may free the initializer: the weight inputs (kept until the set is complete, then packed) and a
+    /// constant bias (copied at creation). Called once per constant input, before any Compute.
+    pub fn prepack(&mut self, index: usize, t: &Tensor<'_>) -> Result<bool> {
+        let node = self.node.clone();
+        in_node(&node, "prepack", || self.prepack_in(index, t))
+    }
+
+    fn prepack_in(&mut self, index: usize, t: &Tensor<'_>) -> Result<bool> {
+        if index == IN_BIAS {
+            return Ok(matches!(self.bias, Bias::Constant(_)));
+        }
+        let Rhs::Awaiting(p) = &mut self.rhs else {
+            // Packed at creation (or already complete): the weight inputs are no longer needed either way.
+            return Ok(matches!(index, IN_B | IN_SCALES | IN_ZP | IN_G_IDX));
+        };
+        match index {
+            IN_B => p.b.fill("B", t, |t| t.u8s().to_vec())?,
+            IN_SCALES => p.scales.fill("scales", t, |t| t.to_f32_vec())?,
+            IN_ZP => match &mut p.zero_points {
+                Some(slot) => slot.fill("zero_points", t, |t| match t.dtype {
+                    Dtype::U8 => ZpOwned::Packed(t.u8s().to_vec()),
+                    _ => ZpOwned::Float(t.to_f32_vec()),
+                })?,
+                None => return Err(Error::fail("ORT handed over a zero_points input the node did not have")),
+            },
+            IN_G_IDX => match &mut p.g_idx {
+                Some(slot) => slot.fill("g_idx", t, |t| t.i32s().into_owned())?,
+                None => return Err(Error::fail("ORT handed over a g_idx input the node did not have")),
+            },
+            _ => return Ok(false),
+        }
+        if let Some(rhs) = self.pack_if_complete()? {
+            self.rhs = Rhs::Packed(rhs);
+        }
+        Ok(true)
+    }
+
+    /// Packs once every weight input the node has arrived (through the process-wide cache).
+    fn pack_if_complete(&self) -> Result<Option<Arc<PackedRhs>>> {
+        let Rhs::Awaiting(p) = &self.rhs else { return Ok(None) };
+        let (Some(b), Some(scales)) = (&p.b.value, &p.scales.value) else { return Ok(None) };
+        let zero_points = match &p.zero_points {
+            None => ZeroPoints::Default,
+            Some(Slot { value: None, .. }) => return Ok(None),
+            Some(Slot { value: Some(ZpOwned::Packed(z)), .. }) => ZeroPoints::Packed(z),
+            Some(Slot { value: Some(ZpOwned::Float(z)), .. }) => ZeroPoints::Float(z),
+        };
+        let g_idx = match &p.g_idx {
+            None => None,
+            Some(Slot { value: None, .. }) => return Ok(None),
+            Some(Slot { value: Some(g), .. }) => Some(g.as_slice()),
+        };
+        let weights = Weights::new(self.params, b, scales, zero_points, g_idx)?;
+        Ok(Some(shared::packed(&self.sel, &weights)?.0))
+    }
+
+    /// The packed weights, or an error if ORT never handed over all weight inputs.
+    fn rhs(&self) -> Result<&PackedRhs> {
+        match &self.rhs {
+            Rhs::Packed(r) => Ok(r),
+            Rhs::Awaiting(p) => {
+                let missing: Vec<&str> = [
+                    ("B", p.b.value.is_none()),
+                    ("scales", p.scales.value.is_none()),
+                    ("zero_points", p.zero_points.as_ref().is_some_and(|s| s.value.is_none())),
+                    ("g_idx", p.g_idx.as_ref().is_some_and(|s| s.value.is_none())),
+                ]
+                .into_iter()
+                .filter_map(|(n, m)| m.then_some(n))
+                .collect();
+                Err(Error::fail(format!(
+                    "weights not packed: ORT never handed over input(s) {} through PrePackWeight (is \
+                     session.disable_prepacking set after the execution provider was created?)",
+                    missing.join(", ")
+                )))
+            }
+        }
     }
 
     /// One call. Reentrant: only reads `self`.
@@ -217,6 +382,7 @@ impl MatMulNBits {
 
     fn compute_in(&self, ctx: &KernelContext<'_>) -> Result<()> {
         let p = self.params;
+        let rhs = self.rhs()?;
         let a = ctx.input(IN_A)?.ok_or_else(|| Error::invalid("input A is missing"))?;
         if a.dtype != self.dtype {
             return Err(Error::invalid(format!("input A has type {}, expected {}", a.dtype.name(), self.dtype.name())));
@@ -266,7 +432,7 @@ impl MatMulNBits {
             }
         };
         let run = |y: &mut [f32]| -> Result<()> {
-            self.sel.matmul(&self.rhs, src, m, bias, y, |tasks, f| ctx.parallel_for(tasks, f))
+            self.sel.matmul(rhs, src, m, bias, y, |tasks, f| ctx.parallel_for(tasks, f))
         };
         match out {
             Output::F32(y) => run(y),
