@@ -1,7 +1,8 @@
 //! The shape of the built cdylib, checked with binutils (`nm`, `readelf`):
-//! - it exports exactly one dynamic symbol, `RegisterCustomOps` (ORT's custom-op library entry point);
+//! - it exports exactly three dynamic symbols: `RegisterCustomOps` (ORT's custom-op library entry point) and
+//!   `CreateEpFactories` / `ReleaseEpFactory` (ORT >= 1.24's plugin execution-provider library entry points);
 //! - it does not link ONNX Runtime: no `NEEDED libonnxruntime…`, no undefined `Ort*` symbols
-//!   (everything goes through the `OrtApiBase` that ORT passes to `RegisterCustomOps`).
+//!   (everything goes through the `OrtApiBase` that ORT passes to `RegisterCustomOps` or `CreateEpFactories`).
 //!
 //! Library: `NIBBLE_LIB`, else `$CARGO_TARGET_DIR/release/libnibble_ort.so`, else `<workspace>/target/release/…`.
 //! Build it first with `cargo build --release -p nibble-ort` (scripts/test.sh does).
@@ -39,21 +40,20 @@ fn symbols(nm_output: &str) -> Vec<String> {
 }
 
 #[test]
-fn exports_only_register_custom_ops() {
+fn exports_only_the_three_entry_points() {
     let lib = nibble_lib();
     let out = tool("nm", &["-D", "--defined-only"], &lib);
-    let syms = symbols(&out);
-    assert_eq!(
-        syms,
-        ["RegisterCustomOps"],
-        "{} must export exactly RegisterCustomOps; nm -D --defined-only:\n{out}",
-        lib.display()
-    );
-    // ...and as a function in the text section.
-    assert!(
-        out.lines().any(|l| l.split_whitespace().collect::<Vec<_>>().ends_with(&["T", "RegisterCustomOps"])),
-        "RegisterCustomOps is not a text (T) symbol:\n{out}"
-    );
+    let mut syms = symbols(&out);
+    syms.sort();
+    let want = ["CreateEpFactories", "RegisterCustomOps", "ReleaseEpFactory"];
+    assert_eq!(syms, want, "{} must export exactly {want:?}; nm -D --defined-only:\n{out}", lib.display());
+    // ...each as a function in the text section.
+    for name in want {
+        assert!(
+            out.lines().any(|l| l.split_whitespace().collect::<Vec<_>>().ends_with(&["T", name])),
+            "{name} is not a text (T) symbol:\n{out}"
+        );
+    }
 }
 
 #[test]

@@ -5,6 +5,9 @@ Environment:
   NIBBLE_LIB                path of the library (default <repo>/target/release/libnibble_ort.so)
   NIBBLE_ALLOW_MISSING_LIB  "1": tests that need the library skip when it is missing (default: they fail)
   NIBBLE_PARITY_SUMMARY     where the parity summary goes (default <repo>/target/parity_summary.json)
+  NIBBLE_FRONTEND           how sessions load the library: "custom-op" (default: register_custom_ops_library) or
+                            "ep" (ORT >= 1.24: register_execution_provider_library once, then add_provider_for_devices
+                            with the NibbleExecutionProvider device on each SessionOptions)
 """
 
 from __future__ import annotations
@@ -32,6 +35,42 @@ OVERRIDE_KEY = "nibble.override_com_microsoft"
 ACCURACY_DEFAULT_KEY = "nibble.accuracy_level_default"
 
 
+FRONTEND_ENV = "NIBBLE_FRONTEND"
+FRONTENDS = ("custom-op", "ep")
+EP_NAME = "NibbleExecutionProvider"
+EP_REGISTRATION_NAME = "nibble"
+
+
+def frontend() -> str:
+    value = os.environ.get(FRONTEND_ENV, "custom-op")
+    if value not in FRONTENDS:
+        raise ValueError(f"{FRONTEND_ENV}={value!r}: use one of {', '.join(FRONTENDS)}")
+    return value
+
+
+_EP_DEVICES: dict[str, list] = {}
+
+
+def ep_devices(library: Path) -> list:
+    """Registers the library as an execution-provider library (once per process) and returns its devices."""
+    key = str(library)
+    if key not in _EP_DEVICES:
+        ort.register_execution_provider_library(EP_REGISTRATION_NAME, key)
+        devices = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
+        assert devices, f"{library} registered no {EP_NAME} device: {[d.ep_name for d in ort.get_ep_devices()]}"
+        _EP_DEVICES[key] = devices
+    return _EP_DEVICES[key]
+
+
+def add_library(so: ort.SessionOptions, library: Path, how: str | None = None,
+                provider_options: Mapping[str, str] | None = None) -> None:
+    """Loads our library into `so` through `how` (default: NIBBLE_FRONTEND)."""
+    if (how or frontend()) == "ep":
+        so.add_provider_for_devices(ep_devices(library), dict(provider_options or {}))
+    else:
+        so.register_custom_ops_library(str(library))
+
+
 def library_path() -> Path:
     """NIBBLE_LIB, or the release build in this checkout."""
     return Path(os.environ.get("NIBBLE_LIB", REPO_ROOT / "target" / "release" / "libnibble_ort.so"))
@@ -55,11 +94,15 @@ def session_options(
     if opt_level is not None:
         so.graph_optimization_level = opt_level
     if library is not None:
-        so.register_custom_ops_library(str(library))
+        add_library(so, library)
     return so
 
 
 def create_session(model: onnx.ModelProto, so: ort.SessionOptions) -> ort.InferenceSession:
+    """A session on ORT's CPU EP, plus our EP when `so` has it (then the EP list comes from `so`, and Python's
+    silent retry on the CPU EP alone after a session error is off: the error must surface)."""
+    if so.has_providers():
+        return ort.InferenceSession(model.SerializeToString(), so, enable_fallback=0)
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
