@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fetch-ort-lib.sh VERSION PLATFORM SHA256 DEST — ONNX Runtime's shared library from its PyPI wheel, nothing else.
+# fetch-ort-lib.sh VERSION PLATFORM SHA256 DEST — ONNX Runtime's shared library (and libonnxruntime_providers_shared.so) from its PyPI wheel, nothing else.
 #   PLATFORM: a wheel platform tag, e.g. manylinux_2_28_x86_64 or manylinux_2_28_aarch64 (cp311 wheels)
 #   SHA256:   the wheel's pinned hash (pip --require-hashes, checked again after download)
 #   DEST:     where libonnxruntime.so.VERSION goes; skipped when it is already there.
@@ -10,7 +10,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 py=$root/.venv/bin/python
 say() { printf '[ort-lib] %s\n' "$*"; }
 lib=$dest/libonnxruntime.so.$ver
-if [ -s "$lib" ]; then
+# The marker records a complete extraction (the library and, where the wheel has it, libonnxruntime_providers_shared.so,
+# which ORT 1.22/1.23 load before any execution-provider library).
+if [ -s "$lib" ] && [ -e "$dest/.extracted" ]; then
     say "$ver $platform: ok (${lib#"$root"/})"
     exit 0
 fi
@@ -29,8 +31,13 @@ sha256sum --status -c <<<"$sha256  $whl" || { echo "fetch-ort-lib.sh: sha256 mis
 "$py" - "$whl" "onnxruntime/capi/libonnxruntime.so.$ver" "$lib" <<'PY'
 import os, shutil, sys, zipfile
 whl, member, dst = sys.argv[1:]
-with zipfile.ZipFile(whl) as z, z.open(member) as src, open(dst + ".tmp", "wb") as out:
-    shutil.copyfileobj(src, out)
-os.replace(dst + ".tmp", dst)
+with zipfile.ZipFile(whl) as z:
+    shared = "onnxruntime/capi/libonnxruntime_providers_shared.so"
+    for m, d in [(member, dst)] + ([(shared, os.path.join(os.path.dirname(dst), os.path.basename(shared)))]
+                                   if shared in z.namelist() else []):
+        with z.open(m) as src, open(d + ".tmp", "wb") as out:
+            shutil.copyfileobj(src, out)
+        os.replace(d + ".tmp", d)
 PY
+touch "$dest/.extracted"
 say "$ver $platform: extracted ${lib#"$root"/} ($(du -h "$lib" | cut -f1))"

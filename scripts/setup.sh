@@ -11,8 +11,11 @@
 #        .cache/ort/1.31.1/libonnxruntime.so.1.31.1  -> symlink into .venv (same wheel as the Python tests)
 #        .cache/ort/<ver>/libonnxruntime.so.<ver>    for each extra version in ORT_PINNED (1.20.1, 1.23.2, 1.24.4):
 #                                                    extracted from the cp311 manylinux x86_64 wheel (sha256-pinned)
+#        .cache/ort/1.24.4/python/onnxruntime        that wheel's whole Python package (ORT_EP_PYTHON), for the
+#                                                    execution-provider tests on the oldest ORT with the EP kernel API
 # Usage: scripts/setup.sh                      (from anywhere; paths are relative to the repository root)
 #        scripts/setup.sh --ort-versions       print the extra ORT versions (one per line) and exit; test.sh uses it
+#        scripts/setup.sh --ort-ep-python-versions  print ORT_EP_PYTHON and exit; test.sh uses it
 #        scripts/setup.sh --no-extra-ort       steps 1-4a only (what the Llama demo, scripts/demo.sh, needs)
 # Prints one line per step: what it did, or "ok" when there was nothing to do.
 set -euo pipefail
@@ -40,11 +43,15 @@ ORT_PINNED=(
     "1.24.4 e54ad52e61d2d4618dcff8fa1480ac66b24ee2eab73331322db1049f11ccf330"
 )
 
+# The versions whose Python package is also unpacked (scripts/test.sh runs the EP tests in it): one of ORT_PINNED.
+ORT_EP_PYTHON="1.24.4"
+
 extra_ort=1
 case "${1:-}" in
     "") ;;
     --no-extra-ort) extra_ort=0 ;;
     --ort-versions) for pin in "${ORT_PINNED[@]}"; do echo "${pin%% *}"; done; exit 0 ;;
+    --ort-ep-python-versions) echo "$ORT_EP_PYTHON"; exit 0 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (try --help)" ;;
 esac
@@ -140,6 +147,29 @@ fi
 for pin in "${ORT_PINNED[@]}"; do
     ver=${pin%% *} sha256=${pin#* }
     bash scripts/fetch-ort-lib.sh "$ver" manylinux_2_28_x86_64 "$sha256" "$CACHE/ort/$ver" | sed 's/^/[setup] /'
+done
+
+# 4c. ORT_EP_PYTHON: the whole Python package of these versions too, for the execution-provider tests on the oldest
+# runtime with the plugin EP kernel API (scripts/test.sh puts .cache/ort/<ver>/python first on PYTHONPATH, in front
+# of the venv's 1.31.1; the venv's numpy/onnx/pytest serve both).
+for ver in $ORT_EP_PYTHON; do
+    pkg=$CACHE/ort/$ver/python
+    if [ -s "$pkg/onnxruntime/__init__.py" ]; then
+        say "ort $ver Python package: ok (${pkg#"$ROOT"/})"
+        continue
+    fi
+    whl=$(ls "$CACHE"/wheels/onnxruntime-"$ver"-cp311-cp311-*manylinux_2_28_x86_64*.whl 2>/dev/null | head -1 || true)
+    [ -n "$whl" ] || die "the onnxruntime $ver wheel is not in .cache/wheels (fetch-ort-lib.sh should have fetched it)"
+    sha=$(for pin in "${ORT_PINNED[@]}"; do [ "${pin%% *}" = "$ver" ] && echo "${pin#* }"; done)
+    sha256sum --status -c <<<"$sha  $whl" || die "sha256 mismatch for $whl"
+    rm -rf "$pkg.tmp" && mkdir -p "$pkg.tmp"
+    "$VENV/bin/python" - "$whl" "$pkg.tmp" <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("onnxruntime/")])
+PY
+    rm -rf "$pkg" && mv "$pkg.tmp" "$pkg"
+    say "ort $ver Python package: ${pkg#"$ROOT"/} (from ${whl#"$ROOT"/})"
 done
 
 vers=$ORT_NEW

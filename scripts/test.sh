@@ -16,8 +16,11 @@
 #                                                (examples/llama/tests/driver.rs) run here against ORT 1.31.1
 #   5. tests/cpp/run.sh                          C++ end-to-end test: g++ against ORT's C++ API, ORT 1.31.1
 #   6. cargo test -p nibble-ort --test session   the ORT integration test again, once per extra ORT version
-#                                                (one summary line each)
+#                                                (one summary line each), and through the execution-provider
+#                                                frontend (NIBBLE_FRONTEND=ep) on 1.31.1 and 1.24.4
 #   7. .venv/bin/python -m pytest tests/python   Python tests (onnxruntime 1.31.1 from .venv)
+#      + parity (wide subset), malformed, behaviour and EP tests again through the execution-provider frontend
+#        (NIBBLE_FRONTEND=ep) on 1.31.1 and, without the ORT-oracle half, on 1.24.4 (scripts/setup.sh unpacks it)
 #      + the ORT integration test and the Python parity/malformed tests again with each rung and family forced
 #        (NIBBLE_ISA=portable, =avx2; NIBBLE_FAMILIES= the second portable families, the AVX2 family without
 #        AVX-VNNI), so every kernel family is proven through ORT, not only in the kernel suite
@@ -126,7 +129,26 @@ if [ $quick = 0 ]; then
         step "ORT integration test on $v (cargo test -p nibble-ort --test session)" \
             with_ort "$v" cargo test "${LOCKED[@]}" -p nibble-ort --test session
     done
+    for v in "$ORT_NEW" $(bash scripts/setup.sh --ort-ep-python-versions); do
+        step "ORT integration test through the execution provider on $v (NIBBLE_FRONTEND=ep)" \
+            with_ort "$v" env NIBBLE_FRONTEND=ep cargo test "${LOCKED[@]}" -p nibble-ort --test session
+    done
     step "pytest tests/python (onnxruntime $ORT_NEW)" run_pytest
+    # The same suites through the execution-provider frontend: every group of the parity matrix (the wide subset;
+    # the custom-op pass above runs all of it on the same kernels), the malformed models, the behaviour tests
+    # (override, accuracy default, concurrency, thread counts, optimization levels) and the EP's own tests, on
+    # ORT 1.31.1 and on the oldest runtime with the EP kernel API (its Python package ahead of the venv's).
+    # On 1.24 only the matrix's ORT-oracle half and one override test expect 1.31's built-in kernel, so they
+    # are left out there.
+    step "pytest through the execution provider on $ORT_NEW (NIBBLE_FRONTEND=ep)" \
+        env NIBBLE_FRONTEND=ep NIBBLE_PARITY_SUBSET=wide bash -c "$(declare -f run_pytest); run_pytest \
+        tests/python/test_parity.py tests/python/test_malformed.py tests/python/test_ep.py"
+    for v in $(bash scripts/setup.sh --ort-ep-python-versions); do
+        step "pytest through the execution provider on $v (NIBBLE_FRONTEND=ep)" \
+            env NIBBLE_FRONTEND=ep PYTHONPATH="$ROOT/.cache/ort/$v/python" bash -c "$(declare -f run_pytest); \
+            run_pytest tests/python/test_parity.py tests/python/test_malformed.py tests/python/test_ep.py \
+            -k 'not test_parity[ and not test_override_off_runs_orts_kernel'"
+    done
     # The ORT integration test and the Python parity/malformed tests again on each kernel rung and family this CPU
     # runs besides the default: every kernel is proven through ORT, not only in the kernel suite.
     for forced in "${FORCED[@]}"; do

@@ -14,6 +14,7 @@ mod api;
 mod custom_op;
 pub mod domain;
 pub mod ep;
+pub mod host;
 mod matmul_nbits;
 pub mod shared;
 mod status;
@@ -105,7 +106,7 @@ pub unsafe extern "C" fn ReleaseEpFactory(factory: *mut ep::abi::OrtEpFactory) -
 }
 
 /// "1.20.1" → 20 (0 if unparsable, which fails the version check with the string in the message).
-fn runtime_minor(version: &str) -> u32 {
+pub(crate) fn runtime_minor(version: &str) -> u32 {
     version.split('.').nth(1).and_then(|m| m.parse().ok()).unwrap_or(0)
 }
 

@@ -6,9 +6,9 @@
 
 use crate::OP_PREFIX;
 use crate::api::{Dtype, KernelContext, KernelInfo, Output, ShapeInfer, Tensor};
+use crate::shared;
 use crate::status::{Error, Result};
 use nibble_kernels::format::fmt_shape;
-use crate::shared;
 use nibble_kernels::{ComputePath, LhsSource, PackedRhs, Params, Problem, Selected, Weights, ZeroPoints};
 use std::sync::Arc;
 

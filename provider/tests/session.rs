@@ -8,6 +8,9 @@
 //! - `NIBBLE_LIB` (optional): our library; default `<workspace>/target/release/libnibble_ort.so`.
 //! - `NIBBLE_FIXTURES` (optional): models + golden data from `tests/fixtures/make_fixtures.py`;
 //!   default `<workspace>/target/fixtures`.
+//! - `NIBBLE_FRONTEND` (optional): `custom-op` (default: `with_operator_library`) or `ep` (ORT >= 1.24: the library
+//!   registered once as an execution-provider library, then appended to each session through
+//!   `nibble_ort::host`, the C API calls a Rust host makes when its `ort` must also run on older runtimes).
 //!
 //! What is checked:
 //! - every fixture case, node in domain `nibble` and in `com.microsoft` (our override), against the float64 numpy
@@ -165,9 +168,57 @@ fn session(model: &Path, o: Opts) -> Result<Session> {
         b = b.with_config_entry(*k, *v).ax()?;
     }
     if o.nibble {
-        b = b.with_operator_library(nibble_lib()).ax()?;
+        if frontend_is_ep() {
+            let (api, env) = (ort::api(), ort_env().ptr().cast_mut());
+            ep_registered()?;
+            // SAFETY: `api` and `env` are the loaded ORT's (≥ 1.24: ep_registered checked), `b` its live options.
+            unsafe {
+                let devices = nibble_ort::host::ep_devices(api, env).map_err(|e| anyhow!(e))?;
+                nibble_ort::host::append_ep(api, b.ptr_mut(), env, &devices, &[]).map_err(|e| anyhow!(e))?;
+            }
+        } else {
+            b = b.with_operator_library(nibble_lib()).ax()?;
+        }
     }
     b.commit_from_file(model).ax()
+}
+
+/// `NIBBLE_FRONTEND=ep`.
+fn frontend_is_ep() -> bool {
+    match std::env::var("NIBBLE_FRONTEND").as_deref() {
+        Ok("ep") => true,
+        Ok("custom-op") | Err(_) => false,
+        Ok(other) => panic!("NIBBLE_FRONTEND={other:?}: use custom-op or ep"),
+    }
+}
+
+/// The loaded runtime's version string.
+fn runtime_version() -> &'static str {
+    static V: OnceLock<String> = OnceLock::new();
+    V.get_or_init(|| {
+        let dylib = env_path("NIBBLE_ORT_DYLIB").expect("NIBBLE_ORT_DYLIB");
+        let _ = ort_env();
+        ort_version(&dylib).expect("version")
+    })
+}
+
+/// Registers libnibble_ort.so as execution-provider library "nibble" in the test environment (once).
+fn ep_registered() -> Result<()> {
+    static DONE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        // SAFETY: ort's table and environment, and the version string of that same library.
+        unsafe {
+            nibble_ort::host::register_ep_library(
+                ort::api(),
+                runtime_version(),
+                ort_env().ptr().cast_mut(),
+                "nibble",
+                &nibble_lib(),
+            )
+        }
+    })
+    .clone()
+    .map_err(|e| anyhow!(e))
 }
 
 /// One inference through `ort`'s safe API: input "A" → output "Y" (shape, data).
@@ -565,4 +616,33 @@ fn override_switch_off_restores_builtin() {
         }
     }
     say!("ok   override switch");
+}
+
+/// On every runtime: ORT >= 1.24 loads the library as an execution provider and lists its CPU device; older ones
+/// refuse it with a message naming the version the EP needs (1.22/1.23 through our CreateEpFactories, older ones
+/// have no EP libraries at all, which `nibble_ort::host` says), and the custom-op frontend keeps working there.
+#[test]
+fn ep_library_on_this_runtime() {
+    if skipped("ep_library_on_this_runtime") {
+        return;
+    }
+    let version = runtime_version();
+    let minor: u32 = version.split('.').nth(1).and_then(|m| m.parse().ok()).unwrap();
+    match ep_registered() {
+        Ok(()) => {
+            assert!(minor >= 24, "ORT {version} accepted the EP library");
+            // SAFETY: as in `session`.
+            let devices = unsafe { nibble_ort::host::ep_devices(ort::api(), ort_env().ptr().cast_mut()) }.unwrap();
+            assert_eq!(devices.len(), 1, "one CPU device");
+            say!("ok   ORT {version}: EP library registered, one NibbleExecutionProvider device");
+        }
+        Err(e) => {
+            let msg = format!("{e:#}");
+            assert!(minor < 24, "ORT {version} refused the EP library: {msg}");
+            let want =
+                if minor >= 22 { "needs ONNX Runtime >= 1.24" } else { "cannot load execution-provider libraries" };
+            assert!(msg.contains(want) && msg.contains("custom-op"), "ORT {version}: {msg}");
+            say!("ok   ORT {version}: EP library refused: {msg}");
+        }
+    }
 }

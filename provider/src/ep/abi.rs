@@ -202,10 +202,12 @@ pub struct OrtEpApi {
         num_types: usize,
     ) -> St,
     _30_31: [Unused; 2],
-    pub KernelDefBuilder_Build: unsafe extern "system" fn(b: *mut OrtKernelDefBuilder, out: *mut *mut OrtKernelDef) -> St,
+    pub KernelDefBuilder_Build:
+        unsafe extern "system" fn(b: *mut OrtKernelDefBuilder, out: *mut *mut OrtKernelDef) -> St,
     pub ReleaseKernelDef: unsafe extern "system" fn(def: *mut OrtKernelDef),
     _34_39: [Unused; 6],
-    pub GetTensorDataType: unsafe extern "system" fn(elem: ONNXTensorElementDataType, out: *mut *const OrtDataType) -> St,
+    pub GetTensorDataType:
+        unsafe extern "system" fn(elem: ONNXTensorElementDataType, out: *mut *const OrtDataType) -> St,
     pub EpGraphSupportInfo_LookUpKernel: unsafe extern "system" fn(
         info: *mut OrtEpGraphSupportInfo,
         node: *const OrtNode,
@@ -239,20 +241,28 @@ impl ApiExt {
     /// `api` is the table of an ORT runtime of API ≥ [`EP_API_VERSION`] (its table has these entries, each a
     /// non-null function pointer of the declared signature).
     pub unsafe fn read(api: &OrtApi) -> ApiExt {
-        let table = (api as *const OrtApi).cast::<*const c_void>();
         // SAFETY: the caller guarantees a table of API ≥ 24, which holds a function pointer at each index (checked
-        // against the vendored 1.24 header by the layout test); the signatures are the header's.
+        // against the vendored 1.24 header by the layout test) with the header's signature.
         unsafe {
             ApiExt {
-                GetEpApi: std::mem::transmute::<*const c_void, _>(*table.add(api_index::GET_EP_API)),
-                HardwareDevice_Type: std::mem::transmute::<*const c_void, _>(
-                    *table.add(api_index::HARDWARE_DEVICE_TYPE),
-                ),
-                Graph_GetNumNodes: std::mem::transmute::<*const c_void, _>(*table.add(api_index::GRAPH_GET_NUM_NODES)),
-                Graph_GetNodes: std::mem::transmute::<*const c_void, _>(*table.add(api_index::GRAPH_GET_NODES)),
+                GetEpApi: api_entry(api, api_index::GET_EP_API),
+                HardwareDevice_Type: api_entry(api, api_index::HARDWARE_DEVICE_TYPE),
+                Graph_GetNumNodes: api_entry(api, api_index::GRAPH_GET_NUM_NODES),
+                Graph_GetNodes: api_entry(api, api_index::GRAPH_GET_NODES),
             }
         }
     }
+}
+
+/// Entry `index` (in pointers) of `api`'s function table, as the function-pointer type `F`.
+///
+/// # Safety
+/// The runtime's table has an entry at `index` (its API version is new enough) whose signature is `F`.
+pub(crate) unsafe fn api_entry<F: Copy>(api: &OrtApi, index: usize) -> F {
+    assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*const c_void>(), "F must be a function pointer");
+    let table = (api as *const OrtApi).cast::<*const c_void>();
+    // SAFETY: `index` is inside the table and the entry has type F (the caller's contract); F is pointer-sized.
+    unsafe { std::mem::transmute_copy::<*const c_void, F>(&*table.add(index)) }
 }
 
 #[cfg(test)]
@@ -322,6 +332,16 @@ mod tests {
             ("offsetof(OrtApi,HardwareDevice_Type)/sizeof(void*)", api_index::HARDWARE_DEVICE_TYPE),
             ("offsetof(OrtApi,Graph_GetNumNodes)/sizeof(void*)", api_index::GRAPH_GET_NUM_NODES),
             ("offsetof(OrtApi,Graph_GetNodes)/sizeof(void*)", api_index::GRAPH_GET_NODES),
+            (
+                "offsetof(OrtApi,RegisterExecutionProviderLibrary)/sizeof(void*)",
+                crate::host::index::REGISTER_EP_LIBRARY,
+            ),
+            ("offsetof(OrtApi,GetEpDevices)/sizeof(void*)", crate::host::index::GET_EP_DEVICES),
+            (
+                "offsetof(OrtApi,SessionOptionsAppendExecutionProvider_V2)/sizeof(void*)",
+                crate::host::index::APPEND_EP_V2,
+            ),
+            ("offsetof(OrtApi,EpDevice_EpName)/sizeof(void*)", crate::host::index::EP_DEVICE_EP_NAME),
             ("ORT_API_VERSION", EP_API_VERSION as usize),
         ]
     }
@@ -333,7 +353,9 @@ mod tests {
         let inc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../third_party/onnxruntime-1.24/include");
         assert!(inc.join("onnxruntime_ep_c_api.h").is_file(), "vendored header missing in {}", inc.display());
         let items = rust_side();
-        let mut c = String::from("#include <stdio.h>\n#include <stddef.h>\n#include \"onnxruntime_c_api.h\"\nint main(void){\n");
+        let mut c = String::from(
+            "#include <stdio.h>\n#include <stddef.h>\n#include \"onnxruntime_c_api.h\"\nint main(void){\n",
+        );
         for (expr, _) in &items {
             c.push_str(&format!("printf(\"%s %zu\\n\", \"{expr}\", (size_t)({expr}));\n"));
         }
@@ -355,11 +377,8 @@ mod tests {
         let out = Command::new(&exe).output().expect("run the layout probe");
         let _ = std::fs::remove_dir_all(&dir);
         let text = String::from_utf8(out.stdout).unwrap();
-        let c_side: HashMap<&str, usize> = text
-            .lines()
-            .filter_map(|l| l.rsplit_once(' '))
-            .map(|(k, v)| (k, v.parse().expect("a number")))
-            .collect();
+        let c_side: HashMap<&str, usize> =
+            text.lines().filter_map(|l| l.rsplit_once(' ')).map(|(k, v)| (k, v.parse().expect("a number"))).collect();
         let wrong: Vec<String> = items
             .iter()
             .filter(|(e, v)| c_side.get(e) != Some(v))

@@ -96,8 +96,9 @@ pub unsafe fn create_factories(
             )));
         }
         // SAFETY: GetApi returns null or a table valid for the process; 24 ≤ the runtime's version (checked).
-        let table = unsafe { (base.GetApi)(EP_API_VERSION).as_ref() }
-            .ok_or_else(|| Error::fail(format!("{OP_PREFIX} ONNX Runtime {version} returned no API {EP_API_VERSION}")))?;
+        let table = unsafe { (base.GetApi)(EP_API_VERSION).as_ref() }.ok_or_else(|| {
+            Error::fail(format!("{OP_PREFIX} ONNX Runtime {version} returned no API {EP_API_VERSION}"))
+        })?;
         api::init(table);
         // SAFETY: `table` is an API ≥ 24 table (checked above), which has every entry ApiExt reads.
         let ext = unsafe { ApiExt::read(table) };
@@ -255,8 +256,9 @@ unsafe extern "system" fn supported_devices(
         // SAFETY: ORT passes `num_devices` valid device pointers.
         let devices = unsafe { std::slice::from_raw_parts(devices, num_devices) };
         // SAFETY: each is a live hardware device owned by ORT's environment.
-        let cpu = devices.iter().find(|&&d| unsafe { (t.ext.HardwareDevice_Type)(d) }
-            == OrtHardwareDeviceType::OrtHardwareDeviceType_CPU);
+        let cpu = devices
+            .iter()
+            .find(|&&d| unsafe { (t.ext.HardwareDevice_Type)(d) } == OrtHardwareDeviceType::OrtHardwareDeviceType_CPU);
         let Some(&cpu) = cpu else { return Ok(()) };
         let mut dev: *mut OrtEpDevice = null_mut();
         // SAFETY: `factory` is ours, `cpu` a live device; no metadata or options (null is allowed); `dev` is a
@@ -468,8 +470,8 @@ fn kernel_def(domain: &str) -> Result<*mut OrtKernelDef> {
     check(unsafe { (ep.CreateKernelDefBuilder)(&mut b) }, "CreateKernelDefBuilder")?;
     let dom = CString::new(domain).expect("no NUL");
     let built = (|| -> Result<*mut OrtKernelDef> {
-        // SAFETY (all calls in this closure): `b` is our live builder; the strings are NUL-terminated and outlive
-        // each call, which copies them; `types` holds pointers to ORT's static data types.
+        // SAFETY: `b` is our live builder (for every call in this closure); the strings are NUL-terminated and
+        // outlive each call, which copies them; `types` holds pointers to ORT's static data types.
         check(unsafe { (ep.KernelDefBuilder_SetOperatorType)(b, c"MatMulNBits".as_ptr()) }, "SetOperatorType")?;
         // SAFETY: as above.
         check(unsafe { (ep.KernelDefBuilder_SetDomain)(b, dom.as_ptr()) }, "SetDomain")?;
@@ -479,12 +481,16 @@ fn kernel_def(domain: &str) -> Result<*mut OrtKernelDef> {
         check(unsafe { (ep.KernelDefBuilder_SetExecutionProvider)(b, EP_NAME.as_ptr()) }, "SetExecutionProvider")?;
         if domain == domain::MS_DOMAIN {
             let mut types: [*const OrtDataType; 2] = [null(); 2];
-            for (slot, ty) in types.iter_mut().zip([Ty::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, Ty::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16]) {
+            for (slot, ty) in types
+                .iter_mut()
+                .zip([Ty::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, Ty::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16])
+            {
                 // SAFETY: `slot` is a writable local slot; ORT returns a pointer to a static data type.
                 check(unsafe { (ep.GetTensorDataType)(ty, slot) }, "GetTensorDataType")?;
             }
             // SAFETY: as above; `types` holds 2 valid pointers.
-            check(unsafe { (ep.KernelDefBuilder_AddTypeConstraint)(b, c"T1".as_ptr(), types.as_ptr(), 2) }, "AddTypeConstraint")?;
+            let st = unsafe { (ep.KernelDefBuilder_AddTypeConstraint)(b, c"T1".as_ptr(), types.as_ptr(), 2) };
+            check(st, "AddTypeConstraint")?;
         }
         let mut def: *mut OrtKernelDef = null_mut();
         // SAFETY: as above; `def` is a writable local receiving a definition the caller owns.
