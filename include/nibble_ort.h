@@ -1,7 +1,9 @@
 /* nibble_ort.h — C declaration of what libnibble_ort.so exports.
  *
- * libnibble_ort.so is an ONNX Runtime custom-op library. It exports exactly one symbol, RegisterCustomOps,
- * which ONNX Runtime calls when the library is registered on a session's options:
+ * libnibble_ort.so is both an ONNX Runtime plugin execution-provider library (ORT >= 1.24; entry points
+ * CreateEpFactories and ReleaseEpFactory, declared in ORT's onnxruntime_ep_c_api.h, called by
+ * OrtApi::RegisterExecutionProviderLibrary; the EP is "NibbleExecutionProvider") and a custom-op library. It exports
+ * exactly those three symbols. RegisterCustomOps is called when the library is registered on a session's options:
  *   C:      OrtApi::RegisterCustomOpsLibrary_V2(options, "libnibble_ort.so")
  *   C++:    Ort::SessionOptions::RegisterCustomOpsLibrary("libnibble_ort.so")
  *   Python: onnxruntime.SessionOptions().register_custom_ops_library("libnibble_ort.so")
@@ -15,6 +17,8 @@
 #ifndef NIBBLE_ORT_H
 #define NIBBLE_ORT_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -22,9 +26,18 @@ extern "C" {
 struct OrtSessionOptions;
 struct OrtApiBase;
 struct OrtStatus;
+struct OrtLogger;
+struct OrtEpFactory;
 
 /* Returns NULL on success, or an OrtStatus (to be released by the caller, as ORT does) describing the error. */
 struct OrtStatus* RegisterCustomOps(struct OrtSessionOptions* options, const struct OrtApiBase* api_base);
+
+/* ORT's CreateEpApiFactoriesFn / ReleaseEpApiFactoryFn (onnxruntime_ep_c_api.h). On ORT < 1.24 CreateEpFactories
+ * returns an error naming the version the execution provider needs. */
+struct OrtStatus* CreateEpFactories(const char* registered_name, const struct OrtApiBase* ort_api_base,
+                                    const struct OrtLogger* default_logger, struct OrtEpFactory** factories,
+                                    size_t max_factories, size_t* num_factories);
+struct OrtStatus* ReleaseEpFactory(struct OrtEpFactory* factory);
 
 #ifdef __cplusplus
 }

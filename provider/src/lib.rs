@@ -1,14 +1,18 @@
-//! nibble-ort: an ONNX Runtime custom-op library with `MatMulNBits` on nibble's kernels.
+//! nibble-ort: ONNX Runtime `MatMulNBits` on nibble's kernels, as a plugin execution provider (ORT >= 1.24) and as a
+//! custom-op library (ORT >= 1.17), from one shared library.
 //!
-//! Exports one symbol, [`RegisterCustomOps`], and links nothing from ONNX Runtime: the API table comes from the
-//! `OrtApiBase` ORT passes in. It registers `MatMulNBits` (float and float16 variants) in domain `nibble` and,
-//! unless the session config entry `nibble.override_com_microsoft` is "0", in `com.microsoft`, where it
-//! replaces ORT's own kernel for existing models. `nibble.accuracy_level_default` ("4" default, or "1")
-//! chooses the compute path of nodes without accuracy_level. Both entries are read when the library is
-//! registered, so set them on the session options first.
+//! Exports three symbols and links nothing from ONNX Runtime (the API tables come from the `OrtApiBase` ORT passes in):
+//! - [`RegisterCustomOps`]: registers `MatMulNBits` (float and float16 variants) in domain `nibble` and, unless the
+//!   session config entry `nibble.override_com_microsoft` is "0", in `com.microsoft`, where it replaces ORT's own
+//!   kernel for existing models. `nibble.accuracy_level_default` ("4" default, or "1") chooses the compute path of
+//!   nodes without accuracy_level. Both entries are read when the library is registered.
+//! - [`CreateEpFactories`] / [`ReleaseEpFactory`]: the `NibbleExecutionProvider` (module `ep`), which claims the same
+//!   nodes with the same settings (also as provider options) and takes the weights over through `PrePackWeight`, so
+//!   ORT frees the initializers.
 //!
-//! Walk: `RegisterCustomOps` (here) → `custom_op` trampolines (panic fences, FFI) → `matmul_nbits` (safe:
-//! attributes, validation, packing at creation; tiling at compute) → `nibble_kernels`.
+//! Walk: the entry points (here) → `custom_op` or `ep` trampolines (panic fences, FFI) → `matmul_nbits` (safe:
+//! attributes, validation, packing, compute; the same for both) → `shared` (packed weights shared process-wide) →
+//! `nibble_kernels`.
 
 mod api;
 mod custom_op;
