@@ -553,7 +553,8 @@ pub enum Output<'a> {
 /// A session config entry, or None if not set.
 ///
 /// # Safety
-/// `options` is the session options ORT passed to `RegisterCustomOps`.
+/// `options` is a live session options of the ORT whose API `init` installed (the one ORT passed to
+/// `RegisterCustomOps`, or to an EP's `CreateEp`).
 pub unsafe fn session_config(options: *const ort_sys::OrtSessionOptions, key: &str) -> Result<Option<String>> {
     let ckey = CString::new(key).expect("config keys have no NUL");
     let mut has = 0;
@@ -565,6 +566,23 @@ pub unsafe fn session_config(options: *const ort_sys::OrtSessionOptions, key: &s
     }
     // SAFETY: `options` and `ckey` as above; `buf` and `size` follow `read_string`'s convention.
     read_string(|buf, size| ort![unsafe GetSessionConfigEntry(options, ckey.as_ptr(), buf, size)]).map(Some)
+}
+
+/// The value of the first of `keys` that is set in the session config, or None.
+///
+/// # Safety
+/// As for [`session_config`].
+pub unsafe fn first_session_config(
+    options: *const ort_sys::OrtSessionOptions,
+    keys: &[String],
+) -> Result<Option<String>> {
+    for k in keys {
+        // SAFETY: `options` is live (this function's contract).
+        if let Some(v) = unsafe { session_config(options, k)? } {
+            return Ok(Some(v));
+        }
+    }
+    Ok(None)
 }
 
 /// A symbolic dimension name from `GetSymbolicDimensions` ("" for none).
@@ -672,11 +690,18 @@ mod tests {
     fn every_ort_call_has_a_safety_comment() {
         let needle = concat!("ort", "!"); // not spelled out, so this test's own source is no call site
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let mut files: Vec<_> = std::fs::read_dir(&dir)
-            .expect("read src/")
-            .map(|e| e.expect("dir entry").path())
-            .filter(|p| p.extension().is_some_and(|x| x == "rs"))
-            .collect();
+        // Every .rs file under src/, subdirectories (ep/) included.
+        let (mut files, mut dirs) = (Vec::new(), vec![dir.clone()]);
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).expect("read a source directory") {
+                let path = e.expect("dir entry").path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|x| x == "rs") {
+                    files.push(path);
+                }
+            }
+        }
         files.sort();
         let (mut calls, mut bad) = (0, Vec::new());
         for path in &files {

@@ -27,6 +27,13 @@ pub struct Registration {
     pub config: OpConfig,
 }
 
+/// Decides the registration from `lookup(key)` of [`KEY_OVERRIDE`] and [`KEY_ACCURACY_DEFAULT`]: each frontend's
+/// lookup tries its own spellings of the key (None = not set).
+pub fn plan_from(mut lookup: impl FnMut(&str) -> Result<Option<String>>) -> Result<Registration> {
+    let (ov, acc) = (lookup(KEY_OVERRIDE)?, lookup(KEY_ACCURACY_DEFAULT)?);
+    plan(ov.as_deref(), acc.as_deref())
+}
+
 /// Decides the registration from the session config entries (None = not set).
 pub fn plan(override_ms: Option<&str>, accuracy_default: Option<&str>) -> Result<Registration> {
     let override_ms = match override_ms.map(str::trim) {

@@ -42,37 +42,45 @@ pub unsafe extern "C" fn RegisterCustomOps(
     options: *mut OrtSessionOptions,
     api_base: *const OrtApiBase,
 ) -> *mut OrtStatus {
-    if api_base.is_null() {
+    // SAFETY: ORT passes null or a valid OrtApiBase whose function pointers live for the process.
+    let Some(base) = (unsafe { api_base.as_ref() }) else {
         return std::ptr::null_mut(); // nothing to report through
-    }
-    // SAFETY: ORT passes a valid OrtApiBase whose function pointers live for the process.
-    let base = unsafe { &*api_base };
-    let r = std::panic::catch_unwind(|| {
-        // SAFETY: as above; the version string is static in ORT.
-        let version = unsafe { CStr::from_ptr((base.GetVersionString)()) }.to_string_lossy().into_owned();
-        let minor = runtime_minor(&version);
-        if minor < api::API_VERSION {
-            return Err(Error::fail(format!(
-                "{OP_PREFIX} nibble needs ONNX Runtime >= 1.{}, this is {version}",
-                api::API_VERSION
-            )));
-        }
-        // SAFETY: GetApi returns null or a table valid for the process; version ≤ runtime's.
-        let table = unsafe { (base.GetApi)(api::API_VERSION) };
-        // SAFETY: `as_ref` maps null to None; a non-null table from GetApi is static in ORT.
-        let table = unsafe { table.as_ref() }.ok_or_else(|| {
-            Error::fail(format!("{OP_PREFIX} ONNX Runtime {version} returned no API {}", api::API_VERSION))
-        })?;
-        api::init(table);
+    };
+    let too_old =
+        |version: &str| format!("{OP_PREFIX} nibble needs ONNX Runtime >= 1.{}, this is {version}", api::API_VERSION);
+    entry_point(base, "RegisterCustomOps", api::API_VERSION, too_old, |minor| {
         // SAFETY: `options` is the session options ORT is registering us into.
         unsafe { register(options, minor) }
-    });
-    let r = r.unwrap_or_else(|p| Err(Error::panic("RegisterCustomOps", p)));
-    match r {
+    })
+}
+
+/// The common part of our entry points: checks the runtime is at least API `need` (`too_old(version)` words the
+/// error), requests that API table and installs it (`api::init`), then runs `f(runtime minor)`. Panics are caught;
+/// an error comes back as an `OrtStatus` made with the runtime's own API 1 table (ours may not be installed).
+fn entry_point(
+    base: &OrtApiBase,
+    what: &str,
+    need: u32,
+    too_old: impl FnOnce(&str) -> String,
+    f: impl FnOnce(u32) -> Result<()>,
+) -> *mut OrtStatus {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: `base` is ORT's OrtApiBase; the version string is static in ORT.
+        let version = unsafe { CStr::from_ptr((base.GetVersionString)()) }.to_string_lossy().into_owned();
+        let minor = runtime_minor(&version);
+        if minor < need {
+            return Err(Error::fail(too_old(&version)));
+        }
+        // SAFETY: GetApi returns null or a table valid for the process; `need` ≤ the runtime's version (checked).
+        let table = unsafe { (base.GetApi)(need).as_ref() }
+            .ok_or_else(|| Error::fail(format!("{OP_PREFIX} ONNX Runtime {version} returned no API {need}")))?;
+        api::init(table);
+        f(minor)
+    }));
+    match r.unwrap_or_else(|p| Err(Error::panic(what, p))) {
         Ok(()) => std::ptr::null_mut(),
         Err(e) => {
-            // Report with the runtime's API if we could not install ours (API 1 has CreateStatus).
-            // SAFETY: GetApi(1) is supported by every runtime.
+            // SAFETY: GetApi(1) is supported by every runtime and has CreateStatus.
             let table = unsafe { (base.GetApi)(1).as_ref() };
             table.map_or(std::ptr::null_mut(), |t| api::make_status(t, &e))
         }
@@ -126,17 +134,10 @@ unsafe fn register(options: *mut OrtSessionOptions, runtime_minor: u32) -> Resul
     let op_version = runtime_minor.min(api::API_VERSION);
     let shape_inference = runtime_minor >= SHAPE_INFERENCE_SINCE_MINOR;
     // Each setting under its own key, or as C++'s RegisterCustomOpsLibrary(path, CustomOpConfigs) stores it.
-    let setting = |key: &str| -> Result<Option<String>> {
-        for k in [key.to_string(), domain::custom_op_config_key(key)] {
-            // SAFETY: `options` is live (this function's contract).
-            if let Some(v) = unsafe { api::session_config(options, &k)? } {
-                return Ok(Some(v));
-            }
-        }
-        Ok(None)
-    };
-    let (ov, acc) = (setting(domain::KEY_OVERRIDE)?, setting(domain::KEY_ACCURACY_DEFAULT)?);
-    let plan = domain::plan(ov.as_deref(), acc.as_deref())?;
+    let plan = domain::plan_from(|key| {
+        // SAFETY: `options` is live (this function's contract).
+        unsafe { api::first_session_config(options, &[key.to_string(), domain::custom_op_config_key(key)]) }
+    })?;
     for name in plan.domains {
         let cname = CString::new(name).expect("domain names have no NUL");
         let mut dom: *mut OrtCustomOpDomain = std::ptr::null_mut();

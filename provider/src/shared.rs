@@ -66,21 +66,16 @@ fn lock() -> std::sync::MutexGuard<'static, HashMap<Key, Weak<PackedRhs>>> {
 
 fn key(sel: &Selected, w: &Weights<'_>) -> Key {
     let mut h = Xxh3::new();
-    let mut part = |tag: u8, bytes: &[u8]| {
-        h.update(&[tag]);
-        h.update(&(bytes.len() as u64).to_le_bytes());
-        h.update(bytes);
-    };
-    part(b'B', w.b);
-    part(b'S', &f32_bytes(w.scales));
+    bytes_part(&mut h, b'B', w.b);
+    words_part(&mut h, b'S', w.scales.iter().map(|x| x.to_bits().to_le_bytes()));
     match w.zero_points {
-        ZeroPoints::Default => part(b'd', &[]),
-        ZeroPoints::Packed(z) => part(b'z', z),
-        ZeroPoints::Float(z) => part(b'f', &f32_bytes(z)),
+        ZeroPoints::Default => bytes_part(&mut h, b'd', &[]),
+        ZeroPoints::Packed(z) => bytes_part(&mut h, b'z', z),
+        ZeroPoints::Float(z) => words_part(&mut h, b'f', z.iter().map(|x| x.to_bits().to_le_bytes())),
     }
     match w.g_idx {
-        None => part(b'n', &[]),
-        Some(g) => part(b'g', &g.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()),
+        None => bytes_part(&mut h, b'n', &[]),
+        Some(g) => words_part(&mut h, b'g', g.iter().map(|v| v.to_le_bytes())),
     }
     let p = w.params;
     Key {
@@ -94,9 +89,28 @@ fn key(sel: &Selected, w: &Weights<'_>) -> Key {
     }
 }
 
-/// The bit patterns of `v`, little-endian (scales are small next to B: [N, K/block] floats).
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect()
+/// One part of the digest: a tag, the length, the bytes (so no two part sequences hash alike).
+fn bytes_part(h: &mut Xxh3, tag: u8, bytes: &[u8]) {
+    h.update(&[tag]);
+    h.update(&(bytes.len() as u64).to_le_bytes());
+    h.update(bytes);
+}
+
+/// A part of 4-byte numbers (little-endian), fed through a small buffer rather than a copy of the array.
+fn words_part(h: &mut Xxh3, tag: u8, words: impl ExactSizeIterator<Item = [u8; 4]>) {
+    h.update(&[tag]);
+    h.update(&((words.len() * 4) as u64).to_le_bytes());
+    let mut buf = [0u8; 4096];
+    let mut n = 0;
+    for word in words {
+        buf[n..n + 4].copy_from_slice(&word);
+        n += 4;
+        if n == buf.len() {
+            h.update(&buf);
+            n = 0;
+        }
+    }
+    h.update(&buf[..n]);
 }
 
 #[cfg(test)]

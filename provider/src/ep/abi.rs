@@ -27,31 +27,23 @@ pub const EP_API_VERSION: u32 = 24;
 
 type St = *mut OrtStatus;
 
-/// Opaque ORT types of the EP API.
-#[repr(C)]
-pub struct OrtEpGraphSupportInfo {
-    _p: [u8; 0],
+/// Opaque ORT types of the EP API (only ever behind pointers).
+macro_rules! opaque {
+    ($($name:ident),* $(,)?) => {$(
+        #[repr(C)]
+        pub struct $name {
+            _p: [u8; 0],
+        }
+    )*};
 }
-#[repr(C)]
-pub struct OrtKernelRegistry {
-    _p: [u8; 0],
-}
-#[repr(C)]
-pub struct OrtKernelDef {
-    _p: [u8; 0],
-}
-#[repr(C)]
-pub struct OrtKernelDefBuilder {
-    _p: [u8; 0],
-}
-#[repr(C)]
-pub struct OrtDataType {
-    _p: [u8; 0],
-}
-#[repr(C)]
-pub struct OrtSharedPrePackedWeightCache {
-    _p: [u8; 0],
-}
+opaque!(
+    OrtEpGraphSupportInfo,
+    OrtKernelRegistry,
+    OrtKernelDef,
+    OrtKernelDefBuilder,
+    OrtDataType,
+    OrtSharedPrePackedWeightCache,
+);
 
 /// `OrtKernelCreateFunc`.
 pub type KernelCreateFn =

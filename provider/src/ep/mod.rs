@@ -8,12 +8,12 @@
 
 pub mod abi;
 
+use crate::OP_PREFIX;
 use crate::api::{self, Dtype, KernelContext, KernelInfo, Tensor};
 use crate::custom_op::OpDef;
 use crate::domain;
 use crate::matmul_nbits::{MatMulNBits, OpConfig, PackAt};
 use crate::status::{Error, Result};
-use crate::{OP_PREFIX, runtime_minor};
 use abi::{
     ApiExt, EP_API_VERSION, OrtDataType, OrtEp, OrtEpApi, OrtEpFactory, OrtEpGraphSupportInfo, OrtKernelDef,
     OrtKernelDefBuilder, OrtKernelImpl, OrtKernelRegistry, OrtSharedPrePackedWeightCache,
@@ -78,33 +78,26 @@ pub unsafe fn create_factories(
     max: usize,
     num: *mut usize,
 ) -> *mut OrtStatus {
-    if api_base.is_null() || factories.is_null() || num.is_null() {
+    if factories.is_null() || num.is_null() {
         return null_mut(); // nothing to report through
     }
-    // SAFETY: ORT passes a valid OrtApiBase whose function pointers live for the process.
-    let base = unsafe { &*api_base };
+    // SAFETY: ORT passes null or a valid OrtApiBase whose function pointers live for the process.
+    let Some(base) = (unsafe { api_base.as_ref() }) else { return null_mut() };
     // SAFETY: `num` is writable (contract); zero until a factory exists.
     unsafe { *num = 0 };
-    let r = catch_unwind(|| -> Result<()> {
-        // SAFETY: the version string is static in ORT.
-        let version = unsafe { CStr::from_ptr((base.GetVersionString)()) }.to_string_lossy().into_owned();
-        if runtime_minor(&version) < EP_API_VERSION {
-            return Err(Error::fail(format!(
-                "{OP_PREFIX} nibble's execution provider needs ONNX Runtime >= 1.{EP_API_VERSION} (kernel registries \
-                 and PrePackWeight); this is {version}. On this version load libnibble_ort.so as a custom-op \
-                 library instead (register_custom_ops_library / RegisterCustomOpsLibrary)"
-            )));
-        }
-        // SAFETY: GetApi returns null or a table valid for the process; 24 ≤ the runtime's version (checked).
-        let table = unsafe { (base.GetApi)(EP_API_VERSION).as_ref() }.ok_or_else(|| {
-            Error::fail(format!("{OP_PREFIX} ONNX Runtime {version} returned no API {EP_API_VERSION}"))
-        })?;
-        api::init(table);
-        // SAFETY: `table` is an API ≥ 24 table (checked above), which has every entry ApiExt reads.
-        let ext = unsafe { ApiExt::read(table) };
+    let too_old = |version: &str| {
+        format!(
+            "{OP_PREFIX} nibble's execution provider needs ONNX Runtime >= 1.{EP_API_VERSION} (kernel registries \
+             and PrePackWeight); this is {version}. On this version load libnibble_ort.so as a custom-op \
+             library instead (register_custom_ops_library / RegisterCustomOpsLibrary)"
+        )
+    };
+    crate::entry_point(base, "CreateEpFactories", EP_API_VERSION, too_old, |_| {
+        // SAFETY: `entry_point` installed an API ≥ 24 table, which has every entry ApiExt reads.
+        let ext = unsafe { ApiExt::read(api::api()) };
         // SAFETY: GetEpApi is a plain getter of a static table (null only in builds without plugin EPs).
         let ep = unsafe { (ext.GetEpApi)().as_ref() }
-            .ok_or_else(|| Error::fail(format!("{OP_PREFIX} ONNX Runtime {version} has no plugin EP API")))?;
+            .ok_or_else(|| Error::fail(format!("{OP_PREFIX} this ONNX Runtime has no plugin EP API")))?;
         let _ = TABLES.set(Tables { ep, ext });
         if max < 1 {
             return Err(Error::fail(format!("{OP_PREFIX} ORT offered room for {max} EP factories; nibble has one")));
@@ -117,15 +110,7 @@ pub unsafe fn create_factories(
             *num = 1;
         }
         Ok(())
-    });
-    match r.unwrap_or_else(|p| Err(Error::panic("CreateEpFactories", p))) {
-        Ok(()) => null_mut(),
-        Err(e) => {
-            // SAFETY: GetApi(1) is supported by every runtime and has CreateStatus.
-            let table = unsafe { (base.GetApi)(1).as_ref() };
-            table.map_or(null_mut(), |t| api::make_status(t, &e))
-        }
-    }
+    })
 }
 
 /// `ReleaseEpFactory`, behind the exported symbol in lib.rs.
@@ -347,18 +332,11 @@ struct Ep {
 /// `options` is the live session options ORT passes to CreateEp.
 unsafe fn read_settings(options: *const OrtSessionOptions) -> Result<(domain::Registration, PackAt)> {
     let prefix = format!("ep.{}.", EP_NAME.to_string_lossy().to_lowercase());
-    let setting = |key: &str| -> Result<Option<String>> {
-        let short = key.trim_start_matches("nibble.");
-        for k in [format!("{prefix}{short}"), key.to_string()] {
-            // SAFETY: `options` is live (this function's contract).
-            if let Some(v) = unsafe { api::session_config(options, &k)? } {
-                return Ok(Some(v));
-            }
-        }
-        Ok(None)
-    };
-    let (ov, acc) = (setting(domain::KEY_OVERRIDE)?, setting(domain::KEY_ACCURACY_DEFAULT)?);
-    let plan = domain::plan(ov.as_deref(), acc.as_deref())?;
+    let plan = domain::plan_from(|key| {
+        let provider_option = format!("{prefix}{}", key.trim_start_matches("nibble."));
+        // SAFETY: `options` is live (this function's contract).
+        unsafe { api::first_session_config(options, &[provider_option, key.to_string()]) }
+    })?;
     // SAFETY: as above.
     let no_prepack = unsafe { api::session_config(options, "session.disable_prepacking")? };
     let pack_at = if no_prepack.as_deref().map(str::trim) == Some("1") { PackAt::Create } else { PackAt::PrePack };
