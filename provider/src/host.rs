@@ -58,6 +58,45 @@ fn check(api: &OrtApi, status: *mut OrtStatus, what: &str) -> Result<(), String>
     Err(format!("{what}: {msg}"))
 }
 
+/// The version ("1.MINOR.PATCH") of the ONNX Runtime shared library at `dylib`, from its
+/// `OrtGetApiBase()->GetVersionString()`: what `register_ep_library` needs, and what tells a host which frontend
+/// the runtime supports before it creates sessions. Loads the library (`dlopen`; a host that uses it has it
+/// loaded anyway, so the handle is kept).
+pub fn runtime_version(dylib: &Path) -> Result<String, String> {
+    unsafe extern "C" {
+        fn dlopen(filename: *const c_char, flags: i32) -> *mut std::ffi::c_void;
+        fn dlsym(handle: *mut std::ffi::c_void, symbol: *const c_char) -> *mut std::ffi::c_void;
+        fn dlerror() -> *const c_char;
+    }
+    const RTLD_NOW: i32 = 2;
+    let path = CString::new(dylib.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: plain libc calls with NUL-terminated strings; dlerror's message is read before any other dl call.
+    let handle = unsafe { dlopen(path.as_ptr(), RTLD_NOW) };
+    if handle.is_null() {
+        // SAFETY: as above; dlerror returns null or a NUL-terminated message.
+        let why = unsafe { dlerror().as_ref().map(|m| CStr::from_ptr(m).to_string_lossy().into_owned()) };
+        return Err(format!("cannot load {}: {}", dylib.display(), why.unwrap_or_default()));
+    }
+    // SAFETY: `handle` is a live library handle; the name is NUL-terminated.
+    let sym = unsafe { dlsym(handle, c"OrtGetApiBase".as_ptr()) };
+    if sym.is_null() {
+        return Err(format!("{} has no OrtGetApiBase: not an ONNX Runtime library", dylib.display()));
+    }
+    // SAFETY: OrtGetApiBase has the C signature `const OrtApiBase* OrtGetApiBase(void)` in every ORT; the base and
+    // its version string are static in the library, which stays loaded (the handle is never closed).
+    unsafe {
+        let get_base: unsafe extern "C" fn() -> *const ort_sys::OrtApiBase = std::mem::transmute(sym);
+        let base = get_base().as_ref().ok_or_else(|| format!("{}: OrtGetApiBase returned null", dylib.display()))?;
+        Ok(CStr::from_ptr((base.GetVersionString)()).to_string_lossy().into_owned())
+    }
+}
+
+/// Whether ONNX Runtime `version` ("1.MINOR.PATCH") can run nibble as an execution provider (1.24+); older ones
+/// load it as a custom-op library.
+pub fn supports_ep(version: &str) -> bool {
+    crate::runtime_minor(version) >= crate::ep::abi::EP_API_VERSION
+}
+
 /// Registers `lib` as execution-provider library `name` in `env` (once per environment and name).
 ///
 /// # Safety

@@ -86,7 +86,7 @@ fn ort_env() -> &'static Environment {
             .with_name("nibble-session-tests")
             .build()
             .map_err(|e| format!("creating the ORT environment from {}: {e}", dylib.display()))?;
-        let version = ort_version(&dylib).map_err(|e| format!("{}: {e}", dylib.display()))?;
+        let version = nibble_ort::host::runtime_version(&dylib).map_err(|e| format!("{}: {e}", dylib.display()))?;
         say!("ONNX Runtime {version} loaded from {} ({})", dylib.display(), ort::info());
         if let Ok(want) = std::env::var("NIBBLE_ORT_VERSION")
             && version != want
@@ -98,31 +98,6 @@ fn ort_env() -> &'static Environment {
     match env {
         Ok(env) => env,
         Err(msg) => panic!("{msg}"),
-    }
-}
-
-/// `OrtGetApiBase()->GetVersionString()` of the library `ort` loaded (the build info string has no version).
-/// dlopen of an already loaded library returns the same handle, so this reads the very library in use.
-fn ort_version(dylib: &Path) -> std::result::Result<String, String> {
-    unsafe extern "C" {
-        fn dlopen(filename: *const c_char, flags: i32) -> *mut std::ffi::c_void;
-        fn dlsym(handle: *mut std::ffi::c_void, symbol: *const c_char) -> *mut std::ffi::c_void;
-    }
-    const RTLD_NOW: i32 = 2;
-    let path = std::ffi::CString::new(dylib.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-    // SAFETY: plain libc calls; the symbol has the C signature `const OrtApiBase* OrtGetApiBase(void)`.
-    unsafe {
-        let handle = dlopen(path.as_ptr(), RTLD_NOW);
-        if handle.is_null() {
-            return Err("dlopen failed".into());
-        }
-        let sym = dlsym(handle, c"OrtGetApiBase".as_ptr());
-        if sym.is_null() {
-            return Err("no OrtGetApiBase symbol".into());
-        }
-        let get_base: unsafe extern "C" fn() -> *const ort::sys::OrtApiBase = std::mem::transmute(sym);
-        let base = get_base();
-        Ok(CStr::from_ptr(((*base).GetVersionString)()).to_string_lossy().into_owned())
     }
 }
 
@@ -198,7 +173,7 @@ fn runtime_version() -> &'static str {
     V.get_or_init(|| {
         let dylib = env_path("NIBBLE_ORT_DYLIB").expect("NIBBLE_ORT_DYLIB");
         let _ = ort_env();
-        ort_version(&dylib).expect("version")
+        nibble_ort::host::runtime_version(&dylib).expect("version")
     })
 }
 

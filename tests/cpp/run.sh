@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # run.sh — the C++ end-to-end test: builds tests/cpp/test_load.cpp with g++ (C++17) against ONNX Runtime's C/C++ API
-# and runs it: libnibble_ort.so registered with Ort::SessionOptions::RegisterCustomOpsLibrary into the PyPI wheel's
-# ORT 1.31.1 (linked, found through the rpath), fixture models in both domains checked against the golden data.
+# and runs it, fixture models in both domains checked against the golden data, ORT linked and found through the
+# rpath ($ORIGIN/libonnxruntime.so.1, a symlink to the runtime of that run):
+#   * custom-op frontend (Ort::SessionOptions::RegisterCustomOpsLibrary), built against Debian's ORT 1.21 headers
+#     (API 21: the oldest C++ API we document), on the PyPI wheel's ORT 1.31.1;
+#   * execution-provider frontend (Ort::Env::RegisterExecutionProviderLibrary + AppendExecutionProvider_V2), built
+#     against the vendored 1.24 headers (third_party/onnxruntime-1.24/include), on ORT 1.24.4 and 1.31.1.
 #
 # Needs what scripts/test.sh makes first: target/release/libnibble_ort.so, the fixtures of
-# tests/fixtures/make_fixtures.py and .cache/ort/1.31.1/libonnxruntime.so.1.31.1 (scripts/setup.sh).
+# tests/fixtures/make_fixtures.py and .cache/ort/{1.31.1,1.24.4}/libonnxruntime.so.* (scripts/setup.sh).
 # Gets, once, and skips when present:
 #   * g++ with libstdc++ headers: apt-get install g++, only if g++ cannot compile C++17;
 #   * ORT's C/C++ headers. No registry package but Debian's libonnxruntime-dev ships them (trixie: ORT 1.21,
 #     ORT_API_VERSION 21); scripts/fetch-ort-headers.sh downloads it with an isolated apt config (the system's apt
 #     sources are not touched) and extracts it, never installs it: .cache/ort-headers/include/onnxruntime/.
-# Rebuilds $TARGET/cpp/test_load only when test_load.cpp or the headers are newer than it.
+# Recompiles only when test_load.cpp or the headers are newer than the object.
 # Env: NIBBLE_LIB, NIBBLE_FIXTURES, CARGO_TARGET_DIR (same defaults as scripts/test.sh), ORT_LOG (default fatal).
 set -euo pipefail
 
@@ -25,13 +29,17 @@ NIBBLE_LIB=${NIBBLE_LIB:-$TARGET/release/libnibble_ort.so}
 NIBBLE_FIXTURES=${NIBBLE_FIXTURES:-$TARGET/fixtures}
 ORT_VERSION=1.31.1
 ORT_LIB=$ROOT/.cache/ort/$ORT_VERSION/libonnxruntime.so.$ORT_VERSION
+EP_VERSIONS=(1.24.4 1.31.1)                # the EP frontend runs on each
+EP_INC=$ROOT/third_party/onnxruntime-1.24/include
 HEADERS=$ROOT/.cache/ort-headers          # setup-aarch64.sh --dest; the headers land in include/onnxruntime/
 INC=$HEADERS/include/onnxruntime
 SRC=tests/cpp/test_load.cpp
 BUILD=$TARGET/cpp
 BIN=$BUILD/test_load
 
-[ -e "$ORT_LIB" ] || die "${ORT_LIB#"$ROOT"/} missing (run scripts/setup.sh)"
+for v in "$ORT_VERSION" "${EP_VERSIONS[@]}"; do
+    [ -e "$ROOT/.cache/ort/$v/libonnxruntime.so.$v" ] || die ".cache/ort/$v/libonnxruntime.so.$v missing (run scripts/setup.sh)"
+done
 [ -f "$NIBBLE_LIB" ] || die "$NIBBLE_LIB missing (cargo build --release -p nibble-ort)"
 [ -f "$NIBBLE_FIXTURES/manifest.txt" ] || die "no fixtures in $NIBBLE_FIXTURES (run tests/fixtures/make_fixtures.py)"
 
@@ -57,20 +65,41 @@ ort_minor=$(cut -d. -f2 <<<"$ORT_VERSION")
 [ "$api" -le "$ort_minor" ] || die "headers are ORT_API_VERSION $api, newer than ONNX Runtime $ORT_VERSION (API $ort_minor)"
 
 # ------------------------------------------------------------------ 3. build (only when out of date)
-# The binary asks for the library's SONAME, libonnxruntime.so.1: a symlink to the wheel's library next to it, rpath $ORIGIN.
+# ORT's exports are symbol-versioned per release (VERS_1.31.1, ...), so a binary runs on the runtime it was linked
+# against: one object per header set, linked once per runtime into $BUILD/ort-VERSION/ beside a
+# libonnxruntime.so.1 symlink to that runtime (rpath $ORIGIN).
 mkdir -p "$BUILD"
-ln -sfn "$ORT_LIB" "$BUILD/libonnxruntime.so.1"
-if [ "$BIN" -nt "$SRC" ] && [ "$BIN" -nt "$INC/onnxruntime_cxx_api.h" ]; then
-    say "build: ok (${BIN#"$ROOT"/} up to date)"
-else
-    t0=$SECONDS
-    g++ -std=c++17 -O1 -Wall -Wextra -Werror -I"$INC" "$SRC" -o "$BIN.tmp" \
-        -L"$BUILD" -l:libonnxruntime.so.1 -Wl,-rpath,'$ORIGIN'
-    mv "$BIN.tmp" "$BIN"
-    say "build: g++ -std=c++17 $SRC -> ${BIN#"$ROOT"/} ($((SECONDS - t0)) s)"
-fi
+compile() {  # compile NAME INCLUDE_DIR -> $BUILD/NAME.o
+    local obj=$BUILD/$1.o inc=$2
+    if [ "$obj" -nt "$SRC" ] && [ "$obj" -nt "$inc/onnxruntime_cxx_api.h" ]; then
+        say "compile: ok (${obj#"$ROOT"/} up to date)"
+        return
+    fi
+    local t0=$SECONDS
+    g++ -std=c++17 -O1 -Wall -Wextra -Werror -I"$inc" -c "$SRC" -o "$obj.tmp"
+    mv "$obj.tmp" "$obj"
+    say "compile: g++ -std=c++17 -I${inc#"$ROOT"/} -c $SRC -> ${obj#"$ROOT"/} ($((SECONDS - t0)) s)"
+}
+link() {  # link NAME VERSION -> $BUILD/ort-VERSION/NAME
+    local dir=$BUILD/ort-$2
+    mkdir -p "$dir"
+    ln -sfn "$ROOT/.cache/ort/$2/libonnxruntime.so.$2" "$dir/libonnxruntime.so.1"
+    [ "$dir/$1" -nt "$BUILD/$1.o" ] && [ "$dir/$1" -nt "$dir/libonnxruntime.so.1" ] && return
+    g++ "$BUILD/$1.o" -o "$dir/$1" -L"$dir" -l:libonnxruntime.so.1 -Wl,-rpath,'$ORIGIN'
+}
+compile test_load "$INC"
+compile test_load_api24 "$EP_INC"
+link test_load "$ORT_VERSION"
+for v in "${EP_VERSIONS[@]}"; do link test_load_api24 "$v"; done
 
 # ------------------------------------------------------------------ 4. run
 export ORT_LOG=${ORT_LOG:-fatal}
-say "run: ${BIN#"$ROOT"/} $NIBBLE_LIB $NIBBLE_FIXTURES $ORT_VERSION"
-"$BIN" "$NIBBLE_LIB" "$NIBBLE_FIXTURES" "$ORT_VERSION"
+status=0
+run() {  # run NAME VERSION FRONTEND
+    local bin=$BUILD/ort-$2/$1
+    say "run: ${bin#"$ROOT"/} $NIBBLE_LIB $NIBBLE_FIXTURES $2 $3"
+    "$bin" "$NIBBLE_LIB" "$NIBBLE_FIXTURES" "$2" "$3" || status=1
+}
+run test_load "$ORT_VERSION" custom-op
+for v in "${EP_VERSIONS[@]}"; do run test_load_api24 "$v" ep; done
+exit $status

@@ -85,6 +85,13 @@ pub struct Args {
     #[arg(long, conflicts_with = "compare")]
     pub no_nibble: bool,
 
+    /// How ONNX Runtime loads nibble: `ep` = execution-provider plugin (ORT >= 1.24; ORT frees the original
+    /// weights once nibble has packed them, so the session holds one copy), `custom-op` = custom-op library (every
+    /// supported ORT; ORT keeps its copy of the weights beside nibble's), `auto` = `ep` when the runtime supports
+    /// it, else `custom-op`.
+    #[arg(long, value_enum, default_value_t = FrontendArg::Auto, conflicts_with = "no_nibble")]
+    pub frontend: FrontendArg,
+
     /// Compare, on the same prompt and sampling settings (greedy by default): the fp32 graph (--fp32-model), the INT4 --model on ORT's
     /// built-in MatMulNBits, and the INT4 --model on nibble. Prints one table.
     #[arg(long, requires = "fp32_model")]
@@ -105,6 +112,14 @@ pub struct Args {
     pub lib: Option<PathBuf>,
 }
 
+/// `--frontend`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrontendArg {
+    Auto,
+    Ep,
+    CustomOp,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +137,16 @@ mod tests {
         assert!(a.compare);
         assert_eq!(a.max_new_tokens, 128);
         assert_eq!(a.temperature, 0.0);
+    }
+
+    #[test]
+    fn frontend_values() {
+        let parse = |v: &str| Args::try_parse_from(["nibble-llama", "--model", "m", "--frontend", v]);
+        assert_eq!(parse("ep").unwrap().frontend, FrontendArg::Ep);
+        assert_eq!(parse("custom-op").unwrap().frontend, FrontendArg::CustomOp);
+        assert!(parse("plugin").is_err());
+        assert_eq!(Args::try_parse_from(["nibble-llama", "--model", "m"]).unwrap().frontend, FrontendArg::Auto);
+        assert!(Args::try_parse_from(["nibble-llama", "--model", "m", "--frontend", "ep", "--no-nibble"]).is_err());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 mod chat;
 mod cli;
+mod frontend;
 mod generate;
 mod metrics;
 mod model;
@@ -23,6 +24,7 @@ use ort::environment::Environment;
 use tokenizers::Tokenizer;
 
 use cli::Args;
+use frontend::Frontend;
 use metrics::{Metrics, Row, RunReport, Timings};
 use model::{Llama, ModelDir, SessionOptions};
 use sampling::{Sampler, SamplingParams};
@@ -97,9 +99,12 @@ struct RunSpec<'a> {
     label: Option<String>,
     params: SamplingParams,
     seed: u64,
-    nibble_lib: Option<&'a Path>,
+    nibble: Option<Nibble<'a>>,
     stream: bool,
 }
+
+/// nibble's library and how ORT loads it.
+type Nibble<'a> = (&'a Path, Frontend);
 
 /// Creates the session, generates, and measures.
 fn run_once(
@@ -111,7 +116,7 @@ fn run_once(
     spec: &RunSpec,
 ) -> Result<RunReport> {
     let (params, seed) = (spec.params, spec.seed);
-    let opts = SessionOptions { nibble_lib: spec.nibble_lib, threads: args.threads };
+    let opts = SessionOptions { nibble: spec.nibble, threads: args.threads };
     let mut llama = Llama::load(env, model, &opts)?;
     let mut sampler = Sampler::new(params, seed)?;
     let mut dec = StreamDecoder::new();
@@ -136,7 +141,8 @@ fn run_once(
         label: spec.label.clone(),
         model: model.dir.display().to_string(),
         weights: model.config.describe_weights(),
-        nibble: spec.nibble_lib.is_some(),
+        nibble: spec.nibble.is_some(),
+        frontend: spec.nibble.map(|(_, f)| f.name()),
         threads: args.threads,
         temperature: params.temperature,
         top_k: params.top_k,
@@ -177,21 +183,44 @@ fn libraries(args: &Args, without_nibble: bool) -> Result<(PathBuf, Option<PathB
     Ok((ort, lib))
 }
 
+/// The ORT environment, and nibble's frontend on it (`--frontend` against the runtime's version; the EP library
+/// registered when it is the EP).
+fn start_ort(args: &Args, ort_dylib: &Path, lib: Option<&Path>) -> Result<(Environment, String, Option<Frontend>)> {
+    let env = model::init_ort(ort_dylib)?;
+    let version = nibble_ort::host::runtime_version(ort_dylib).map_err(|e| anyhow!(e))?;
+    let frontend = match lib {
+        None => None,
+        Some(lib) => {
+            let f = Frontend::resolve(args.frontend, &version, ort_dylib)?;
+            if f == Frontend::Ep {
+                frontend::register_ep(&env, &version, lib)?;
+            }
+            Some(f)
+        }
+    };
+    Ok((env, version, frontend))
+}
+
 fn single(args: &Args, params: SamplingParams, seed: u64) -> Result<()> {
     let model = ModelDir::open(&args.model)?;
     let (ort_dylib, lib) = libraries(args, args.no_nibble)?;
     let tok = model.load_tokenizer()?;
     let prompt = tokenize_prompt(args, &model, &tok)?;
-    let env = model::init_ort(&ort_dylib)?;
+    let (env, version, frontend) = start_ort(args, &ort_dylib, lib.as_deref())?;
+    let nibble = lib.as_deref().zip(frontend);
     eprintln!(
-        "[nibble-llama] {} ({}), {} prompt tokens; ONNX Runtime {}; {}",
+        "[nibble-llama] {} ({}), {} prompt tokens; ONNX Runtime {version} ({}); {}",
         model.config.name.as_deref().unwrap_or("model"),
         model.config.describe_weights(),
         prompt.ids.len(),
         ort_dylib.display(),
-        lib.as_ref().map_or("ORT built-in kernels (--no-nibble)".to_string(), |l| format!("nibble {}", l.display()))
+        nibble.map_or("ORT built-in kernels (--no-nibble)".to_string(), |(l, f)| format!(
+            "nibble {} as {}",
+            l.display(),
+            if f == Frontend::Ep { "execution provider" } else { "custom-op library" }
+        ))
     );
-    let spec = RunSpec { label: None, params, seed, nibble_lib: lib.as_deref(), stream: !args.quiet };
+    let spec = RunSpec { label: None, params, seed, nibble, stream: !args.quiet };
     let report = run_once(args, &env, &model, &tok, &prompt, &spec)?;
     eprintln!("\n--- metrics ---\n{}", report.summary());
     if let Some(path) = &args.json {
@@ -216,13 +245,15 @@ fn compare(args: &Args, params: SamplingParams, seed: u64) -> Result<()> {
     );
     let tok = q.load_tokenizer()?;
     let prompt = tokenize_prompt(args, &q, &tok)?;
-    let env = model::init_ort(&ort_dylib)?;
+    let (env, version, frontend) = start_ort(args, &ort_dylib, Some(&lib))?;
+    let frontend = frontend.context("nibble's frontend")?;
     eprintln!(
-        "[compare] {} prompt tokens, up to {} new tokens, {}; ONNX Runtime {}",
+        "[compare] {} prompt tokens, up to {} new tokens, {}; ONNX Runtime {version} ({}); nibble as {}",
         prompt.ids.len(),
         args.max_new_tokens,
         if params.is_greedy() { "greedy".to_string() } else { format!("sampling with seed {seed}") },
-        ort_dylib.display()
+        ort_dylib.display(),
+        frontend.name()
     );
 
     let q_weights = q.config.describe_weights();
@@ -230,10 +261,10 @@ fn compare(args: &Args, params: SamplingParams, seed: u64) -> Result<()> {
         Some(qz) => format!("int{}", qz.bits.unwrap_or(4)),
         None => "model".into(),
     };
-    let runs: [(String, &ModelDir, Option<&Path>); 3] = [
+    let runs: [(String, &ModelDir, Option<Nibble>); 3] = [
         ("fp32 ORT MatMul".to_string(), &fp32, None),
         (format!("{q_short} ORT built-in"), &q, None),
-        (format!("{q_short} nibble"), &q, Some(lib.as_path())),
+        (format!("{q_short} nibble"), &q, Some((lib.as_path(), frontend))),
     ];
     let mut rows = Vec::new();
     let mut fp32_ids: Option<Vec<u32>> = None;
@@ -245,7 +276,7 @@ fn compare(args: &Args, params: SamplingParams, seed: u64) -> Result<()> {
             continue;
         }
         eprintln!("[compare] {label}: {} ...", model.dir.display());
-        let spec = RunSpec { label: Some(label.clone()), params, seed, nibble_lib: nib, stream: false };
+        let spec = RunSpec { label: Some(label.clone()), params, seed, nibble: nib, stream: false };
         let mut r =
             run_once(args, &env, model, &tok, &prompt, &spec).with_context(|| format!("--compare run \"{label}\""))?;
         match &fp32_ids {

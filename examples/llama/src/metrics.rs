@@ -68,6 +68,8 @@ pub struct RunReport {
     pub model: String,
     pub weights: String,
     pub nibble: bool,
+    /// How ORT loaded nibble: "ep" or "custom-op" (null without nibble).
+    pub frontend: Option<&'static str>,
     pub threads: Option<u32>,
     pub temperature: f32,
     pub top_k: usize,
@@ -108,7 +110,11 @@ impl RunReport {
             "model            {} ({}, {})\n",
             self.model,
             self.weights,
-            if self.nibble { "nibble kernels" } else { "ORT built-in kernels" }
+            match self.frontend {
+                Some("ep") => "nibble kernels, execution provider",
+                Some(_) => "nibble kernels, custom-op library",
+                None => "ORT built-in kernels",
+            }
         );
         s += &format!("threads          {}\n", self.threads.map_or("ORT default".to_string(), |n| n.to_string()));
         s += &format!(
@@ -272,6 +278,7 @@ mod tests {
             model: "m".into(),
             weights: "fp32".into(),
             nibble: false,
+            frontend: None,
             threads: None,
             temperature: 0.0,
             top_k: 0,

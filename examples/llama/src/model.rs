@@ -9,6 +9,8 @@ use ort::session::Session;
 use ort::value::{TensorElementType, ValueType};
 use serde::Deserialize;
 
+use crate::frontend::{self, Frontend};
+
 /// `ort`'s errors (the builder's carry the builder, which is not `Send`): keep their message.
 pub trait OrtResultExt<T> {
     fn ax(self) -> Result<T>;
@@ -142,8 +144,9 @@ impl ModelDir {
 /// How to build a session.
 #[derive(Debug, Clone)]
 pub struct SessionOptions<'a> {
-    /// nibble's library to register, or `None` for ORT's own kernels.
-    pub nibble_lib: Option<&'a Path>,
+    /// nibble's library and how ORT loads it (for `Frontend::Ep`, already registered in the environment), or
+    /// `None` for ORT's own kernels.
+    pub nibble: Option<(&'a Path, Frontend)>,
     /// intra-op threads; `None` = ORT's default.
     pub threads: Option<u32>,
 }
@@ -172,7 +175,7 @@ pub struct Llama {
 impl Llama {
     /// Creates the session for `model` and checks its inputs and outputs against the contract.
     pub fn load(env: &Environment, model: &ModelDir, opts: &SessionOptions) -> Result<Self> {
-        if opts.nibble_lib.is_none() && model.config.needs_nibble() {
+        if opts.nibble.is_none() && model.config.needs_nibble() {
             bail!(
                 "{}: the MatMulNBits nodes are in domain \"nibble\", which ONNX Runtime has no kernel for: run it \
                  with nibble (without --no-nibble), or convert it with models/rewrite_matmulnbits.py",
@@ -184,8 +187,12 @@ impl Llama {
         if let Some(n) = opts.threads {
             b = b.with_intra_threads(n as usize).ax()?;
         }
-        if let Some(lib) = opts.nibble_lib {
-            b = b.with_operator_library(lib).map_err(|e| anyhow!("registering {}: {e}", lib.display()))?;
+        match opts.nibble {
+            Some((lib, Frontend::CustomOp)) => {
+                b = b.with_operator_library(lib).map_err(|e| anyhow!("registering {}: {e}", lib.display()))?;
+            }
+            Some((_, Frontend::Ep)) => frontend::append_ep(env, &mut b)?,
+            None => {}
         }
         let session = b
             .commit_from_file(&model.onnx)

@@ -111,7 +111,9 @@ fn greedy_raw_json_with_and_without_nibble() {
     let eos = eos_ids(&dir);
     let model = dir.to_str().unwrap();
     let mut results = Vec::new();
-    for (tag, extra) in [("nibble", None), ("builtin", Some("--no-nibble"))] {
+    let runs: [(&str, &[&str]); 3] =
+        [("custom-op", &["--frontend", "custom-op"]), ("ep", &["--frontend", "ep"]), ("builtin", &["--no-nibble"])];
+    for (tag, extra) in runs {
         let json = tmp_json(&format!("raw-{tag}.json"));
         let mut args = vec![
             "--model",
@@ -130,13 +132,54 @@ fn greedy_raw_json_with_and_without_nibble() {
         let out = run_ok(&args);
         let v = read_json(&json);
         check_eight(&v, &eos);
-        assert_eq!(v["nibble"].as_bool(), Some(tag == "nibble"));
+        assert_eq!(v["nibble"].as_bool(), Some(tag != "builtin"));
+        assert_eq!(v["frontend"].as_str(), (tag != "builtin").then_some(tag), "{tag}");
         assert_eq!(v["threads"].as_u64(), Some(1));
         // the streamed text is the decoded text
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), v["text"].as_str().unwrap().trim_end());
         results.push(ids(&v));
     }
-    eprintln!("nibble {:?}\nbuiltin {:?}", results[0], results[1]);
+    eprintln!("custom-op {:?}\nep {:?}\nbuiltin {:?}", results[0], results[1], results[2]);
+    assert_eq!(results[0], results[1], "the same kernels behind both frontends: the same greedy tokens");
+}
+
+/// `--frontend auto` is the EP on ORT >= 1.24 and the custom-op library before; `--frontend ep` on an older
+/// runtime names the version it needs. Runs on the pinned 1.24.4 and 1.23.2 (scripts/setup.sh fetches them).
+#[test]
+fn frontend_follows_the_runtime() {
+    if skipped("frontend_follows_the_runtime") {
+        return;
+    }
+    let dir = q4_dir();
+    let model = dir.to_str().unwrap();
+    let ort = |v: &str| {
+        let p = workspace().join(format!(".cache/ort/{v}/libonnxruntime.so.{v}"));
+        assert!(p.is_file(), "{} missing: run scripts/setup.sh", p.display());
+        p.to_str().unwrap().to_string()
+    };
+    for (version, want) in [("1.24.4", "ep"), ("1.23.2", "custom-op")] {
+        let json = tmp_json(&format!("auto-{version}.json"));
+        let lib = ort(version);
+        run_ok(&[
+            "--model",
+            model,
+            "--raw",
+            "--prompt",
+            "Hello",
+            "--max-new-tokens",
+            "2",
+            "--quiet",
+            "--ort-dylib",
+            &lib,
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert_eq!(read_json(&json)["frontend"].as_str(), Some(want), "ORT {version}");
+    }
+    let old = ort("1.23.2");
+    let out = run(&["--model", model, "--raw", "--prompt", "Hello", "--frontend", "ep", "--ort-dylib", &old]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains(">= 1.24") && err.contains("1.23.2"), "{err}");
 }
 
 #[test]
