@@ -8,7 +8,8 @@ provider, measured as resident memory (RSS) of a fresh process.
 Each measurement runs in its own Python process (nothing shared with earlier ones), one intra-op thread:
   before    RSS after importing onnxruntime (and registering the EP library), before the session
   created   RSS after InferenceSession(...) returned          weight memory = created/after-run minus before
-  after-run RSS after one Run (synthetic) or after prefill + 16 decode steps (a model directory of the Llama driver)
+  after     RSS after one Run (synthetic), or after a 16-token prefill + 16 greedy decode steps (a model directory of
+            the Llama driver, models/LLAMA_MODEL_DIR.md; the KV cache fed back as the driver does)
   peak      VmHWM (the process's peak RSS) at the end
   second    RSS added by a second session of the same model in the same process (sharing)
   create_s  wall time of session creation
@@ -106,24 +107,67 @@ def child(args: argparse.Namespace) -> None:
     s1 = session(model)
     create_s = time.perf_counter() - t0
     created, _ = rss_mib()
-    feeds = {}
-    for i in s1.get_inputs():
-        shape = [d if isinstance(d, int) else 1 for d in i.shape]
-        dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}[i.type]
-        feeds[i.name] = np.ones(shape, dtype=dtype)
-    s1.run(None, feeds)
+    work = llama_work(model, args.decode_steps) if args.decode_steps else single_run
+    work(s1)
     after_run, _ = rss_mib()
     s2 = session(model)
-    s2.run(None, feeds)
+    work(s2)
     second, peak = rss_mib()
     del s2
     print(json.dumps({"mode": args.mode, "before": before, "created": created, "after_run": after_run,
                       "second": second - after_run, "peak": peak, "create_s": create_s}))
 
 
-def measure(model: Path, mode: str, lib: Path, env: dict | None = None) -> dict:
-    cmd = [sys.executable, __file__, "--child", "--mode", mode, "--lib", str(lib), "--model", str(model)]
-    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+def single_run(sess) -> None:
+    """One Run with every input filled with ones (dynamic dimensions 1)."""
+    import numpy as np
+
+    feeds = {}
+    for i in sess.get_inputs():
+        shape = [d if isinstance(d, int) else 1 for d in i.shape]
+        dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}[i.type]
+        feeds[i.name] = np.ones(shape, dtype=dtype)
+    sess.run(None, feeds)
+
+
+PROMPT_TOKENS = 16
+
+
+def llama_work(model: str, steps: int):
+    """A Llama driver graph (models/LLAMA_MODEL_DIR.md): prefill of PROMPT_TOKENS tokens, then `steps` greedy
+    decode steps feeding the KV cache back, as the driver does."""
+    import numpy as np
+
+    cfg = json.loads((Path(model).parent / "model_config.json").read_text())
+    layers, kv_heads, head_dim = cfg["num_layers"], cfg["num_kv_heads"], cfg["head_dim"]
+
+    def work(sess) -> None:
+        ids = (np.arange(PROMPT_TOKENS, dtype=np.int64) % 1000 + 100)[None, :]
+        past = {f"past_key_values.{i}.{kv}": np.zeros((1, kv_heads, 0, head_dim), np.float32)
+                for i in range(layers) for kv in ("key", "value")}
+        outputs = ["logits"] + [f"present.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
+        for _ in range(steps + 1):
+            res = sess.run(outputs, {"input_ids": ids, **past})
+            ids = np.array([[int(res[0][0, -1].argmax())]], dtype=np.int64)
+            past = {name.replace("present", "past_key_values"): v for name, v in zip(outputs[1:], res[1:])}
+
+    return work
+
+
+def run_modes(model: Path, args: argparse.Namespace, extra: dict) -> list:
+    """(mode, medians, raw runs) per mode, each run a fresh process."""
+    rows = []
+    for mode in args.modes.split(","):
+        runs = [measure(model, mode, Path(args.lib), extra["decode_steps"]) for _ in range(args.repeat)]
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "mode"}
+        rows.append((mode, med, runs))
+    return rows
+
+
+def measure(model: Path, mode: str, lib: Path, decode_steps: int) -> dict:
+    cmd = [sys.executable, __file__, "--child", "--mode", mode, "--lib", str(lib), "--model", str(model),
+           "--decode-steps", str(decode_steps)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -131,7 +175,9 @@ def measure(model: Path, mode: str, lib: Path, env: dict | None = None) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", nargs="?", choices=["synthetic"], default="synthetic")
+    ap.add_argument("what", nargs="?", choices=["synthetic", "model"], default="synthetic")
+    ap.add_argument("path", nargs="?", type=Path, help="model: a Llama model directory (or its model.onnx)")
+    ap.add_argument("--decode-steps", type=int, default=16, help="model: greedy decode steps after the prefill")
     ap.add_argument("--nodes", type=int, default=26)
     ap.add_argument("--k", type=int, default=4096)
     ap.add_argument("--n", type=int, default=4096)
@@ -149,17 +195,26 @@ def main() -> None:
         return
     import onnxruntime as ort
 
-    with tempfile.TemporaryDirectory() as tmp:
-        model = Path(tmp) / "memory.onnx"
-        weight_bytes = make_synthetic(model, args.nodes, args.k, args.n, args.block_size)
-        rows = []
-        for mode in args.modes.split(","):
-            runs = [measure(model, mode, Path(args.lib)) for _ in range(args.repeat)]
-            med = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "mode"}
-            rows.append((mode, med, runs))
-    print(f"ONNX Runtime {ort.__version__}; {args.nodes} x MatMulNBits {args.k}x{args.n} bs{args.block_size} 4-bit "
-          f"(B {weight_bytes / 2**20:.0f} MiB), one thread; medians of {args.repeat} processes (MiB, s)\n")
-    print("| frontend | weights after session | weights after Run | peak - before | 2nd session adds | create s |")
+    if args.what == "model":
+        if args.path is None:
+            ap.error("model: give the model directory")
+        model = args.path / "model.onnx" if args.path.is_dir() else args.path
+        cfg = json.loads((model.parent / "model_config.json").read_text())
+        q = cfg.get("quantization") or {}
+        title = (f"{cfg.get('name', model.parent.name)} ({model.parent}), int{q.get('bits')} bs{q.get('block_size')} "
+                 f"acc{q.get('accuracy_level')} lm_head {q.get('lm_head')}; weights on disk "
+                 f"{sum(f.stat().st_size for f in model.parent.iterdir() if f.name.startswith('model.onnx')) / 2**20:.0f} MiB"
+                 f"; after = after a {PROMPT_TOKENS}-token prefill + {args.decode_steps} decode steps")
+        rows = run_modes(model, args, {"decode_steps": args.decode_steps})
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            model = Path(tmp) / "memory.onnx"
+            weight_bytes = make_synthetic(model, args.nodes, args.k, args.n, args.block_size)
+            title = (f"{args.nodes} x MatMulNBits {args.k}x{args.n} bs{args.block_size} 4-bit "
+                     f"(B {weight_bytes / 2**20:.0f} MiB); after = after one Run")
+            rows = run_modes(model, args, {"decode_steps": 0})
+    print(f"ONNX Runtime {ort.__version__}; {title}; one thread; medians of {args.repeat} processes (MiB, s)\n")
+    print("| frontend | weights after session | weights after | peak - before | 2nd session adds | create s |")
     print("|---|---|---|---|---|---|")
     for mode, m, _ in rows:
         print(f"| {mode} | {m['created'] - m['before']:.0f} | {m['after_run'] - m['before']:.0f} | "

@@ -282,6 +282,25 @@ impl<'a> Weights<'a> {
         self.scales[n * self.params.k_blocks() + blk]
     }
 
+    /// Zero points of every block of row n, as floats ([`Weights::zero_point`] for a row at a time).
+    pub fn zero_point_row(&self, n: usize, out: &mut [f32]) {
+        let p = &self.params;
+        let kb = p.k_blocks();
+        match self.zero_points {
+            ZeroPoints::Default => out[..kb].fill(p.default_zero_point() as f32),
+            ZeroPoints::Float(zp) => out[..kb].copy_from_slice(&zp[n * kb..][..kb]),
+            ZeroPoints::Packed(zp) => {
+                let (bits, mask) = (p.bits as usize, p.max_code());
+                let row = &zp[n * p.zp_row_bytes()..][..p.zp_row_bytes()];
+                for (chunk, &byte) in out[..kb].chunks_mut(8 / bits).zip(row) {
+                    for (l, z) in chunk.iter_mut().enumerate() {
+                        *z = ((byte >> (l * bits)) & mask) as f32;
+                    }
+                }
+            }
+        }
+    }
+
     /// Zero point of block `blk` of row n, as a float.
     #[inline]
     pub fn zero_point(&self, n: usize, blk: usize) -> f32 {

@@ -72,6 +72,43 @@ impl ScaleType {
         }
     }
 
+    /// `src` as stored (`bytes`, [`ScaleType::bytes`] little-endian bytes each) and as read back (`rounded`):
+    /// [`ScaleType::write`] and [`ScaleType::round`] for a row at a time, f16 through `half`'s slice conversion.
+    pub(crate) fn encode(self, src: &[f32], bytes: &mut [u8], rounded: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
+        match self {
+            ScaleType::F32 => {
+                rounded.copy_from_slice(src);
+                for (b, s) in bytes.chunks_exact_mut(4).zip(src) {
+                    b.copy_from_slice(&s.to_le_bytes());
+                }
+            }
+            ScaleType::F16 => {
+                const CHUNK: usize = 256;
+                let mut h = [half::f16::ZERO; CHUNK];
+                for ((src, rounded), bytes) in
+                    src.chunks(CHUNK).zip(rounded.chunks_mut(CHUNK)).zip(bytes.chunks_mut(2 * CHUNK))
+                {
+                    let h = &mut h[..src.len()];
+                    h.convert_from_f32_slice(src);
+                    h.convert_to_f32_slice(rounded);
+                    for (b, v) in bytes.chunks_exact_mut(2).zip(h.iter()) {
+                        b.copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+            }
+            ScaleType::Bf16 => {
+                for ((b, r), &s) in bytes.chunks_exact_mut(2).zip(rounded.iter_mut()).zip(src) {
+                    let v = half::bf16::from_f32(s);
+                    b.copy_from_slice(&v.to_le_bytes());
+                    *r = v.to_f32();
+                }
+            }
+        }
+    }
+
+    /// One value of [`ScaleType::encode`] (what the row conversion is tested against).
+    #[cfg(test)]
     pub(crate) fn write(self, s: f32, out: &mut [u8]) {
         match self {
             ScaleType::F32 => out[..4].copy_from_slice(&s.to_le_bytes()),

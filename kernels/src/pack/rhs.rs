@@ -80,43 +80,114 @@ impl PackedRhs {
             Codes::Unsigned => f as i32,
             Codes::Signed => f as i32 - if f as i32 >= m_v { 2 * m_v } else { 0 },
         };
+        // Fast path (no g_idx regrouping): a block's fields are unpacked once into `fields` (padding past K stays
+        // 0), then written a kr-group at a time, lane by lane, to the positions `code_position` defines. The
+        // per-code path below (through `dest`) serves g_idx and is what the fast one is tested against.
+        let (bits, cpb) = (p.bits as usize, 8 / p.bits as usize);
+        let chunk = RhsLayout::chunk(bl);
+        let lane_len = chunk / cpb;
+        let chunk_bytes = chunk * layout.nr * bits / 8;
+        let fast = k_map.is_none() && lane_len % layout.kr == 0 && self_test_fast_path();
+        let flip = match layout.codes {
+            Codes::Unsigned => 0u8,
+            Codes::Signed => m_v as u8,
+        };
         let pack_panel = |panel: usize, out: &mut [u8]| {
-            for (vb, &src_blk) in block_src.iter().enumerate() {
-                let rec_bytes = &mut out[vb * record..][..record];
-                for col in 0..layout.nr {
-                    let n = panel * layout.nr + col;
-                    if n >= p.n {
-                        break; // padding columns: zero fields, zero scale, zero correction
-                    }
+            let mut fields = vec![0u8; if fast { bl } else { 0 }];
+            // Row by row (B is read sequentially; the panel's records, nr rows wide, stay in cache), a row's
+            // scales and zero points converted at once.
+            let kb = p.k_blocks();
+            let mut row_scale_bytes = vec![0u8; kb * layout.scales.bytes()];
+            let mut row_scale_rounded = vec![0f32; kb];
+            let mut row_zp = vec![0f32; if rec.has_zp { kb } else { 0 }];
+            for col in 0..layout.nr {
+                let n = panel * layout.nr + col;
+                if n >= p.n {
+                    break; // padding columns: zero fields, zero scale, zero correction
+                }
+                layout.scales.encode(&w.scales[n * kb..][..kb], &mut row_scale_bytes, &mut row_scale_rounded);
+                if rec.has_zp {
+                    w.zero_point_row(n, &mut row_zp);
+                }
+                for (vb, &src_blk) in block_src.iter().enumerate() {
+                    let rec_bytes = &mut out[vb * record..][..record];
                     let mut sum = 0i32;
-                    let mut put = |o: usize, q: u8| {
-                        let (byte, shift) = dest[o];
-                        let f = field(q) & field_mask;
-                        rec_bytes[byte + col * layout.kr] |= f << shift;
-                        sum += value(f);
-                    };
-                    if k_map.is_none() {
-                        // Fast path: block vb of row n is one contiguous blob of B, codes in K order.
+                    if fast && bits == 4 && chunk == 32 && !layout.block_sums && vb * bl + bl <= p.k {
+                        // The common case (4-bit, whole block, blocks of 32+): fixed-size chunks LLVM unrolls.
                         let blob = &w.b[(n * p.k_blocks() + vb) * p.blob_size()..][..p.blob_size()];
-                        let (bits, cpb_log2) = (p.bits as usize, (8 / p.bits).trailing_zeros());
-                        for o in 0..bl.min(p.k - vb * bl) {
-                            put(o, (blob[o >> cpb_log2] >> ((o & ((1 << cpb_log2) - 1)) * bits)) & p.max_code());
+                        for (c, src) in blob.chunks_exact(16).enumerate() {
+                            let bytes = interleave_chunk4(src.try_into().expect("16 bytes"), flip);
+                            let dst = &mut rec_bytes[c * chunk_bytes..][..chunk_bytes];
+                            match layout.kr {
+                                4 => scatter_groups::<4>(&bytes, dst, layout.nr, col),
+                                8 => scatter_groups::<8>(&bytes, dst, layout.nr, col),
+                                kr => {
+                                    for (g, group) in bytes.chunks_exact(kr).enumerate() {
+                                        dst[(g * layout.nr + col) * kr..][..kr].copy_from_slice(group);
+                                    }
+                                }
+                            }
+                        }
+                    } else if fast {
+                        let blob = &w.b[(n * p.k_blocks() + vb) * p.blob_size()..][..p.blob_size()];
+                        let valid = bl.min(p.k - vb * bl);
+                        match bits {
+                            2 => unpack_fields::<2>(blob, &mut fields, valid, flip),
+                            4 => unpack_fields::<4>(blob, &mut fields, valid, flip),
+                            _ => unpack_fields::<8>(blob, &mut fields, valid, flip),
+                        }
+                        if layout.block_sums {
+                            sum = fields[..valid].iter().map(|&f| value(f)).sum();
+                        }
+                        for (c, chunk_fields) in fields.chunks_exact(chunk).enumerate() {
+                            // Byte pos of a lane-interleaved chunk holds lane l's field pos at bit l·bits.
+                            let mut bytes = [0u8; 32];
+                            for (lane, lane_fields) in chunk_fields.chunks_exact(lane_len).enumerate() {
+                                for (b, &f) in bytes[..lane_len].iter_mut().zip(lane_fields) {
+                                    *b |= f << (lane * bits);
+                                }
+                            }
+                            let dst = &mut rec_bytes[c * chunk_bytes..][..chunk_bytes];
+                            match layout.kr {
+                                4 => scatter_groups::<4>(&bytes[..lane_len], dst, layout.nr, col),
+                                8 => scatter_groups::<8>(&bytes[..lane_len], dst, layout.nr, col),
+                                kr => {
+                                    for (g, group) in bytes[..lane_len].chunks_exact(kr).enumerate() {
+                                        dst[(g * layout.nr + col) * kr..][..kr].copy_from_slice(group);
+                                    }
+                                }
+                            }
                         }
                     } else {
-                        for (o, k) in source_k[vb * bl..(vb + 1) * bl].iter().enumerate() {
-                            if let Some(k) = *k {
-                                put(o, w.code(n, k));
+                        let mut put = |o: usize, q: u8| {
+                            let (byte, shift) = dest[o];
+                            let f = field(q) & field_mask;
+                            rec_bytes[byte + col * layout.kr] |= f << shift;
+                            sum += value(f);
+                        };
+                        if k_map.is_none() {
+                            // Block vb of row n is one contiguous blob of B, codes in K order.
+                            let blob = &w.b[(n * p.k_blocks() + vb) * p.blob_size()..][..p.blob_size()];
+                            let cpb_log2 = cpb.trailing_zeros();
+                            for o in 0..bl.min(p.k - vb * bl) {
+                                put(o, (blob[o >> cpb_log2] >> ((o & ((1 << cpb_log2) - 1)) * bits)) & p.max_code());
+                            }
+                        } else {
+                            for (o, k) in source_k[vb * bl..(vb + 1) * bl].iter().enumerate() {
+                                if let Some(k) = *k {
+                                    put(o, w.code(n, k));
+                                }
                             }
                         }
                     }
-                    let s = w.scale(n, src_blk as usize);
-                    layout.scales.write(s, &mut rec_bytes[rec.scales + col * layout.scales.bytes()..]);
+                    let (src_blk, sb) = (src_blk as usize, layout.scales.bytes());
+                    rec_bytes[rec.scales + col * sb..][..sb].copy_from_slice(&row_scale_bytes[src_blk * sb..][..sb]);
                     if rec.has_zp {
-                        let z = w.zero_point(n, src_blk as usize);
+                        let z = row_zp[src_blk];
                         let stored = match layout.zero_points {
                             ZpStorage::PerBlock => z,
                             // From the scale as stored, so that v·s + c is the stored weight.
-                            ZpStorage::Correction => layout.scales.round(s) * (m_v as f32 - z),
+                            ZpStorage::Correction => row_scale_rounded[src_blk] * (m_v as f32 - z),
                             ZpStorage::None => unreachable!("checked above"),
                         };
                         rec_bytes[rec.zp + 4 * col..][..4].copy_from_slice(&stored.to_le_bytes());
@@ -281,6 +352,58 @@ impl PackedRhs {
     }
 }
 
+/// The stored fields of one block's codes: code o of `blob` (packed like B, low bits first) XOR `flip` (the
+/// signed-field offset, or 0), for o < `valid`; 0 (padding) after.
+#[inline]
+fn unpack_fields<const BITS: usize>(blob: &[u8], fields: &mut [u8], valid: usize, flip: u8) {
+    let cpb = 8 / BITS;
+    let mask = ((1u16 << BITS) - 1) as u8;
+    for (out, &byte) in fields.chunks_exact_mut(cpb).zip(blob) {
+        for (l, f) in out.iter_mut().enumerate() {
+            *f = ((byte >> (l * BITS)) & mask) ^ flip;
+        }
+    }
+    fields[valid..].fill(0);
+}
+
+/// A 32-code chunk of 4-bit codes (16 bytes of B, code 2j in the low nibble of byte j) as the layout stores it:
+/// byte p holds field p in its low nibble and field 16 + p in its high one (two lanes), fields = codes XOR `flip`.
+#[inline]
+fn interleave_chunk4(src: &[u8; 16], flip: u8) -> [u8; 16] {
+    // Nibble i of a u64 to byte i of a u128 (SWAR: halve the field width four times).
+    fn spread(x: u64) -> u128 {
+        let mut t = x as u128;
+        t = (t | (t << 32)) & 0x0000_0000_ffff_ffff_0000_0000_ffff_ffff;
+        t = (t | (t << 16)) & 0x0000_ffff_0000_ffff_0000_ffff_0000_ffff;
+        t = (t | (t << 8)) & 0x00ff_00ff_00ff_00ff_00ff_00ff_00ff_00ff;
+        (t | (t << 4)) & 0x0f0f_0f0f_0f0f_0f0f_0f0f_0f0f_0f0f_0f0f
+    }
+    let (lo, hi) = src.split_at(8);
+    let flips = u128::from_le_bytes([flip; 16]);
+    let low = spread(u64::from_le_bytes(lo.try_into().expect("8 bytes"))) ^ flips; // codes 0..16
+    let high = spread(u64::from_le_bytes(hi.try_into().expect("8 bytes"))) ^ flips; // codes 16..32
+    (low | (high << 4)).to_le_bytes()
+}
+
+/// Group g (KR bytes) of a chunk's interleaved bytes goes to column `col` of kr-row g: byte (g·nr + col)·KR.
+#[inline]
+fn scatter_groups<const KR: usize>(bytes: &[u8], dst: &mut [u8], nr: usize, col: usize) {
+    for (g, group) in bytes.chunks_exact(KR).enumerate() {
+        let group: &[u8; KR] = group.try_into().expect("chunks_exact");
+        dst[(g * nr + col) * KR..][..KR].copy_from_slice(group);
+    }
+}
+
+/// `false` only in the test that compares the fast packing path with the per-code one.
+#[cfg(not(test))]
+fn self_test_fast_path() -> bool {
+    true
+}
+#[cfg(test)]
+fn self_test_fast_path() -> bool {
+    !tests::PER_CODE.with(|c| c.get())
+}
+
 /// Threads for packing `codes` codes in `panels` panels: one per 4M codes, up to the cores available.
 fn pack_threads(codes: usize, panels: usize) -> usize {
     const CODES_PER_THREAD: usize = 1 << 22;
@@ -311,6 +434,85 @@ fn regroup(w: &Weights<'_>) -> (Vec<u32>, Vec<u32>) {
 mod tests {
     use super::*;
     use crate::pack::layout::ScaleType;
+
+    thread_local! {
+        /// Set by `fast_path_equals_per_code_path` to pack through the per-code path.
+        pub(super) static PER_CODE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// The fast path writes exactly the bytes of the per-code one: every registered layout, bits 2/4/8, blocks
+    /// 16…256, K with a partial last block, N not a multiple of nr, every zero-point kind.
+    #[test]
+    fn fast_path_equals_per_code_path() {
+        let cpu = crate::Cpu::get();
+        let mut layouts: Vec<RhsLayout> = crate::registry::families().iter().map(|f| f.layout(cpu)).collect();
+        layouts.extend([RhsLayout::plain(8, 4), RhsLayout::plain(4, 8), RhsLayout::plain(16, 4)]);
+        layouts.push(RhsLayout {
+            codes: Codes::Signed,
+            scales: ScaleType::Bf16,
+            zero_points: ZpStorage::Correction,
+            block_sums: true,
+            ..RhsLayout::plain(4, 8)
+        });
+        let mut checked = 0;
+        for layout in layouts {
+            for bits in [2u32, 4, 8] {
+                for bl in [16usize, 32, 64, 256] {
+                    if !layout.holds_blocks(bits, bl) {
+                        continue;
+                    }
+                    let (k, n) = (3 * bl + 5, 2 * layout.nr + 3);
+                    let p = Params::new(k as i64, n as i64, bits as i64, bl as i64).unwrap();
+                    let b: Vec<u8> = (0..n * p.k_blocks() * p.blob_size()).map(|i| (i * 131 % 251) as u8).collect();
+                    let scales: Vec<f32> = (0..n * p.k_blocks()).map(|i| i as f32 * 0.01 - 0.3).collect();
+                    let zp: Vec<u8> = (0..n * p.zp_row_bytes()).map(|i| (i * 7 % 256) as u8).collect();
+                    let zf: Vec<f32> = (0..n * p.k_blocks()).map(|i| (i % 9) as f32 + 0.5).collect();
+                    for zps in [ZeroPoints::Default, ZeroPoints::Packed(&zp), ZeroPoints::Float(&zf)] {
+                        let w = Weights::new(p, &b, &scales, zps, None).unwrap();
+                        let Ok(fast) = PackedRhs::pack_with_threads(&w, layout, 1) else { continue };
+                        PER_CODE.with(|c| c.set(true));
+                        let slow = PackedRhs::pack_with_threads(&w, layout, 1).unwrap();
+                        PER_CODE.with(|c| c.set(false));
+                        assert_eq!(fast.bytes(), slow.bytes(), "{layout} bits={bits} bl={bl} {zps:?}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 50, "only {checked} combinations packed");
+    }
+
+    /// The row-at-a-time conversions equal the per-value ones they replace.
+    #[test]
+    fn row_conversions_equal_per_value_ones() {
+        let src: Vec<f32> = (0..700).map(|i| (i as f32 - 350.0) * 0.0137 + 1e-6 * i as f32).collect();
+        for st in [ScaleType::F32, ScaleType::F16, ScaleType::Bf16] {
+            let (mut bytes, mut rounded) = (vec![0u8; src.len() * st.bytes()], vec![0f32; src.len()]);
+            st.encode(&src, &mut bytes, &mut rounded);
+            for (i, &s) in src.iter().enumerate() {
+                let mut one = [0u8; 4];
+                st.write(s, &mut one);
+                assert_eq!(&bytes[i * st.bytes()..][..st.bytes()], &one[..st.bytes()], "{st:?} {i}");
+                assert_eq!(rounded[i].to_bits(), st.round(s).to_bits(), "{st:?} {i}");
+            }
+        }
+        for bits in [2u32, 4, 8] {
+            let p = Params::new(37 * 16, 3, bits as i64, 16).unwrap();
+            let zp: Vec<u8> = (0..3 * p.zp_row_bytes()).map(|i| (i * 73 % 256) as u8).collect();
+            let zf: Vec<f32> = (0..3 * p.k_blocks()).map(|i| i as f32 * 0.5).collect();
+            let (b, sc) = (vec![0u8; 3 * p.k_blocks() * p.blob_size()], vec![1f32; 3 * p.k_blocks()]);
+            for zps in [ZeroPoints::Default, ZeroPoints::Packed(&zp), ZeroPoints::Float(&zf)] {
+                let w = Weights::new(p, &b, &sc, zps, None).unwrap();
+                let mut row = vec![0f32; p.k_blocks()];
+                for n in 0..3 {
+                    w.zero_point_row(n, &mut row);
+                    for (blk, &z) in row.iter().enumerate() {
+                        assert_eq!(z, w.zero_point(n, blk), "bits={bits} {zps:?} n={n} blk={blk}");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn parallel_packing_is_identical() {
