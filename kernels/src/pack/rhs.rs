@@ -87,7 +87,7 @@ impl PackedRhs {
         let chunk = RhsLayout::chunk(bl);
         let lane_len = chunk / cpb;
         let chunk_bytes = chunk * layout.nr * bits / 8;
-        let fast = k_map.is_none() && lane_len % layout.kr == 0 && self_test_fast_path();
+        let fast = k_map.is_none() && lane_len.is_multiple_of(layout.kr) && self_test_fast_path();
         let flip = match layout.codes {
             Codes::Unsigned => 0u8,
             Codes::Signed => m_v as u8,
