@@ -241,7 +241,7 @@ impl Selected {
             "plan was made for another kernel's geometry"
         );
         assert!(t < plan.count(), "tile {t} out of range ({} tiles)", plan.count());
-        assert_eq!(rhs.data.len(), rhs.panels() * rhs.panel_bytes(), "packed weights truncated");
+        assert_eq!(rhs.bytes().len(), rhs.panels() * rhs.panel_bytes(), "packed weights truncated");
         if let Some(b) = bias {
             assert_eq!(b.len(), p.n, "bias has {} values, N = {}", b.len(), p.n);
         }
@@ -285,7 +285,7 @@ impl Selected {
             lhs_scale,
             lhs_sum,
             lhs_stride: kp,
-            rhs: rhs.data[(n0 / self.layout.nr) * rhs.panel_bytes()..].as_ptr(),
+            rhs: rhs.bytes()[(n0 / self.layout.nr) * rhs.panel_bytes()..].as_ptr(),
             rhs_panel_stride: rhs.panel_bytes(),
             rhs_record: rec.bytes,
             rhs_scales: rec.scales,

@@ -89,3 +89,36 @@ fn selected_families_match_expectation() {
         assert_eq!(got, want, "family selection on {}", ladder.cpu());
     }
 }
+
+/// The selected family computes the same output from weights packed into a caller's buffer and read in place
+/// (`PackedRhs::pack_into` + `PackedRhs::borrowed`) as from weights it packed itself, on both paths.
+#[test]
+fn kernels_read_weights_packed_into_a_callers_buffer() {
+    use nibble_kernels::format::{Params, Weights, ZeroPoints};
+    use nibble_kernels::pack::{LhsSource, PackedRhs};
+    use nibble_kernels::{ComputePath, Problem, select};
+    let (k, n, m) = (300usize, 77usize, 5usize);
+    let p = Params::new(k as i64, n as i64, 4, 32).unwrap();
+    let b: Vec<u8> = (0..n * p.k_blocks() * p.blob_size()).map(|i| (i * 131 % 251) as u8).collect();
+    let scales: Vec<f32> = (0..n * p.k_blocks()).map(|i| 0.01 + (i % 7) as f32 * 1e-3).collect();
+    let zp: Vec<u8> = (0..n * p.zp_row_bytes()).map(|i| (i * 7 % 256) as u8).collect();
+    let w = Weights::new(p, &b, &scales, ZeroPoints::Packed(&zp), None).unwrap();
+    let a: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+    for path in [ComputePath::Int8, ComputePath::Fp32] {
+        let sel = select(&Problem::of(path, &w)).unwrap();
+        let owned = sel.pack_rhs(&w).unwrap();
+        let mut buf = vec![0u8; PackedRhs::packed_len(&w, sel.layout()).unwrap()];
+        PackedRhs::pack_into(&w, sel.layout(), &mut buf).unwrap();
+        let view = PackedRhs::borrowed(&w, sel.layout(), std::sync::Arc::new(buf)).unwrap();
+        let run = |rhs: &PackedRhs| {
+            let mut out = vec![0f32; m * n];
+            sel.matmul(rhs, LhsSource::F32(&a), m, None, &mut out, |count, f| {
+                (0..count).for_each(f);
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+            out
+        };
+        assert_eq!(run(&owned), run(&view), "{} ({path:?})", sel.name());
+    }
+}

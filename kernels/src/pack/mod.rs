@@ -10,4 +10,4 @@ pub use layout::{Codes, RecordLayout, RhsLayout, ScaleType, ZpStorage, code_posi
 #[cfg(test)]
 pub(crate) use lhs::assert_quantizer_matches_scalar;
 pub use lhs::{LhsFormat, LhsSource, PackedLhs, QuantizeBlock, quantize_block};
-pub use rhs::{NO_SOURCE, PackedRhs};
+pub use rhs::{NO_SOURCE, PackedRhs, RhsBytes};

@@ -7,6 +7,7 @@
 
 use super::layout::{Codes, RecordLayout, RhsLayout, ZpStorage, code_position};
 use crate::format::{FormatError, Params, Weights, ZeroPoints};
+use std::sync::Arc;
 
 /// Weights packed for one layout. Immutable after packing; shared by all threads.
 #[derive(Debug, Clone)]
@@ -18,7 +19,33 @@ pub struct PackedRhs {
     pub(crate) record: RecordLayout,
     /// For each packed K position, the source column of A, or `NO_SOURCE` (a zero). None = identity.
     pub(crate) k_map: Option<Vec<u32>>,
-    pub(crate) data: Vec<u8>,
+    pub(crate) data: RhsBytes,
+}
+
+/// Where packed weights live.
+#[derive(Clone)]
+pub enum RhsBytes {
+    /// Allocated and owned by the [`PackedRhs`] ([`PackedRhs::pack`]).
+    Owned(Vec<u8>),
+    /// Packed by [`PackedRhs::pack_into`] into memory the caller provided and keeps alive behind this handle (a
+    /// host allocator's block, a mapped file, a buffer shared between sessions): read in place, never copied.
+    Borrowed(Arc<dyn AsRef<[u8]> + Send + Sync>),
+}
+
+impl RhsBytes {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            RhsBytes::Owned(v) => v,
+            RhsBytes::Borrowed(b) => (**b).as_ref(),
+        }
+    }
+}
+
+impl std::fmt::Debug for RhsBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = if matches!(self, RhsBytes::Owned(_)) { "Owned" } else { "Borrowed" };
+        write!(f, "{kind}({} bytes)", self.as_slice().len())
+    }
 }
 
 /// `k_map` entry for a packed position that reads no column of A.
@@ -36,6 +63,61 @@ impl PackedRhs {
 
     /// [`PackedRhs::pack`] on exactly `threads` threads (panels are split between them).
     pub fn pack_with_threads(w: &Weights<'_>, layout: RhsLayout, threads: usize) -> Result<Self, FormatError> {
+        let (mut rhs, block_src) = Self::header(w, layout)?;
+        let mut data = vec![0u8; rhs.panels() * rhs.panel_bytes()];
+        rhs.fill(w, &block_src, threads, &mut data);
+        rhs.data = RhsBytes::Owned(data);
+        Ok(rhs)
+    }
+
+    /// The size in bytes of `w` packed into `layout`: what [`PackedRhs::pack_into`] needs, known before packing.
+    pub fn packed_len(w: &Weights<'_>, layout: RhsLayout) -> Result<usize, FormatError> {
+        let (rhs, _) = Self::header(w, layout)?;
+        Ok(rhs.panels() * rhs.panel_bytes())
+    }
+
+    /// Packs `w` into `out`, a buffer of exactly [`PackedRhs::packed_len`] bytes the caller provides (any
+    /// contents: it is overwritten), with the same bytes [`PackedRhs::pack`] makes. Read it back in place with
+    /// [`PackedRhs::borrowed`].
+    pub fn pack_into(w: &Weights<'_>, layout: RhsLayout, out: &mut [u8]) -> Result<(), FormatError> {
+        let (rhs, block_src) = Self::header(w, layout)?;
+        let need = rhs.panels() * rhs.panel_bytes();
+        if out.len() != need {
+            return Err(FormatError(format!(
+                "a buffer of {} bytes cannot hold these weights packed as {layout}: they take {need}",
+                out.len()
+            )));
+        }
+        out.fill(0);
+        let p = w.params;
+        rhs.fill(w, &block_src, pack_threads(p.n * p.k_padded(), rhs.panels()), out);
+        Ok(())
+    }
+
+    /// Packed weights read in place from `bytes`, which [`PackedRhs::pack_into`] filled from the same `w` and
+    /// `layout` (its length is checked; its contents are the caller's word).
+    pub fn borrowed(
+        w: &Weights<'_>,
+        layout: RhsLayout,
+        bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    ) -> Result<Self, FormatError> {
+        let (mut rhs, _) = Self::header(w, layout)?;
+        let (have, need) = ((*bytes).as_ref().len(), rhs.panels() * rhs.panel_bytes());
+        if have != need {
+            return Err(FormatError(format!("packed weights of {have} bytes, but {layout} packing takes {need}")));
+        }
+        rhs.data = RhsBytes::Borrowed(bytes);
+        Ok(rhs)
+    }
+
+    /// Whether the packed bytes are the caller's ([`PackedRhs::borrowed`]).
+    pub fn is_borrowed(&self) -> bool {
+        matches!(self.data, RhsBytes::Borrowed(_))
+    }
+
+    /// Checks that `layout` can hold `w` and lays out the packed weights (no bytes yet); also returns the source
+    /// block of each packed block.
+    fn header(w: &Weights<'_>, layout: RhsLayout) -> Result<(Self, Vec<u32>), FormatError> {
         let p = w.params;
         let has_zp = !matches!(w.zero_points, ZeroPoints::Default);
         if !layout.holds_blocks(p.bits, p.block_size) {
@@ -57,7 +139,13 @@ impl PackedRhs {
         };
         let blocks = block_src.len();
         let rec = layout.record(p.bits, bl, has_zp);
-        let mut rhs = PackedRhs { params: p, layout, blocks, record: rec, k_map, data: Vec::new() };
+        Ok((PackedRhs { params: p, layout, blocks, record: rec, k_map, data: RhsBytes::Owned(Vec::new()) }, block_src))
+    }
+
+    /// Writes the packed weights into `data` (zeroed, `panels · panel_bytes` long) on `threads` threads.
+    fn fill(&self, w: &Weights<'_>, block_src: &[u32], threads: usize, data: &mut [u8]) {
+        let (p, layout, rec, rhs) = (w.params, self.layout, self.record, self);
+        let bl = p.block_size;
         let panels = rhs.panels();
         let record = rec.bytes;
         // Where each block offset lands for column 0 (a column adds col·kr bytes): computed once, not per code.
@@ -200,8 +288,7 @@ impl PackedRhs {
         };
         // Panels are independent: large weights are packed on all cores (session creation time matters for
         // multi-GB models; ORT gives custom ops no thread pool at kernel creation).
-        let mut data = vec![0u8; panels * blocks * record];
-        let panel_bytes = blocks * record;
+        let panel_bytes = rhs.panel_bytes();
         if threads <= 1 || panel_bytes == 0 {
             for (panel, out) in data.chunks_exact_mut(panel_bytes.max(1)).enumerate() {
                 pack_panel(panel, out);
@@ -219,8 +306,6 @@ impl PackedRhs {
                 }
             });
         }
-        rhs.data = data;
-        Ok(rhs)
     }
 
     pub fn params(&self) -> Params {
@@ -268,11 +353,11 @@ impl PackedRhs {
 
     /// The packed bytes (records of all panels).
     pub fn bytes(&self) -> &[u8] {
-        &self.data
+        self.data.as_slice()
     }
 
     fn rec(&self, panel: usize, vb: usize) -> &[u8] {
-        &self.data[(panel * self.blocks + vb) * self.record.bytes..][..self.record.bytes]
+        &self.data.as_slice()[(panel * self.blocks + vb) * self.record.bytes..][..self.record.bytes]
     }
 
     /// The stored field of (column n, packed k).
@@ -511,6 +596,36 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// pack_into a caller's buffer makes pack's bytes; borrowed reads them in place; wrong sizes are refused.
+    #[test]
+    fn packs_into_a_callers_buffer_and_reads_it_in_place() {
+        let p = Params::new(1000, 203, 4, 64).unwrap();
+        let b: Vec<u8> = (0..203 * 16 * 32).map(|i| (i * 131 % 251) as u8).collect();
+        let scales: Vec<f32> = (0..203 * 16).map(|i| i as f32 * 0.01 - 1.0).collect();
+        let zp: Vec<u8> = (0..203 * 8).map(|i| (i * 7) as u8).collect();
+        let g: Vec<i32> = (0..1000).map(|k| ((k * 7) % 1000 / 64) as i32).collect();
+        for g_idx in [None, Some(&g[..])] {
+            let w = Weights::new(p, &b, &scales, ZeroPoints::Packed(&zp), g_idx).unwrap();
+            let layout = RhsLayout::plain(8, 4);
+            let owned = PackedRhs::pack(&w, layout).unwrap();
+            let len = PackedRhs::packed_len(&w, layout).unwrap();
+            assert_eq!(len, owned.bytes().len());
+            let mut buf = vec![0xa5u8; len]; // any contents: overwritten
+            PackedRhs::pack_into(&w, layout, &mut buf).unwrap();
+            assert_eq!(buf, owned.bytes());
+            let view = PackedRhs::borrowed(&w, layout, Arc::new(buf)).unwrap();
+            assert!(view.is_borrowed() && !owned.is_borrowed());
+            assert_eq!(view.bytes().as_ptr(), view.bytes().as_ptr()); // in place: one buffer
+            assert_eq!((view.code_at(202, 999), view.scale_at(7, 3)), (owned.code_at(202, 999), owned.scale_at(7, 3)));
+            assert_eq!(view.k_map(), owned.k_map());
+
+            let e = PackedRhs::pack_into(&w, layout, &mut vec![0u8; len - 1]).unwrap_err().0;
+            assert!(e.contains(&format!("{}", len - 1)) && e.contains(&format!("{len}")), "{e}");
+            let e = PackedRhs::borrowed(&w, layout, Arc::new(vec![0u8; len + 8])).unwrap_err().0;
+            assert!(e.contains(&format!("{}", len + 8)), "{e}");
         }
     }
 
