@@ -606,7 +606,7 @@ mod tests {
         let b: Vec<u8> = (0..203 * 16 * 32).map(|i| (i * 131 % 251) as u8).collect();
         let scales: Vec<f32> = (0..203 * 16).map(|i| i as f32 * 0.01 - 1.0).collect();
         let zp: Vec<u8> = (0..203 * 8).map(|i| (i * 7) as u8).collect();
-        let g: Vec<i32> = (0..1000).map(|k| ((k * 7) % 1000 / 64) as i32).collect();
+        let g: Vec<i32> = (0..1000).map(|k| (k * 7) % 1000 / 64).collect();
         for g_idx in [None, Some(&g[..])] {
             let w = Weights::new(p, &b, &scales, ZeroPoints::Packed(&zp), g_idx).unwrap();
             let layout = RhsLayout::plain(8, 4);
