@@ -164,7 +164,7 @@ def run_modes(model: Path, args: argparse.Namespace, extra: dict) -> list:
     return rows
 
 
-def measure(model: Path, mode: str, lib: Path, decode_steps: int) -> dict:
+def measure(model: Path, mode: str, lib: Path, decode_steps: int = 0) -> dict:
     cmd = [sys.executable, __file__, "--child", "--mode", mode, "--lib", str(lib), "--model", str(model),
            "--decode-steps", str(decode_steps)]
     out = subprocess.run(cmd, capture_output=True, text=True)
