@@ -10,7 +10,10 @@
 #                                                (scripts/setup.sh --ort-versions: 1.20.1 1.23.2 1.24.4) in .cache/ort/
 #   2. tests/fixtures/make_fixtures.py           models + golden data -> target/fixtures/
 #      scripts/convert-smollm2.sh                SmolLM2-135M GGUF -> target/llama/smollm2-{fp32,q4} (ONNX)
-#   3. cargo build --release -p nibble-ort       target/release/libnibble_ort.so (what ORT loads)
+#   3. cargo build --release -p nibble-ort -p nibble-llama
+#                                                target/release/libnibble_ort.so (what ORT loads) and the driver,
+#                                                built together as scripts/demo.sh does (one feature resolution:
+#                                                neither build invalidates the other's)
 #   4. cargo test --workspace                    kernels unit/property tests, provider tests; the ORT integration
 #                                                test (provider/tests/session.rs) and the Llama driver's tests
 #                                                (examples/llama/tests/driver.rs) run here against ORT 1.31.1
@@ -120,7 +123,7 @@ fi
 
 step "fixtures (tests/fixtures/make_fixtures.py)" .venv/bin/python tests/fixtures/make_fixtures.py --out "$NIBBLE_FIXTURES"
 step "SmolLM2 model directories (scripts/convert-smollm2.sh)" bash scripts/convert-smollm2.sh "$TARGET/llama"
-step "cargo build --release -p nibble-ort" cargo build "${LOCKED[@]}" --release -p nibble-ort
+step "cargo build --release -p nibble-ort -p nibble-llama" cargo build "${LOCKED[@]}" --release -p nibble-ort -p nibble-llama
 step "lint (cargo fmt --check, cargo clippy -D warnings)" \
     bash -c 'cargo fmt --all -- --check && cargo clippy -q "$@" --workspace --all-targets -- -D warnings' _ "${LOCKED[@]}"
 step "cargo test --workspace (ORT integration on $ORT_NEW)" with_ort "$ORT_NEW" cargo test "${LOCKED[@]}" --workspace

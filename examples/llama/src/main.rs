@@ -94,6 +94,15 @@ fn tokenize_prompt(args: &Args, model: &ModelDir, tok: &Tokenizer) -> Result<Pro
     Ok(Prompt { ids, tokenize_s: start.elapsed().as_secs_f64() })
 }
 
+/// The question as the user gave it (before the chat template), for the log.
+fn asked(args: &Args) -> String {
+    match (&args.system, args.raw) {
+        (_, true) => format!("prompt (raw): {:?}", args.prompt),
+        (Some(sys), false) => format!("system: {sys:?}; question: {:?}", args.prompt),
+        (None, false) => format!("question: {:?}", args.prompt),
+    }
+}
+
 /// What one run needs besides the model.
 struct RunSpec<'a> {
     label: Option<String>,
@@ -220,6 +229,7 @@ fn single(args: &Args, params: SamplingParams, seed: u64) -> Result<()> {
             if f == Frontend::Ep { "execution provider" } else { "custom-op library" }
         ))
     );
+    eprintln!("[nibble-llama] {}", asked(args));
     let spec = RunSpec { label: None, params, seed, nibble, stream: !args.quiet };
     let report = run_once(args, &env, &model, &tok, &prompt, &spec)?;
     eprintln!("\n--- metrics ---\n{}", report.summary());
@@ -256,6 +266,7 @@ fn compare(args: &Args, params: SamplingParams, seed: u64) -> Result<()> {
         frontend.name()
     );
 
+    eprintln!("[compare] {}", asked(args));
     let q_weights = q.config.describe_weights();
     let q_short = match &q.config.quantization {
         Some(qz) => format!("int{}", qz.bits.unwrap_or(4)),
