@@ -28,9 +28,19 @@ struct ApiPtr(&'static OrtApi);
 
 static API: OnceLock<ApiPtr> = OnceLock::new();
 
-/// Installs the API table ORT handed to `RegisterCustomOps` (first call wins: one ORT per process).
-pub fn init(api: &'static OrtApi) {
+/// The loaded runtime's minor version (1.MINOR), set with the table.
+static RUNTIME_MINOR: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Installs the API table ORT handed to `RegisterCustomOps` (first call wins: one ORT per process), and the
+/// runtime's minor version, which says which entries past the requested API the table has.
+pub fn init(api: &'static OrtApi, runtime_minor: u32) {
     let _ = API.set(ApiPtr(api));
+    RUNTIME_MINOR.store(runtime_minor, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The loaded runtime's minor version (0 before [`init`]).
+pub fn runtime_minor() -> u32 {
+    RUNTIME_MINOR.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The API table. Only reachable after `RegisterCustomOps` succeeded, which is before ORT can call anything
@@ -566,6 +576,107 @@ pub unsafe fn session_config(options: *const ort_sys::OrtSessionOptions, key: &s
     }
     // SAFETY: `options` and `ckey` as above; `buf` and `size` follow `read_string`'s convention.
     read_string(|buf, size| ort![unsafe GetSessionConfigEntry(options, ckey.as_ptr(), buf, size)]).map(Some)
+}
+
+/// Sets session config entry `key` = `value` on `options`.
+///
+/// # Safety
+/// As for [`session_config`].
+pub unsafe fn set_session_config(options: *mut ort_sys::OrtSessionOptions, key: &str, value: &str) -> Result<()> {
+    let (k, v) = (CString::new(key).expect("no NUL"), CString::new(value).expect("no NUL"));
+    // SAFETY: `options` is live (this function's contract); both strings are NUL-terminated and outlive the call,
+    // which copies them.
+    ort![unsafe AddSessionConfigEntry(options, k.as_ptr(), v.as_ptr())]
+}
+
+/// `OrtApi` entries past API 17 read by index (ort-sys declares them only with features that would make the
+/// `ort` crate refuse older runtimes); the layout test in `ep::abi` checks each against the vendored header.
+pub(crate) mod index {
+    /// `GetKeyValuePairs`, 1.22.
+    pub const GET_KEY_VALUE_PAIRS: usize = 298;
+    /// `ReleaseKeyValuePairs`, 1.22.
+    pub const RELEASE_KEY_VALUE_PAIRS: usize = 300;
+    /// `GetSessionOptionsConfigEntries`, 1.23.
+    pub const GET_SESSION_OPTIONS_CONFIG_ENTRIES: usize = 379;
+    /// `KernelInfo_GetConfigEntries`, 1.24.
+    pub const KERNEL_INFO_GET_CONFIG_ENTRIES: usize = 391;
+}
+
+type Kvp = c_void;
+type GetKvpFn = unsafe extern "system" fn(*const Kvp, *mut *const *const c_char, *mut *const *const c_char, *mut usize);
+type ReleaseKvpFn = unsafe extern "system" fn(*mut Kvp);
+
+/// Copies the entries of `kvps` (made by an ORT call that gave us ownership) and releases it.
+///
+/// # Safety
+/// `kvps` is null or a live `OrtKeyValuePairs` we own; the runtime is ≥ 1.22 (the table has both entries).
+unsafe fn take_key_value_pairs(kvps: *mut Kvp) -> Vec<(String, String)> {
+    if kvps.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: runtime ≥ 1.22 (contract): the entries exist with these signatures (layout test).
+    let (get, release): (GetKvpFn, ReleaseKvpFn) = unsafe {
+        (
+            crate::ep::abi::api_entry(api(), index::GET_KEY_VALUE_PAIRS),
+            crate::ep::abi::api_entry(api(), index::RELEASE_KEY_VALUE_PAIRS),
+        )
+    };
+    let (mut keys, mut values, mut n): (*const *const c_char, *const *const c_char, usize) =
+        (std::ptr::null(), std::ptr::null(), 0);
+    // SAFETY: `kvps` is live (contract); the out-parameters are writable locals receiving arrays `kvps` owns.
+    unsafe { get(kvps, &mut keys, &mut values, &mut n) };
+    let text = |p: *const c_char| {
+        // SAFETY: ORT's entries are NUL-terminated strings owned by `kvps`, alive until it is released below.
+        if p.is_null() { String::new() } else { unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned() }
+    };
+    let out = (0..n)
+        .map(|i| {
+            // SAFETY: `keys` and `values` hold `n` entries each (GetKeyValuePairs' contract).
+            unsafe { (text(*keys.add(i)), text(*values.add(i))) }
+        })
+        .collect();
+    // SAFETY: we own `kvps` (contract) and release it once, after the last read of its strings.
+    unsafe { release(kvps) };
+    out
+}
+
+/// Every session config entry of `options`, or None on runtimes without `GetSessionOptionsConfigEntries` (< 1.23).
+///
+/// # Safety
+/// As for [`session_config`].
+pub unsafe fn session_config_entries(
+    options: *const ort_sys::OrtSessionOptions,
+) -> Result<Option<Vec<(String, String)>>> {
+    if runtime_minor() < 23 {
+        return Ok(None);
+    }
+    type F = unsafe extern "system" fn(*const ort_sys::OrtSessionOptions, *mut *mut Kvp) -> OrtStatusPtr;
+    // SAFETY: runtime ≥ 1.23 (checked): the entry exists with this signature (layout test).
+    let f: F = unsafe { crate::ep::abi::api_entry(api(), index::GET_SESSION_OPTIONS_CONFIG_ENTRIES) };
+    let mut kvps: *mut Kvp = std::ptr::null_mut();
+    // SAFETY: `options` is live (contract); `kvps` is a writable local that receives an instance we then own.
+    check(unsafe { f(options, &mut kvps) }, "GetSessionOptionsConfigEntries")?;
+    // SAFETY: ORT made `kvps` for us (ownership passed); runtime ≥ 1.22.
+    Ok(Some(unsafe { take_key_value_pairs(kvps) }))
+}
+
+/// Every session config entry of the session a kernel is being created for, or None before 1.24
+/// (`KernelInfo_GetConfigEntries`).
+///
+/// # Safety
+/// `info` is the live `OrtKernelInfo` of the kernel being created (valid for the CreateKernel call).
+pub unsafe fn kernel_config_entries(info: *const OrtKernelInfo) -> Result<Option<Vec<(String, String)>>> {
+    if runtime_minor() < 24 {
+        return Ok(None);
+    }
+    type F = unsafe extern "system" fn(*const OrtKernelInfo, *mut *mut Kvp) -> OrtStatusPtr;
+    // SAFETY: runtime ≥ 1.24 (checked): the entry exists with this signature (layout test).
+    let f: F = unsafe { crate::ep::abi::api_entry(api(), index::KERNEL_INFO_GET_CONFIG_ENTRIES) };
+    let mut kvps: *mut Kvp = std::ptr::null_mut();
+    // SAFETY: `info` is live for this call (contract); `kvps` is a writable local receiving an instance we own.
+    check(unsafe { f(info, &mut kvps) }, "KernelInfo_GetConfigEntries")?;
+    // SAFETY: ORT made `kvps` for us (ownership passed); runtime ≥ 1.22.
+    Ok(Some(unsafe { take_key_value_pairs(kvps) }))
 }
 
 /// The value of the first of `keys` that is set in the session config, or None.

@@ -4,6 +4,7 @@
 //! read a field, and cannot panic.
 
 use crate::api::{self, Dtype, KernelContext, KernelInfo, ShapeInfer};
+use crate::domain::{self, Registration};
 use crate::matmul_nbits::{self, MatMulNBits, OpConfig, PackAt};
 use crate::status::{Error, Result};
 use ort_sys::{
@@ -21,6 +22,8 @@ pub struct OpDef {
     /// Element type of A, scales, bias and Y for this variant.
     pub dtype: Dtype,
     pub config: OpConfig,
+    /// The settings read when `RegisterCustomOps` registered this op (None for the EP factory's schema-only op).
+    pub registration: Option<Registration>,
 }
 
 // SAFETY: OpDef is immutable after registration (ORT only reads it) and its function pointers are plain code.
@@ -29,6 +32,11 @@ unsafe impl Sync for OpDef {}
 unsafe impl Send for OpDef {}
 
 impl OpDef {
+    /// Remembers the settings `RegisterCustomOps` read, so kernel creation can refuse ones set later.
+    pub fn registered(self, registration: Registration) -> OpDef {
+        OpDef { registration: Some(registration), ..self }
+    }
+
     /// The table for one A type. `version` is min(runtime API, `api::API_VERSION`): the fields we fill.
     /// `shape_inference` installs `InferOutputShapeFn`; ORT before 1.24 crashes building its context when a node
     /// has an empty (skipped) optional input (seen on 1.20–1.23), so the caller leaves it out there
@@ -62,7 +70,7 @@ impl OpDef {
             GetEndVersion: Some(end_version),
             ..zeroed_tail()
         };
-        OpDef { raw, dtype, config }
+        OpDef { raw, dtype, config, registration: None }
     }
 
     pub fn raw(&self) -> *const OrtCustomOp {
@@ -157,7 +165,16 @@ unsafe extern "system" fn create_kernel(
 ) -> OrtStatusPtr {
     fenced("MatMulNBits create", || {
         // SAFETY: ORT passes back our op and the info of the kernel being created.
-        let (def, info) = unsafe { (op_def(op), KernelInfo::new(info)) };
+        let (def, info, raw_info) = unsafe { (op_def(op), KernelInfo::new(info), info) };
+        // Settings added to the session options after registration would be ignored: refuse them by name.
+        // SAFETY: `raw_info` is live for this call.
+        if let Some(registered) = &def.registration
+            && let Some(entries) = unsafe { api::kernel_config_entries(raw_info)? }
+        {
+            let value = |key: &str| entries.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+            let now = domain::plan_from(|key| Ok(value(key).or_else(|| value(&domain::custom_op_config_key(key)))))?;
+            domain::check_unchanged(registered, &now)?;
+        }
         let k = MatMulNBits::create(&info, def.dtype, &def.config, PackAt::Create)?;
         // SAFETY: `kernel` is ORT's out-pointer; it takes ownership until KernelDestroy.
         unsafe { *kernel = Box::into_raw(Box::new(k)).cast() };

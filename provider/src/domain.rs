@@ -16,6 +16,49 @@ pub fn custom_op_config_key(key: &str) -> String {
     format!("custom_op.MatMulNBits.{}", key.trim_start_matches("nibble."))
 }
 
+/// Session config key the custom-op frontend sets on the options it registered into (value "1"), so a second
+/// registration on the same options is refused by name instead of failing in ORT ("Domain already set").
+pub const KEY_REGISTERED: &str = "nibble.registered";
+
+/// The first config key that looks like one of ours but is not (`nibble.*`, or C++'s
+/// `custom_op.MatMulNBits.*` spelling): a typo would otherwise be ignored silently.
+pub fn unknown_key<'a>(keys: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let known = [KEY_OVERRIDE, KEY_ACCURACY_DEFAULT];
+    keys.into_iter().find(|k| {
+        (k.starts_with("nibble.") && !known.contains(k) && *k != KEY_REGISTERED)
+            || (k.starts_with("custom_op.MatMulNBits.") && !known.iter().any(|n| custom_op_config_key(n) == *k))
+    })
+}
+
+/// The error for [`unknown_key`].
+pub fn unknown_key_error(key: &str) -> Error {
+    Error::invalid(format!(
+        "{OP_PREFIX} session config {key} is not a nibble setting: the settings are {KEY_OVERRIDE} (0 or 1) and \
+         {KEY_ACCURACY_DEFAULT} (1-4), also spelled {} and {}",
+        custom_op_config_key(KEY_OVERRIDE),
+        custom_op_config_key(KEY_ACCURACY_DEFAULT)
+    ))
+}
+
+/// Compares the settings a session was created with (`now`) with those read when the library was registered on
+/// its options (`registered`): a setting added after registration has no effect, which is an error naming it.
+pub fn check_unchanged(registered: &Registration, now: &Registration) -> Result<()> {
+    let late = if registered.domains != now.domains {
+        Some((KEY_OVERRIDE, if now.domains.contains(&MS_DOMAIN) { "1" } else { "0" }.to_string()))
+    } else if registered.config != now.config {
+        Some((KEY_ACCURACY_DEFAULT, now.config.default_accuracy.to_string()))
+    } else {
+        None
+    };
+    match late {
+        None => Ok(()),
+        Some((key, value)) => Err(Error::invalid(format!(
+            "{OP_PREFIX} session config {key}={value} was set after libnibble_ort.so was registered on these \
+             session options, so it would have no effect: set nibble.* keys before registering the library"
+        ))),
+    }
+}
+
 /// The domains we register, in order.
 pub const OUR_DOMAIN: &str = "nibble";
 pub const MS_DOMAIN: &str = "com.microsoft";
@@ -67,6 +110,26 @@ pub fn plan(override_ms: Option<&str>, accuracy_default: Option<&str>) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_keys_are_found_and_named() {
+        let ok = ["nibble.override_com_microsoft", "custom_op.MatMulNBits.accuracy_level_default", "nibble.registered"];
+        assert_eq!(unknown_key(ok.iter().copied().chain(["session.x", "ep.other.y"])), None);
+        assert_eq!(unknown_key(["session.x", "nibble.accuracy_level"]), Some("nibble.accuracy_level"));
+        assert_eq!(unknown_key(["custom_op.MatMulNBits.override"]), Some("custom_op.MatMulNBits.override"));
+        let e = unknown_key_error("nibble.accuracy_level").message;
+        assert!(e.contains("nibble.accuracy_level is not") && e.contains(KEY_ACCURACY_DEFAULT), "{e}");
+    }
+
+    #[test]
+    fn late_settings_are_named() {
+        let reg = plan(None, None).unwrap();
+        assert!(check_unchanged(&reg, &plan(Some("1"), Some("4")).unwrap()).is_ok());
+        let e = check_unchanged(&reg, &plan(Some("0"), None).unwrap()).unwrap_err().message;
+        assert!(e.contains("nibble.override_com_microsoft=0 was set after"), "{e}");
+        let e = check_unchanged(&reg, &plan(None, Some("1")).unwrap()).unwrap_err().message;
+        assert!(e.contains("nibble.accuracy_level_default=1 was set after"), "{e}");
+    }
 
     #[test]
     fn defaults_override_and_int8() {

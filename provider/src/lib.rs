@@ -74,7 +74,7 @@ fn entry_point(
         // SAFETY: GetApi returns null or a table valid for the process; `need` ≤ the runtime's version (checked).
         let table = unsafe { (base.GetApi)(need).as_ref() }
             .ok_or_else(|| Error::fail(format!("{OP_PREFIX} ONNX Runtime {version} returned no API {need}")))?;
-        api::init(table);
+        api::init(table, minor);
         f(minor)
     }));
     match r.unwrap_or_else(|p| Err(Error::panic(what, p))) {
@@ -134,11 +134,24 @@ unsafe fn register(options: *mut OrtSessionOptions, runtime_minor: u32) -> Resul
     let op_version = runtime_minor.min(api::API_VERSION);
     let shape_inference = runtime_minor >= SHAPE_INFERENCE_SINCE_MINOR;
     // Each setting under its own key, or as C++'s RegisterCustomOpsLibrary(path, CustomOpConfigs) stores it.
+    // SAFETY: `options` is live (this function's contract).
+    if unsafe { api::session_config(options, domain::KEY_REGISTERED)? }.is_some() {
+        return Err(Error::invalid(format!(
+            "{OP_PREFIX} libnibble_ort.so is already registered on these session options: register it once per \
+             SessionOptions (ORT would add its domains twice and fail with \"Domain already set in registry\")"
+        )));
+    }
+    // SAFETY: as above.
+    if let Some(entries) = unsafe { api::session_config_entries(options)? }
+        && let Some(key) = domain::unknown_key(entries.iter().map(|(k, _)| k.as_str()))
+    {
+        return Err(domain::unknown_key_error(key));
+    }
     let plan = domain::plan_from(|key| {
         // SAFETY: `options` is live (this function's contract).
         unsafe { api::first_session_config(options, &[key.to_string(), domain::custom_op_config_key(key)]) }
     })?;
-    for name in plan.domains {
+    for &name in &plan.domains {
         let cname = CString::new(name).expect("domain names have no NUL");
         let mut dom: *mut OrtCustomOpDomain = std::ptr::null_mut();
         // SAFETY: `api::init` ran (this function's contract); `cname` is NUL-terminated and outlives the call,
@@ -147,7 +160,8 @@ unsafe fn register(options: *mut OrtSessionOptions, runtime_minor: u32) -> Resul
         let added = [Dtype::F32, Dtype::F16].into_iter().try_for_each(|dtype| {
             // ORT keeps the op's pointer for the life of every session made from these options: leak it (a
             // few hundred bytes per registration).
-            let def: &'static OpDef = Box::leak(Box::new(OpDef::new(dtype, plan.config, op_version, shape_inference)));
+            let def = OpDef::new(dtype, plan.config, op_version, shape_inference).registered(plan.clone());
+            let def: &'static OpDef = Box::leak(Box::new(def));
             // SAFETY: `dom` is the live domain created above (ours, not released); `def.raw()` points into a
             // leaked, never mutated `OpDef`, so it stays valid for as long as ORT keeps it.
             api::ort![unsafe CustomOpDomain_Add(dom, def.raw())]
@@ -164,7 +178,8 @@ unsafe fn register(options: *mut OrtSessionOptions, runtime_minor: u32) -> Resul
         }
         // From here ORT reads the domain for the life of the sessions and never frees it: leaked on purpose.
     }
-    Ok(())
+    // SAFETY: `options` is live (this function's contract).
+    unsafe { api::set_session_config(options, domain::KEY_REGISTERED, "1") }
 }
 
 #[cfg(test)]

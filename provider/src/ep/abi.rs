@@ -334,6 +334,16 @@ mod tests {
                 crate::host::index::APPEND_EP_V2,
             ),
             ("offsetof(OrtApi,EpDevice_EpName)/sizeof(void*)", crate::host::index::EP_DEVICE_EP_NAME),
+            ("offsetof(OrtApi,GetKeyValuePairs)/sizeof(void*)", crate::api::index::GET_KEY_VALUE_PAIRS),
+            ("offsetof(OrtApi,ReleaseKeyValuePairs)/sizeof(void*)", crate::api::index::RELEASE_KEY_VALUE_PAIRS),
+            (
+                "offsetof(OrtApi,GetSessionOptionsConfigEntries)/sizeof(void*)",
+                crate::api::index::GET_SESSION_OPTIONS_CONFIG_ENTRIES,
+            ),
+            (
+                "offsetof(OrtApi,KernelInfo_GetConfigEntries)/sizeof(void*)",
+                crate::api::index::KERNEL_INFO_GET_CONFIG_ENTRIES,
+            ),
             ("ORT_API_VERSION", EP_API_VERSION as usize),
         ]
     }
