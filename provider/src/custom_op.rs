@@ -167,13 +167,15 @@ unsafe extern "system" fn create_kernel(
         // SAFETY: ORT passes back our op and the info of the kernel being created.
         let (def, info, raw_info) = unsafe { (op_def(op), KernelInfo::new(info), info) };
         // Settings added to the session options after registration would be ignored: refuse them by name.
-        // SAFETY: `raw_info` is live for this call.
-        if let Some(registered) = &def.registration
-            && let Some(entries) = unsafe { api::kernel_config_entries(raw_info)? }
-        {
-            let value = |key: &str| entries.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
-            let now = domain::plan_from(|key| Ok(value(key).or_else(|| value(&domain::custom_op_config_key(key)))))?;
-            domain::check_unchanged(registered, &now)?;
+        if let Some(registered) = &def.registration {
+            // SAFETY: `raw_info` is the kernel info ORT passed to this call, live until it returns.
+            let entries = unsafe { api::kernel_config_entries(raw_info)? };
+            if let Some(entries) = entries {
+                let value = |key: &str| entries.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+                let now =
+                    domain::plan_from(|key| Ok(value(key).or_else(|| value(&domain::custom_op_config_key(key)))))?;
+                domain::check_unchanged(registered, &now)?;
+            }
         }
         let k = MatMulNBits::create(&info, def.dtype, &def.config, PackAt::Create)?;
         // SAFETY: `kernel` is ORT's out-pointer; it takes ownership until KernelDestroy.
