@@ -3,7 +3,7 @@
  * libnibble_ort.so is both an ONNX Runtime plugin execution-provider library (ORT >= 1.24; entry points
  * CreateEpFactories and ReleaseEpFactory, declared in ORT's onnxruntime_ep_c_api.h, called by
  * OrtApi::RegisterExecutionProviderLibrary; the EP is "NibbleExecutionProvider") and a custom-op library. It exports
- * exactly those three symbols. RegisterCustomOps is called when the library is registered on a session's options:
+ * exactly those three symbols and NibbleInfo. RegisterCustomOps is called when the library is registered on a session's options:
  *   C:      OrtApi::RegisterCustomOpsLibrary_V2(options, "libnibble_ort.so")
  *   C++:    Ort::SessionOptions::RegisterCustomOpsLibrary("libnibble_ort.so")
  *   Python: onnxruntime.SessionOptions().register_custom_ops_library("libnibble_ort.so")
@@ -38,6 +38,13 @@ struct OrtStatus* CreateEpFactories(const char* registered_name, const struct Or
                                     const struct OrtLogger* default_logger, struct OrtEpFactory** factories,
                                     size_t max_factories, size_t* num_factories);
 struct OrtStatus* ReleaseEpFactory(struct OrtEpFactory* factory);
+
+/* What nibble detects and chooses on this CPU: format 0 = the report for a person (what the nibble-info tool
+ * prints), 1 = one JSON object with "version", "arch", "ort" (custom_op_min, ep_min, tested), "cpu_features",
+ * "rungs", "ladder" (families in the order tried), "selection" (the family each path/bits/block_size gets).
+ * Needs no ONNX Runtime. The string is owned by the library (valid while it stays loaded; do not free it).
+ * NULL for another format, or if it could not be computed. */
+const char* NibbleInfo(int format);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test-aarch64.sh — cross-builds nibble for aarch64 and, under qemu-user 7.2 on every CPU model we support:
 #   * runs the kernel tests (every kernel the model can run against the reference), checking that feature
-#     detection finds exactly what each model has and which kernel family each compute path gets;
+#     detection finds exactly what each model has and which kernel family each compute path gets, and nibble-info
+#     reports the same rungs and families;
 #   * loads the aarch64 libnibble_ort.so into the aarch64 ONNX Runtime 1.31.1 (PyPI wheel) and runs the Rust
 #     integration test (provider/tests/session.rs) against ORT's own aarch64 kernel and numpy; on the first model
 #     again with NIBBLE_FAMILIES forcing the second-ranked kernel families (as scripts/test.sh does on x86);
@@ -60,11 +61,23 @@ export NIBBLE_FIXTURES=${NIBBLE_FIXTURES:-${CARGO_TARGET_DIR:-$root/target}/fixt
 locked=(); [ -f Cargo.lock ] && locked=(--locked)
 cargo build -q "${locked[@]}" --release -p nibble-ort --target $target
 cargo test -q "${locked[@]}" --release -p nibble-kernels -p nibble-ort --target $target --no-run
+bins=${CARGO_TARGET_DIR:-$root/target}/$target/release
 second_families=portable_int8_qsnbp8x8_sf16_zpc_bsum,portable_fp32_qsnbp8x8_sf32_zpc,portable_int8_qunbp8x4_sf32_zpb,portable_fp32_qunbp8x4_sf32_zpb
 first=1
 for cpu in $cpus; do
     echo "== aarch64 under qemu -cpu $cpu: kernels (expect ${expect[$cpu]}), then nibble in aarch64 ORT"
     QEMU_CPU=$cpu NIBBLE_EXPECT_ISAS=${expect[$cpu]} NIBBLE_EXPECT_FAMILIES=${families[$cpu]} cargo test -q "${locked[@]}" --release -p nibble-kernels --target $target
+    # nibble-info on this model: its rungs and the family 4-bit block-32 weights get on each path, as expected.
+    QEMU_CPU=$cpu scripts/aarch64/qemu-a64-run.sh "$bins/nibble-info" | sed -n '/^ISA rungs/p;/^selection/,$p'
+    QEMU_CPU=$cpu scripts/aarch64/qemu-a64-run.sh "$bins/nibble-info" --json |
+        python3 -c '
+import json, sys
+info, rungs = json.load(sys.stdin), sys.argv[1]
+want = dict(x.split("=") for x in sys.argv[2].split(","))
+got = {r["path"]: r["family"] for r in info["selection"] if r["bits"] == 4 and r["block_size"] == 32}
+have = ",".join(info["rungs"])
+assert have == rungs and got == want, f"nibble-info: rungs {have}, {got}; expected {rungs}, {want}"
+' "${expect[$cpu]}" "${families[$cpu]}"
     QEMU_CPU=$cpu cargo test -q "${locked[@]}" --release -p nibble-ort --target $target --test session
     if [ $first = 1 ]; then
         echo "== aarch64 under qemu -cpu $cpu: nibble in aarch64 ORT with NIBBLE_FAMILIES=$second_families"

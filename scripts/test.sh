@@ -14,6 +14,7 @@
 #                                                target/release/libnibble_ort.so (what ORT loads) and the driver,
 #                                                built together as scripts/demo.sh does (one feature resolution:
 #                                                neither build invalidates the other's)
+#      pip install . (into .venv)                the Python package nibble_ort: the Python tests load its library
 #   4. cargo test --workspace                    kernels unit/property tests, provider tests; the ORT integration
 #                                                test (provider/tests/session.rs) and the Llama driver's tests
 #                                                (examples/llama/tests/driver.rs) run here against ORT 1.31.1
@@ -28,11 +29,15 @@
 #      + the ORT integration test and the Python parity/malformed tests again with each rung and family forced
 #        (NIBBLE_ISA=portable, =avx2; NIBBLE_FAMILIES= the second portable families, the AVX2 family without
 #        AVX-VNNI), so every kernel family is proven through ORT, not only in the kernel suite
-#   8. scripts/test-aarch64.sh                   kernel tests cross-built for aarch64, under qemu on 7 CPU models,
-#                                                the Python parity tests in aarch64 ORT on 3 of them
+#   8. scripts/build-wheel.sh                    manylinux_2_28 wheels for x86_64 and aarch64; the x86_64 one in a
+#                                                fresh venv (tests/python/test-wheel.sh) and its library through the
+#                                                ORT integration test
+#   9. scripts/test-aarch64.sh                   kernel tests cross-built for aarch64, under qemu on 7 CPU models
+#                                                (and nibble-info on each), the Python parity and package tests in
+#                                                aarch64 ORT with the aarch64 wheel installed on 3 of them
 #                                                (scripts/aarch64/python-aarch64.sh) and the Llama driver on aarch64
 #                                                (scripts/aarch64/llama-aarch64.sh)
-# Environment passed to the tests: NIBBLE_LIB, NIBBLE_FIXTURES, NIBBLE_ORT_DYLIB, NIBBLE_ORT_VERSION,
+# Environment passed to the tests: NIBBLE_LIB (Rust tests; the Python ones load the installed package), NIBBLE_FIXTURES, NIBBLE_ORT_DYLIB, NIBBLE_ORT_VERSION,
 # NIBBLE_LLAMA_FP32_DIR, NIBBLE_LLAMA_Q4_DIR, NIBBLE_LLAMA_BIN.
 # ORT_LOG defaults to "fatal": the error-path tests make ORT log the (expected) errors; ORT_LOG=warning shows them.
 set -euo pipefail
@@ -104,7 +109,7 @@ with_ort() {
 run_pytest() {
     local rc=0
     [ $# -gt 0 ] || set -- tests/python
-    .venv/bin/python -m pytest -q "$@" || rc=$?
+    env -u NIBBLE_LIB .venv/bin/python -m pytest -q "$@" || rc=$?
     [ $rc = 5 ] && echo "test.sh: pytest collected no tests in tests/python" >&2
     return $rc
 }
@@ -124,6 +129,10 @@ fi
 step "fixtures (tests/fixtures/make_fixtures.py)" .venv/bin/python tests/fixtures/make_fixtures.py --out "$NIBBLE_FIXTURES"
 step "SmolLM2 model directories (scripts/convert-smollm2.sh)" bash scripts/convert-smollm2.sh "$TARGET/llama"
 step "cargo build --release -p nibble-ort -p nibble-llama" cargo build "${LOCKED[@]}" --release -p nibble-ort -p nibble-llama
+# The Python tests load the library from the installed package, as users do: `pip install .` builds it with cargo
+# (the build above: nothing recompiles) and installs nibble_ort into .venv.
+step "Python package: pip install . (nibble_ort into .venv)" \
+    .venv/bin/pip install -q --disable-pip-version-check --no-deps --force-reinstall .
 step "lint (cargo fmt --check, cargo clippy -D warnings)" \
     bash -c 'cargo fmt --all -- --check && cargo clippy -q "$@" --workspace --all-targets -- -D warnings' _ "${LOCKED[@]}"
 step "cargo test --workspace (ORT integration on $ORT_NEW)" with_ort "$ORT_NEW" cargo test "${LOCKED[@]}" --workspace
@@ -162,7 +171,20 @@ if [ $quick = 0 ]; then
         step "forced $forced: pytest parity + malformed" \
             env "$forced" bash -c "$(declare -f run_pytest); run_pytest tests/python/test_parity.py tests/python/test_malformed.py"
     done
-    step "aarch64 kernel tests under qemu (scripts/test-aarch64.sh)" bash scripts/test-aarch64.sh
+    # The wheels: manylinux_2_28 for x86_64 and aarch64 (zig-linked against glibc 2.28). The x86_64 one in a fresh
+    # venv with only onnxruntime and the test requirements, its library also through the Rust integration test; the
+    # aarch64 one is what the aarch64 Python tests load under qemu (scripts/aarch64/python-aarch64.sh).
+    step "wheels (scripts/build-wheel.sh --arch x86_64, --arch aarch64)" \
+        bash -c 'bash scripts/build-wheel.sh --arch x86_64 && bash scripts/build-wheel.sh --arch aarch64'
+    wheel_x86=$(ls "$TARGET"/wheels/nibble_ort-*-py3-none-manylinux_2_28_x86_64.whl 2>/dev/null | head -1)
+    step "x86_64 wheel in a fresh venv (tests/python/test-wheel.sh)" bash tests/python/test-wheel.sh "${wheel_x86:-missing.whl}"
+    step "ORT integration test on the wheel's library (glibc 2.28 build)" \
+        env NIBBLE_LIB="$TARGET/wheel-build/x86_64-unknown-linux-gnu/release/libnibble_ort.so" \
+        NIBBLE_ORT_DYLIB="$(ort_dylib $ORT_NEW)" NIBBLE_ORT_VERSION=$ORT_NEW \
+        cargo test "${LOCKED[@]}" -p nibble-ort --test session
+    wheel_a64=$(ls "$TARGET"/wheels/nibble_ort-*-py3-none-manylinux_2_28_aarch64.whl 2>/dev/null | head -1)
+    step "aarch64 kernel tests under qemu (scripts/test-aarch64.sh)" \
+        env NIBBLE_WHEEL="${wheel_a64:-missing.whl}" bash scripts/test-aarch64.sh
 else
     for v in "${ORT_EXTRA[@]}"; do skip "ORT integration test on $v (--quick)"; done
     skip "pytest tests/python (--quick)"

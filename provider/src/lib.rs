@@ -1,7 +1,7 @@
 //! nibble-ort: ONNX Runtime `MatMulNBits` on nibble's kernels, as a plugin execution provider (ORT >= 1.24) and as a
 //! custom-op library (ORT >= 1.17), from one shared library.
 //!
-//! Exports three symbols and links nothing from ONNX Runtime (the API tables come from the `OrtApiBase` ORT passes in):
+//! Exports four symbols and links nothing from ONNX Runtime (the API tables come from the `OrtApiBase` ORT passes in):
 //! - [`RegisterCustomOps`]: registers `MatMulNBits` (float and float16 variants) in domain `nibble` and, unless the
 //!   session config entry `nibble.override_com_microsoft` is "0", in `com.microsoft`, where it replaces ORT's own
 //!   kernel for existing models. `nibble.accuracy_level_default` ("4" default, or "1") chooses the compute path of
@@ -9,6 +9,7 @@
 //! - [`CreateEpFactories`] / [`ReleaseEpFactory`]: the `NibbleExecutionProvider` (module `ep`), which claims the same
 //!   nodes with the same settings (also as provider options) and takes the weights over through `PrePackWeight`, so
 //!   ORT frees the initializers.
+//! - [`NibbleInfo`]: what nibble detects and chooses on this CPU, as text or JSON (`nibble_ort.info()`; no ORT).
 //!
 //! Walk: the entry points (here) → `custom_op` or `ep` trampolines (panic fences, FFI) → `matmul_nbits` (safe:
 //! attributes, validation, packing, compute; the same for both) → `shared` (packed weights shared process-wide) →
@@ -19,6 +20,7 @@ mod custom_op;
 pub mod domain;
 pub mod ep;
 pub mod host;
+pub mod info;
 mod matmul_nbits;
 pub mod shared;
 mod status;
@@ -115,6 +117,28 @@ pub unsafe extern "C" fn CreateEpFactories(
 pub unsafe extern "C" fn ReleaseEpFactory(factory: *mut ep::abi::OrtEpFactory) -> *mut OrtStatus {
     // SAFETY: forwarded with ORT's guarantees (this function's contract).
     unsafe { ep::release_factory(factory) }
+}
+
+/// What nibble detects and chooses on this machine: `format` 1 gives one JSON object (what `nibble-info --json`
+/// prints and the Python package's `nibble_ort.info()` returns), 0 the report for a person (`nibble-info`):
+/// version, supported ONNX Runtime versions, CPU features, kernel ladder, and the family each (compute path, bits,
+/// block size) gets. Needs no ONNX Runtime. The string is computed on the first call and lives as long as the
+/// library stays loaded; null for another `format`, or if computing it panicked.
+#[unsafe(no_mangle)]
+pub extern "C" fn NibbleInfo(format: std::ffi::c_int) -> *const std::ffi::c_char {
+    static REPORTS: std::sync::OnceLock<Option<[CString; 2]>> = std::sync::OnceLock::new();
+    let reports = REPORTS.get_or_init(|| {
+        std::panic::catch_unwind(|| {
+            let info = info::Info::gather();
+            Some([CString::new(info.text()).ok()?, CString::new(info.json()).ok()?])
+        })
+        .ok()
+        .flatten()
+    });
+    match (reports, usize::try_from(format)) {
+        (Some(r), Ok(i)) if i < r.len() => r[i].as_ptr(),
+        _ => std::ptr::null(),
+    }
 }
 
 /// "1.20.1" → 20 (0 if unparsable, which fails the version check with the string in the message).

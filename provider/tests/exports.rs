@@ -1,6 +1,7 @@
 //! The shape of the built cdylib, checked with binutils (`nm`, `readelf`):
-//! - it exports exactly three dynamic symbols: `RegisterCustomOps` (ORT's custom-op library entry point) and
-//!   `CreateEpFactories` / `ReleaseEpFactory` (ORT >= 1.24's plugin execution-provider library entry points);
+//! - it exports exactly four dynamic symbols: `RegisterCustomOps` (ORT's custom-op library entry point),
+//!   `CreateEpFactories` / `ReleaseEpFactory` (ORT >= 1.24's plugin execution-provider library entry points) and
+//!   `NibbleInfo` (what nibble detects and chooses, for `nibble_ort.info()`);
 //! - it does not link ONNX Runtime: no `NEEDED libonnxruntime…`, no undefined `Ort*` symbols
 //!   (everything goes through the `OrtApiBase` that ORT passes to `RegisterCustomOps` or `CreateEpFactories`).
 //!
@@ -40,12 +41,12 @@ fn symbols(nm_output: &str) -> Vec<String> {
 }
 
 #[test]
-fn exports_only_the_three_entry_points() {
+fn exports_only_the_four_entry_points() {
     let lib = nibble_lib();
     let out = tool("nm", &["-D", "--defined-only"], &lib);
     let mut syms = symbols(&out);
     syms.sort();
-    let want = ["CreateEpFactories", "RegisterCustomOps", "ReleaseEpFactory"];
+    let want = ["CreateEpFactories", "NibbleInfo", "RegisterCustomOps", "ReleaseEpFactory"];
     assert_eq!(syms, want, "{} must export exactly {want:?}; nm -D --defined-only:\n{out}", lib.display());
     // ...each as a function in the text section.
     for name in want {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# python-aarch64.sh — the Python parity tests (tests/python/test_parity.py) inside the aarch64 ONNX Runtime 1.31.1
-# (the PyPI manylinux wheel, as the Python tests use it on x86) with an aarch64 CPython 3.11, under qemu-user on each
+# python-aarch64.sh — the Python parity and package tests (tests/python/test_parity.py, test_package.py) inside the
+# aarch64 ONNX Runtime 1.31.1 (the PyPI manylinux wheel, as the Python tests use it on x86) with an aarch64 CPython
+# 3.11 and the nibble-ort aarch64 wheel installed (scripts/build-wheel.sh), under qemu-user on each
 # CPU model (scripts/aarch64/qemu-a64-run.sh: its sysroot's /proc/cpuinfo is what ORT inside the guest reads), against
 # the cross-built aarch64 libnibble_ort.so: nibble's MatMulNBits in both domains (nibble, and com.microsoft through
 # the override) against ORT's own aarch64 kernel and numpy, plus the session-level tests of that file.
@@ -21,8 +22,8 @@
 # Usage: python-aarch64.sh [--cpus "max neoverse-n1 cortex-a72"] [--subset quick|wide|all] [--setup-only]
 #                          [-- PYTEST ARGS...]
 #   --subset forces one NIBBLE_PARITY_SUBSET on every model (default: wide on max, quick elsewhere).
-# Env: A64ENV (default <repo>/.cache/a64env), NIBBLE_LIB (default: target/aarch64-unknown-linux-gnu/release/
-#      libnibble_ort.so, built here when NIBBLE_LIB is not set). Needs scripts/setup.sh's .venv; runs
+# Env: A64ENV (default <repo>/.cache/a64env), NIBBLE_WHEEL (default: the aarch64 wheel of scripts/build-wheel.sh,
+#      built here when NIBBLE_WHEEL is not set). Needs scripts/setup.sh's .venv; runs
 #      setup-aarch64.sh when the cross toolchain or qemu is missing. Logs and parity summaries: target/python-aarch64/.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -113,16 +114,19 @@ else
 fi
 [ $setup_only = 1 ] && exit 0
 
-# ---------------------------------------------------------------- the library
-target=aarch64-unknown-linux-gnu
-if [ -z "${NIBBLE_LIB:-}" ]; then
-    export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
-    rustup target list --installed | grep -qx $target || rustup target add $target
-    locked=(); [ -f Cargo.lock ] && locked=(--locked)
-    cargo build -q "${locked[@]}" --release -p nibble-ort --target $target
-    NIBBLE_LIB=${CARGO_TARGET_DIR:-$root/target}/$target/release/libnibble_ort.so
+# ---------------------------------------------------------------- the library: the aarch64 wheel, installed
+# The tests load nibble the way an aarch64 user does: the nibble-ort manylinux_2_28_aarch64 wheel
+# (scripts/build-wheel.sh, built here when NIBBLE_WHEEL is not set) installed into its own directory on the guest's
+# PYTHONPATH; conftest.py takes the library from the installed package (nibble_ort.get_library_path()).
+if [ -z "${NIBBLE_WHEEL:-}" ]; then
+    NIBBLE_WHEEL=$(bash scripts/build-wheel.sh --arch aarch64 | tail -1)
 fi
-[ -f "$NIBBLE_LIB" ] || die "$NIBBLE_LIB not found"
+[ -f "$NIBBLE_WHEEL" ] || die "$NIBBLE_WHEEL not found"
+nibble_site=$pydir/nibble-site
+rm -rf "$nibble_site"
+"$pip" install -q --disable-pip-version-check --no-deps --only-binary=:all: --platform manylinux_2_28_aarch64 \
+    --python-version 3.11 --implementation cp --target "$nibble_site" "$NIBBLE_WHEEL"
+say "nibble-ort wheel: $(basename "$NIBBLE_WHEEL") installed into ${nibble_site#"$root"/}"
 
 # ---------------------------------------------------------------- the runs, one per CPU model, in parallel
 out=${CARGO_TARGET_DIR:-$root/target}/python-aarch64
@@ -137,14 +141,18 @@ for cpu in $cpus; do
     # Guest-only environment. -S: no site module, so no host /usr/lib/python3/dist-packages (x86) on sys.path.
     # OPENBLAS_CORETYPE on max: numpy's OpenBLAS (the float64 reference, not code under test) would pick its SME
     # kernels there, ~16x slower under qemu.
-    extra="-E LD_LIBRARY_PATH=$libpath -E PYTHONPATH=$site -U PYTHONHOME -E NIBBLE_LIB=$NIBBLE_LIB"
+    extra="-E LD_LIBRARY_PATH=$libpath -E PYTHONPATH=$nibble_site:$site -U PYTHONHOME -U NIBBLE_LIB"
     extra+=" -E NIBBLE_PARITY_SUBSET=$sub -E NIBBLE_PARITY_SUMMARY=$out/parity_summary-$name.json"
     case "$cpu" in max*) extra+=" -E OPENBLAS_CORETYPE=NEOVERSEN1" ;; esac
-    say "qemu -cpu $cpu: pytest tests/python/test_parity.py (NIBBLE_PARITY_SUBSET=$sub) -> ${out#"$root"/}/$name.log"
+    say "qemu -cpu $cpu: python -m nibble_ort (the installed wheel)"
+    QEMU_CPU=$cpu QEMU_A64_EXTRA="${QEMU_A64_EXTRA:-} $extra" bash scripts/aarch64/qemu-a64-run.sh \
+        "$pyroot/usr/bin/python3.11" -S -m nibble_ort | sed -n '/^ISA rungs/p;/^kernel families/,/^selection/p;/^library/p'
+    say "qemu -cpu $cpu: pytest tests/python/test_parity.py test_package.py (NIBBLE_PARITY_SUBSET=$sub) -> ${out#"$root"/}/$name.log"
     rm -f "$out/parity_summary-$name.json"
     QEMU_CPU=$cpu QEMU_A64_EXTRA="${QEMU_A64_EXTRA:-} $extra" \
         bash scripts/aarch64/qemu-a64-run.sh "$pyroot/usr/bin/python3.11" -S -m pytest -q -p no:cacheprovider \
-        --basetemp="$out/tmp-$name" tests/python/test_parity.py "${pytest_args[@]}" > "$out/$name.log" 2>&1 &
+        --basetemp="$out/tmp-$name" tests/python/test_parity.py tests/python/test_package.py "${pytest_args[@]}" \
+        > "$out/$name.log" 2>&1 &
     pids+=($!)
     names+=("$cpu")
 done

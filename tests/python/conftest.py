@@ -2,7 +2,7 @@
 built-in kernel as an oracle, and the parity summary (target/parity_summary.json + a table at the end of the run).
 
 Environment:
-  NIBBLE_LIB                path of the library (default <repo>/target/release/libnibble_ort.so)
+  NIBBLE_LIB                path of the library (default: the installed nibble_ort package's, nibble_ort.get_library_path())
   NIBBLE_ALLOW_MISSING_LIB  "1": tests that need the library skip when it is missing (default: they fail)
   NIBBLE_PARITY_SUMMARY     where the parity summary goes (default <repo>/target/parity_summary.json)
   NIBBLE_FRONTEND           how sessions load the library: "custom-op" (default: register_custom_ops_library) or
@@ -55,7 +55,9 @@ def ep_devices(library: Path) -> list:
     """Registers the library as an execution-provider library (once per process) and returns its devices."""
     key = str(library)
     if key not in _EP_DEVICES:
-        ort.register_execution_provider_library(EP_REGISTRATION_NAME, key)
+        # nibble_ort.add_execution_provider (test_package.py) may have registered the same library already.
+        if not any(d.ep_name == EP_NAME for d in ort.get_ep_devices()):
+            ort.register_execution_provider_library(EP_REGISTRATION_NAME, key)
         devices = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
         assert devices, f"{library} registered no {EP_NAME} device: {[d.ep_name for d in ort.get_ep_devices()]}"
         _EP_DEVICES[key] = devices
@@ -72,8 +74,17 @@ def add_library(so: ort.SessionOptions, library: Path, how: str | None = None,
 
 
 def library_path() -> Path:
-    """NIBBLE_LIB, or the release build in this checkout."""
-    return Path(os.environ.get("NIBBLE_LIB", REPO_ROOT / "target" / "release" / "libnibble_ort.so"))
+    """The library of the installed nibble_ort package (what users load: `pip install .` or a wheel), or NIBBLE_LIB
+    when set (another build)."""
+    if os.environ.get("NIBBLE_LIB"):
+        return Path(os.environ["NIBBLE_LIB"])
+    try:
+        import nibble_ort
+    except ImportError as e:
+        raise RuntimeError(
+            f"the Python tests load the installed nibble_ort package ({e}): `.venv/bin/pip install .` "
+            "(scripts/test.sh does), or set NIBBLE_LIB to a libnibble_ort.so") from e
+    return Path(nibble_ort.get_library_path())
 
 
 def session_options(
@@ -114,7 +125,7 @@ def nibble_lib() -> Path:
     """The library path. Fails when the file is missing, unless NIBBLE_ALLOW_MISSING_LIB=1 (then skips)."""
     path = library_path()
     if not path.is_file():
-        message = f"{path} not found: build it with `cargo build --release` (or set NIBBLE_LIB)"
+        message = f"{path} not found: install the package with `.venv/bin/pip install .` (or set NIBBLE_LIB)"
         if os.environ.get("NIBBLE_ALLOW_MISSING_LIB") == "1":
             pytest.skip(message)
         pytest.fail(message)
