@@ -9,7 +9,7 @@
 #      the SmolLM2 GGUF and the perplexity text)
 #   4. ONNX Runtime shared libraries from the PyPI wheels (the Rust tests load them with dlopen):
 #        .cache/ort/1.31.1/libonnxruntime.so.1.31.1  -> symlink into .venv (same wheel as the Python tests)
-#        .cache/ort/<ver>/libonnxruntime.so.<ver>    for each extra version in ORT_PINNED (1.20.1, 1.23.2, 1.24.4):
+#        .cache/ort/<ver>/libonnxruntime.so.<ver>    for each extra version in ORT_PINNED (1.19.2, 1.23.2, 1.24.4):
 #                                                    extracted from the cp311 manylinux x86_64 wheel (sha256-pinned)
 #        .cache/ort/1.24.4/python/onnxruntime        that wheel's whole Python package (ORT_EP_PYTHON), for the
 #                                                    execution-provider tests on the oldest ORT with the EP kernel API
@@ -31,17 +31,15 @@ VENV=$ROOT/.venv
 CACHE=$ROOT/.cache
 
 # Pinned ONNX Runtime versions. 1.31.1 comes from tests/python/requirements.txt (installed in .venv).
-# ORT_PINNED: the extra runtimes the Rust integration test also runs on, fetched as wheels (never installed),
-# "VERSION SHA256" of onnxruntime-VERSION-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl:
-#   1.20.1  the oldest runtime we support
-#   1.23.2  the newest runtime WITHOUT nibble's custom-op shape inference (1.20-1.23 crash in it when a node has an
+# ORT_PINNED: the extra runtimes the Rust integration test also runs on, fetched as wheels (never installed):
+# the "lib" lines of scripts/ort-versions.txt ("VERSION SHA256"), the one list of tested runtimes:
+#   1.19.2  the oldest runtime whose shared library PyPI has
+#   1.23.2  the newest runtime WITHOUT nibble's custom-op shape inference (1.19-1.23 crash in it when a node has an
 #           empty optional input), and 1.24.4 the oldest WITH it: together they pin that boundary
 ORT_NEW=1.31.1
-ORT_PINNED=(
-    "1.20.1 5eec64c0269dcdb8d9a9a53dc4d64f87b9e0c19801d9321246a53b7eb5a7d1bc"
-    "1.23.2 da44b99206e77734c5819aa2142c69e64f3b46edc3bd314f6a45a932defc0b3e"
-    "1.24.4 e54ad52e61d2d4618dcff8fa1480ac66b24ee2eab73331322db1049f11ccf330"
-)
+mapfile -t ORT_PINNED < <(awk '!/^#/ && $2 == "lib" { print $1 " " $3 }' "$ROOT/scripts/ort-versions.txt")
+[ "$(awk '!/^#/ && $2 == "main" { print $1 }' "$ROOT/scripts/ort-versions.txt")" = "$ORT_NEW" ] ||
+    die "scripts/ort-versions.txt's main version is not ORT_NEW=$ORT_NEW"
 
 # The versions whose Python package is also unpacked (scripts/test.sh runs the EP tests in it): one of ORT_PINNED.
 ORT_EP_PYTHON="1.24.4"
@@ -51,6 +49,7 @@ case "${1:-}" in
     "") ;;
     --no-extra-ort) extra_ort=0 ;;
     --ort-versions) for pin in "${ORT_PINNED[@]}"; do echo "${pin%% *}"; done; exit 0 ;;
+    --ort-python-versions) awk '!/^#/ && $2 == "python" { print $1 }' "$ROOT/scripts/ort-versions.txt"; exit 0 ;;
     --ort-ep-python-versions) echo "$ORT_EP_PYTHON"; exit 0 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (try --help)" ;;

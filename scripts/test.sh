@@ -2,12 +2,12 @@
 # test.sh — THE test command for nibble: sets up, builds, and runs every test suite, then prints a summary.
 #
 #   scripts/test.sh            everything (what CI runs through .ci/run)
-#   scripts/test.sh --quick    skip the extra ORT passes (1.20.1, 1.23.2, 1.24.4), the Python and aarch64 tests
+#   scripts/test.sh --quick    skip the extra ORT passes (1.19.2, 1.23.2, 1.24.4), the Python and aarch64 tests
 #   scripts/test.sh --no-setup do not run scripts/setup.sh (offline re-runs; .venv and .cache must exist)
 #
 # Steps (all run even if an earlier one failed, so the summary shows the whole picture; exit status 1 if any failed):
 #   1. scripts/setup.sh                          toolchain, .venv, ONNX Runtime 1.31.1 + the extra versions
-#                                                (scripts/setup.sh --ort-versions: 1.20.1 1.23.2 1.24.4) in .cache/ort/
+#                                                (scripts/ort-versions.txt: 1.19.2 1.23.2 1.24.4) in .cache/ort/
 #   2. tests/fixtures/make_fixtures.py           models + golden data -> target/fixtures/
 #      scripts/convert-smollm2.sh                SmolLM2-135M GGUF -> target/llama/smollm2-{fp32,q4} (ONNX)
 #   3. cargo build --release -p nibble-ort -p nibble-llama
@@ -30,8 +30,9 @@
 #        (NIBBLE_ISA=portable, =avx2; NIBBLE_FAMILIES= the second portable families, the AVX2 family without
 #        AVX-VNNI), so every kernel family is proven through ORT, not only in the kernel suite
 #   8. scripts/build-wheel.sh                    manylinux_2_28 wheels for x86_64 and aarch64; the x86_64 one in a
-#                                                fresh venv (tests/python/test-wheel.sh) and its library through the
-#                                                ORT integration test
+#                                                fresh venv (tests/python/test-wheel.sh), again with onnxruntime
+#                                                1.17.3 (the floor; Python-only on PyPI), and its library through
+#                                                the ORT integration test
 #   9. scripts/test-aarch64.sh                   kernel tests cross-built for aarch64, under qemu on 7 CPU models
 #                                                (and nibble-info on each), the Python parity and package tests in
 #                                                aarch64 ORT with the aarch64 wheel installed on 3 of them
@@ -71,7 +72,7 @@ FORCED=("NIBBLE_FAMILIES=portable_int8_qsnbp8x8_sf16_zpc_bsum,portable_fp32_qsnb
 if [ "$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
     FORCED+=("NIBBLE_ISA=avx2" "NIBBLE_FAMILIES=avx2_int8_qunbp64x4_sf32_zpc,avx2_fp32_qunbp64x4_sf32_zpc")
 fi
-# The extra ONNX Runtime versions (pinned in setup.sh, the one list): 1.20.1 1.23.2 1.24.4.
+# The extra ONNX Runtime versions (scripts/ort-versions.txt, the one list): 1.19.2 1.23.2 1.24.4.
 mapfile -t ORT_EXTRA < <(bash scripts/setup.sh --ort-versions)
 [ ${#ORT_EXTRA[@]} -gt 0 ] || { echo "test.sh: scripts/setup.sh --ort-versions printed no version" >&2; exit 2; }
 ort_dylib() { echo "$ROOT/.cache/ort/$1/libonnxruntime.so.$1"; }
@@ -178,6 +179,10 @@ if [ $quick = 0 ]; then
         bash -c 'bash scripts/build-wheel.sh --arch x86_64 && bash scripts/build-wheel.sh --arch aarch64'
     wheel_x86=$(ls "$TARGET"/wheels/nibble_ort-*-py3-none-manylinux_2_28_x86_64.whl 2>/dev/null | head -1)
     step "x86_64 wheel in a fresh venv (tests/python/test-wheel.sh)" bash tests/python/test-wheel.sh "${wheel_x86:-missing.whl}"
+    for v in $(bash scripts/setup.sh --ort-python-versions); do
+        step "x86_64 wheel in a fresh venv with onnxruntime $v (tests/python/test-wheel.sh --ort $v)" \
+            bash tests/python/test-wheel.sh "${wheel_x86:-missing.whl}" --ort "$v"
+    done
     step "ORT integration test on the wheel's library (glibc 2.28 build)" \
         env NIBBLE_LIB="$TARGET/wheel-build/x86_64-unknown-linux-gnu/release/libnibble_ort.so" \
         NIBBLE_ORT_DYLIB="$(ort_dylib $ORT_NEW)" NIBBLE_ORT_VERSION=$ORT_NEW \

@@ -15,8 +15,15 @@ pub fn ort_min_custom_op() -> String {
 pub fn ort_min_ep() -> String {
     format!("1.{}", crate::ep::abi::EP_API_VERSION)
 }
-/// The runtimes the test suite runs on (x86_64; 1.31.1 also on aarch64 under qemu).
-pub const ORT_TESTED: [&str; 4] = ["1.20.1", "1.23.2", "1.24.4", "1.31.1"];
+/// The runtimes the test suite runs on (x86_64; the newest also on aarch64 under qemu): the version column of
+/// scripts/ort-versions.txt, the one list (scripts/setup.sh fetches them from it).
+pub fn ort_tested() -> Vec<&'static str> {
+    include_str!("../../scripts/ort-versions.txt")
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect()
+}
 /// Block sizes in the selection table (any power of two >= 16 is accepted).
 const BLOCK_SIZES: [usize; 5] = [16, 32, 64, 128, 256];
 
@@ -82,7 +89,7 @@ impl Info {
             "ONNX Runtime: custom-op library from {}, execution provider from {}; tested with {}\n",
             ort_min_custom_op(),
             ort_min_ep(),
-            ORT_TESTED.join(", ")
+            ort_tested().join(", ")
         );
         s += &format!(
             "CPU features: {}\n",
@@ -150,7 +157,7 @@ impl Info {
         json!({
             "version": self.version,
             "arch": self.arch,
-            "ort": {"custom_op_min": ort_min_custom_op(), "ep_min": ort_min_ep(), "tested": ORT_TESTED},
+            "ort": {"custom_op_min": ort_min_custom_op(), "ep_min": ort_min_ep(), "tested": ort_tested()},
             "cpu_features": self.features,
             "sve_vl_bits": self.sve_vl.map(|v| v * 8),
             "sme_svl_bits": self.sme_svl.map(|v| v * 8),
@@ -187,6 +194,10 @@ mod tests {
 
     #[test]
     fn every_common_shape_has_a_family_and_the_report_says_so() {
+        let tested = ort_tested();
+        let parsed: Vec<Vec<u32>> =
+            tested.iter().map(|v| v.split('.').map(|p| p.parse().expect("numeric version")).collect()).collect();
+        assert!(parsed.len() >= 2 && parsed.iter().all(|v| v.len() == 3) && parsed.is_sorted(), "{tested:?}");
         let info = Info::gather();
         assert!(info.ladder.is_ok(), "{:?}", info.ladder);
         assert_eq!(info.choices.len(), 2 * 3 * BLOCK_SIZES.len());

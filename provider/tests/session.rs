@@ -2,7 +2,7 @@
 //!
 //! Environment:
 //! - `NIBBLE_ORT_DYLIB` (required): path of the ONNX Runtime library to test against, e.g.
-//!   `.cache/ort/1.31.1/libonnxruntime.so.1.31.1` (scripts/setup.sh puts 1.20.1, 1.23.2, 1.24.4 and 1.31.1 there).
+//!   `.cache/ort/1.31.1/libonnxruntime.so.1.31.1` (scripts/setup.sh puts the versions of scripts/ort-versions.txt there).
 //!   Unset → every test fails, unless `NIBBLE_SKIP_ORT_TESTS=1` (then every test passes without running).
 //! - `NIBBLE_ORT_VERSION` (optional): the version that library must report (guards against testing the wrong one).
 //! - `NIBBLE_LIB` (optional): our library; default `<workspace>/target/release/libnibble_ort.so`.

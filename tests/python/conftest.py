@@ -112,7 +112,7 @@ def session_options(
 def create_session(model: onnx.ModelProto, so: ort.SessionOptions) -> ort.InferenceSession:
     """A session on ORT's CPU EP, plus our EP when `so` has it (then the EP list comes from `so`, and Python's
     silent retry on the CPU EP alone after a session error is off: the error must surface)."""
-    if so.has_providers():
+    if getattr(so, "has_providers", lambda: False)():  # (onnxruntime < 1.22 has no providers on options)
         return ort.InferenceSession(model.SerializeToString(), so, enable_fallback=0)
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 

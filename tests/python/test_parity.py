@@ -510,7 +510,10 @@ def test_graph_optimization_levels(nibble_session, ort_session, tmp_path, domain
     if fusable:
         # The pattern must be one ORT fuses, or this case would not test what it claims.
         ort_session(model, opt_level=opt_level, optimized_model_path=ort_optimized)
-        assert _bias_add_fused(ort_optimized), "ORT no longer fuses MatMulNBits + Add: update this test"
+        if not _bias_add_fused(ort_optimized):
+            # ORT 1.17/1.18 predate the fusion; from 1.20 on (the runtimes CI pins) it must happen.
+            assert int(ort.__version__.split(".")[1]) < 19, "ORT no longer fuses MatMulNBits + Add: update this test"
+            return
         if not _bias_add_fused(ours_optimized):
             warnings.warn("with nibble's override registered ORT did not fuse MatMulNBits + Add; "
                           "the bias-through-fusion path was not exercised")
