@@ -70,6 +70,12 @@ if command -v nm >/dev/null && command -v readelf >/dev/null; then
 else
     apt_install binutils
 fi
+# pkg-config (tests/cpp/package/run.sh: the installed nibble_ort.pc)
+if command -v pkg-config >/dev/null; then
+    say "pkg-config: ok"
+else
+    apt_install pkg-config
+fi
 
 # ------------------------------------------------------------------ 2. pinned Rust toolchain
 command -v rustup >/dev/null || die "rustup not found (install it from https://rustup.rs)"

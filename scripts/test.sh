@@ -20,6 +20,8 @@
 #                                                (examples/llama/tests/driver.rs) run here against ORT 1.31.1
 #   5. tests/cpp/run.sh                          C++ end-to-end test: g++ against ORT's C++ API, custom-op library
 #                                                on ORT 1.31.1, execution provider on 1.24.4 and 1.31.1
+#      tests/cpp/package/run.sh                  scripts/install.sh into a fresh prefix; CMake (find_package) and
+#                                                pkg-config consumers built against it and run
 #   6. cargo test -p nibble-ort --test session   the ORT integration test again, once per extra ORT version
 #                                                (one summary line each), and through the execution-provider
 #                                                frontend (NIBBLE_FRONTEND=ep) on 1.31.1 and 1.24.4
@@ -138,6 +140,8 @@ step "lint (cargo fmt --check, cargo clippy -D warnings)" \
     bash -c 'cargo fmt --all -- --check && cargo clippy -q "$@" --workspace --all-targets -- -D warnings' _ "${LOCKED[@]}"
 step "cargo test --workspace (ORT integration on $ORT_NEW)" with_ort "$ORT_NEW" cargo test "${LOCKED[@]}" --workspace
 step "C++ end-to-end test (tests/cpp/run.sh: custom-op on $ORT_NEW, EP on 1.24.4 and $ORT_NEW)" bash tests/cpp/run.sh
+step "C/C++ package: scripts/install.sh, CMake and pkg-config consumers (tests/cpp/package/run.sh)" \
+    bash tests/cpp/package/run.sh
 if [ $quick = 0 ]; then
     for v in "${ORT_EXTRA[@]}"; do
         step "ORT integration test on $v (cargo test -p nibble-ort --test session)" \

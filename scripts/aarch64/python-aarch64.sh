@@ -142,6 +142,7 @@ for cpu in $cpus; do
     # OPENBLAS_CORETYPE on max: numpy's OpenBLAS (the float64 reference, not code under test) would pick its SME
     # kernels there, ~16x slower under qemu.
     extra="-E LD_LIBRARY_PATH=$libpath -E PYTHONPATH=$nibble_site:$site -U PYTHONHOME -U NIBBLE_LIB"
+    extra+=" -E NIBBLE_UNDER_QEMU_USER=1"   # test_package.py: the guest cannot start guest processes
     extra+=" -E NIBBLE_PARITY_SUBSET=$sub -E NIBBLE_PARITY_SUMMARY=$out/parity_summary-$name.json"
     case "$cpu" in max*) extra+=" -E OPENBLAS_CORETYPE=NEOVERSEN1" ;; esac
     say "qemu -cpu $cpu: python -m nibble_ort (the installed wheel)"
