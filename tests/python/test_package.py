@@ -79,6 +79,12 @@ def test_nibble_info_script_and_nibble_isa_in_a_new_process() -> None:
     assert all(f["family"].startswith("portable_") for f in json.loads(capped)["ladder"])
 
 
+def unset_accuracy_model():
+    """A com.microsoft model whose node has accuracy_level 0 (unset: the accuracy default decides), and its inputs."""
+    case = Case("behaviour", N=288, K=1234, block_size=32, zp="uint8", accuracy_level=0)
+    return build_model(case, "com.microsoft"), case_data(case.weight_key).inputs
+
+
 def by_hand(model, config=None):
     so = ort.SessionOptions()
     for k, v in (config or {}).items():
@@ -93,9 +99,7 @@ def by_hand(model, config=None):
     ({"accuracy_level_default": 4, "override_com_microsoft": True}, {}),
 ])
 def test_register_custom_ops_computes_what_registering_by_hand_does(settings, config) -> None:
-    case = Case("behaviour", N=288, K=1234, block_size=32, zp="uint8", accuracy_level=0)
-    inputs = case_data(case.weight_key).inputs
-    model = build_model(case, "com.microsoft")
+    model, inputs = unset_accuracy_model()
     so = ort.SessionOptions()
     assert nibble_ort.register_custom_ops(so, **settings) is so
     assert_bitwise_equal(run_all(create_session(model, so), inputs), run_all(by_hand(model, config), inputs),
@@ -139,9 +143,7 @@ def test_registering_twice_is_an_error_naming_nibble() -> None:
     ({"accuracy_level_default": 1, "override_com_microsoft": True}, {"accuracy_level_default": "1"}),
 ])
 def test_add_execution_provider_computes_what_the_ep_computes_by_hand(settings, provider_options) -> None:
-    case = Case("behaviour", N=288, K=1234, block_size=32, zp="uint8", accuracy_level=0)
-    inputs = case_data(case.weight_key).inputs
-    model = build_model(case, "com.microsoft")
+    model, inputs = unset_accuracy_model()
     so = ort.SessionOptions()
     assert nibble_ort.add_execution_provider(so, **settings) is so
     session = create_session(model, so)
