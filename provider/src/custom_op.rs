@@ -171,9 +171,8 @@ unsafe extern "system" fn create_kernel(
             // SAFETY: `raw_info` is the kernel info ORT passed to this call, live until it returns.
             let entries = unsafe { api::kernel_config_entries(raw_info)? };
             if let Some(entries) = entries {
-                let value = |key: &str| entries.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
-                let now =
-                    domain::plan_from(|key| Ok(value(key).or_else(|| value(&domain::custom_op_config_key(key)))))?;
+                let value = |key: &String| entries.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+                let now = domain::plan_from(|key| Ok(domain::custom_op_spellings(key).iter().find_map(value)))?;
                 domain::check_unchanged(registered, &now)?;
             }
         }

@@ -16,6 +16,12 @@ pub fn custom_op_config_key(key: &str) -> String {
     format!("custom_op.MatMulNBits.{}", key.trim_start_matches("nibble."))
 }
 
+/// The custom-op frontend's spellings of setting `key`, in the order they are looked up: `nibble.<key>`, then C++
+/// CustomOpConfigs' `custom_op.MatMulNBits.<key>`.
+pub fn custom_op_spellings(key: &str) -> [String; 2] {
+    [key.to_string(), custom_op_config_key(key)]
+}
+
 /// Session config key the custom-op frontend sets on the options it registered into (value "1"), so a second
 /// registration on the same options is refused by name instead of failing in ORT ("Domain already set").
 pub const KEY_REGISTERED: &str = "nibble.registered";

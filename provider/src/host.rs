@@ -12,7 +12,8 @@
 //! ```ignore
 //! let api = ort::api();
 //! // once per environment:
-//! unsafe { nibble_ort::host::register_ep_library(api, env.ptr().cast_mut(), "nibble", &lib_path) }?;
+//! let version = nibble_ort::host::runtime_version(&ort_dylib_path)?;
+//! unsafe { nibble_ort::host::register_ep_library(api, &version, env.ptr().cast_mut(), "nibble", &lib_path) }?;
 //! // per session, before committing the builder:
 //! let devices = unsafe { nibble_ort::host::ep_devices(api, env.ptr().cast_mut()) }?;
 //! unsafe { nibble_ort::host::append_ep(api, builder.ptr_mut(), env.ptr().cast_mut(), &devices, &[]) }?;
@@ -63,32 +64,19 @@ fn check(api: &OrtApi, status: *mut OrtStatus, what: &str) -> Result<(), String>
 /// the runtime supports before it creates sessions. Loads the library (`dlopen`; a host that uses it has it
 /// loaded anyway, so the handle is kept).
 pub fn runtime_version(dylib: &Path) -> Result<String, String> {
-    unsafe extern "C" {
-        fn dlopen(filename: *const c_char, flags: i32) -> *mut std::ffi::c_void;
-        fn dlsym(handle: *mut std::ffi::c_void, symbol: *const c_char) -> *mut std::ffi::c_void;
-        fn dlerror() -> *const c_char;
-    }
-    const RTLD_NOW: i32 = 2;
-    let path = CString::new(dylib.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-    // SAFETY: plain libc calls with NUL-terminated strings; dlerror's message is read before any other dl call.
-    let handle = unsafe { dlopen(path.as_ptr(), RTLD_NOW) };
-    if handle.is_null() {
-        // SAFETY: as above; dlerror returns null or a NUL-terminated message.
-        let why = unsafe { dlerror().as_ref().map(|m| CStr::from_ptr(m).to_string_lossy().into_owned()) };
-        return Err(format!("cannot load {}: {}", dylib.display(), why.unwrap_or_default()));
-    }
-    // SAFETY: `handle` is a live library handle; the name is NUL-terminated.
-    let sym = unsafe { dlsym(handle, c"OrtGetApiBase".as_ptr()) };
-    if sym.is_null() {
-        return Err(format!("{} has no OrtGetApiBase: not an ONNX Runtime library", dylib.display()));
-    }
-    // SAFETY: OrtGetApiBase has the C signature `const OrtApiBase* OrtGetApiBase(void)` in every ORT; the base and
-    // its version string are static in the library, which stays loaded (the handle is never closed).
-    unsafe {
-        let get_base: unsafe extern "C" fn() -> *const ort_sys::OrtApiBase = std::mem::transmute(sym);
+    // SAFETY: loading ONNX Runtime runs its static initialisers, which have no preconditions on the caller.
+    let lib =
+        unsafe { libloading::Library::new(dylib) }.map_err(|e| format!("cannot load {}: {e}", dylib.display()))?;
+    // SAFETY: OrtGetApiBase has the C signature `const OrtApiBase* OrtGetApiBase(void)` in every ORT.
+    let get_base = unsafe { lib.get::<unsafe extern "C" fn() -> *const ort_sys::OrtApiBase>(b"OrtGetApiBase") }
+        .map_err(|e| format!("{} has no OrtGetApiBase ({e}): not an ONNX Runtime library", dylib.display()))?;
+    // SAFETY: the base and its version string are static in the library, which is loaded (and stays so below).
+    let version = unsafe {
         let base = get_base().as_ref().ok_or_else(|| format!("{}: OrtGetApiBase returned null", dylib.display()))?;
-        Ok(CStr::from_ptr((base.GetVersionString)()).to_string_lossy().into_owned())
-    }
+        CStr::from_ptr((base.GetVersionString)()).to_string_lossy().into_owned()
+    };
+    std::mem::forget(lib); // keep the runtime loaded: the host uses it (unloading ORT is not something it expects)
+    Ok(version)
 }
 
 /// Whether ONNX Runtime `version` ("1.MINOR.PATCH") can run nibble as an execution provider (1.24+); older ones

@@ -173,7 +173,7 @@ unsafe fn register(options: *mut OrtSessionOptions, runtime_minor: u32) -> Resul
     }
     let plan = domain::plan_from(|key| {
         // SAFETY: `options` is live (this function's contract).
-        unsafe { api::first_session_config(options, &[key.to_string(), domain::custom_op_config_key(key)]) }
+        unsafe { api::first_session_config(options, &domain::custom_op_spellings(key)) }
     })?;
     for &name in &plan.domains {
         let cname = CString::new(name).expect("domain names have no NUL");

@@ -18,6 +18,7 @@ runs on nibble's kernels. ``nibble_ort.info()`` (or ``python -m nibble_ort``) sa
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.metadata
 import json
 import os
@@ -136,22 +137,37 @@ def add_execution_provider(session_options: Any, **settings: Any) -> Any:
     options = _config_values(settings)
     import onnxruntime as ort
 
-    version = tuple(int(p) for p in ort.__version__.split(".")[:2] if p.isdigit())
-    if version < (1, 24):
+    ep_min = info()["ort"]["ep_min"]  # the EP API version the library requests
+    if _major_minor(ort.__version__) < _major_minor(ep_min):
         raise RuntimeError(
-            f"nibble_ort: the execution provider needs onnxruntime >= 1.24, this is {ort.__version__}; "
+            f"nibble_ort: the execution provider needs onnxruntime >= {ep_min}, this is {ort.__version__}; "
             "use nibble_ort.register_custom_ops(session_options) instead"
         )
     session_options.add_provider_for_devices(_ep_devices(ort), options)
     return session_options
 
 
-def _native_info(fmt: int) -> str:
-    lib = ctypes.CDLL(get_library_path())
-    fn = lib.NibbleInfo
+def _major_minor(version: str) -> tuple[int, ...]:
+    """Major and minor of a version: "1.24.4" -> (1, 24); a part that is not a number ends it."""
+    out = []
+    for part in version.split(".")[:2]:
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _nibble_info_fn() -> Any:
+    """The library's NibbleInfo, loaded once (ctypes; the library needs no onnxruntime for it)."""
+    fn = ctypes.CDLL(get_library_path()).NibbleInfo
     fn.restype = ctypes.c_char_p
     fn.argtypes = [ctypes.c_int]
-    out = fn(fmt)
+    return fn
+
+
+def _native_info(fmt: int) -> str:
+    out = _nibble_info_fn()(fmt)
     if out is None:
         raise RuntimeError(f"nibble_ort: {get_library_path()} could not report what it detects (NibbleInfo)")
     return out.decode()

@@ -37,8 +37,9 @@ impl Frontend {
             FrontendArg::Auto | FrontendArg::CustomOp => Frontend::CustomOp,
             FrontendArg::Ep if ep => Frontend::Ep,
             FrontendArg::Ep => bail!(
-                "--frontend ep needs ONNX Runtime >= 1.24 (the kernel-based plugin EP API); {} is {ort_version}: \
+                "--frontend ep needs ONNX Runtime >= {} (the kernel-based plugin EP API); {} is {ort_version}: \
                  use --frontend custom-op (or auto), or a newer --ort-dylib",
+                nibble_ort::info::ort_min_ep(),
                 ort_dylib.display()
             ),
         })
