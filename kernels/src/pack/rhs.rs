@@ -599,13 +599,20 @@ mod tests {
         }
     }
 
-    /// pack_into a caller's buffer makes pack's bytes; borrowed reads them in place; wrong sizes are refused.
-    #[test]
-    fn packs_into_a_callers_buffer_and_reads_it_in_place() {
+    /// A 4-bit K=1000 N=203 block-64 weight set with packed zero points (odd N, K not a multiple of the block):
+    /// params, B, scales, zero points.
+    fn odd_weights() -> (Params, Vec<u8>, Vec<f32>, Vec<u8>) {
         let p = Params::new(1000, 203, 4, 64).unwrap();
         let b: Vec<u8> = (0..203 * 16 * 32).map(|i| (i * 131 % 251) as u8).collect();
         let scales: Vec<f32> = (0..203 * 16).map(|i| i as f32 * 0.01 - 1.0).collect();
         let zp: Vec<u8> = (0..203 * 8).map(|i| (i * 7) as u8).collect();
+        (p, b, scales, zp)
+    }
+
+    /// pack_into a caller's buffer makes pack's bytes; borrowed reads them in place; wrong sizes are refused.
+    #[test]
+    fn packs_into_a_callers_buffer_and_reads_it_in_place() {
+        let (p, b, scales, zp) = odd_weights();
         let g: Vec<i32> = (0..1000).map(|k| (k * 7) % 1000 / 64).collect();
         for g_idx in [None, Some(&g[..])] {
             let w = Weights::new(p, &b, &scales, ZeroPoints::Packed(&zp), g_idx).unwrap();
@@ -616,9 +623,10 @@ mod tests {
             let mut buf = vec![0xa5u8; len]; // any contents: overwritten
             PackedRhs::pack_into(&w, layout, &mut buf).unwrap();
             assert_eq!(buf, owned.bytes());
-            let view = PackedRhs::borrowed(&w, layout, Arc::new(buf)).unwrap();
+            let buf = Arc::new(buf);
+            let view = PackedRhs::borrowed(&w, layout, buf.clone()).unwrap();
             assert!(view.is_borrowed() && !owned.is_borrowed());
-            assert_eq!(view.bytes().as_ptr(), view.bytes().as_ptr()); // in place: one buffer
+            assert_eq!(view.bytes().as_ptr(), buf.as_ptr(), "read in place, not copied");
             assert_eq!((view.code_at(202, 999), view.scale_at(7, 3)), (owned.code_at(202, 999), owned.scale_at(7, 3)));
             assert_eq!(view.k_map(), owned.k_map());
 
@@ -631,10 +639,7 @@ mod tests {
 
     #[test]
     fn parallel_packing_is_identical() {
-        let p = Params::new(1000, 203, 4, 64).unwrap();
-        let b: Vec<u8> = (0..203 * 16 * 32).map(|i| (i * 131 % 251) as u8).collect();
-        let scales: Vec<f32> = (0..203 * 16).map(|i| i as f32 * 0.01 - 1.0).collect();
-        let zp: Vec<u8> = (0..203 * 8).map(|i| (i * 7) as u8).collect();
+        let (p, b, scales, zp) = odd_weights();
         let w = Weights::new(p, &b, &scales, ZeroPoints::Packed(&zp), None).unwrap();
         for layout in [
             RhsLayout::plain(8, 4),
