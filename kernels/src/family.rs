@@ -169,6 +169,30 @@ impl Selected {
     /// Packs weights for this family (once, at session creation). Errors if the layout cannot hold them
     /// (zero points, scale precision, block geometry) or a kernel does not take their bits / block size.
     pub fn pack_rhs(&self, w: &Weights<'_>) -> Result<PackedRhs, FormatError> {
+        self.check_weights(w)?;
+        PackedRhs::pack(w, self.layout)
+    }
+
+    /// [`Selected::pack_rhs`] into a caller's buffer of [`PackedRhs::packed_len`] bytes (same checks, same bytes);
+    /// read it back with [`Selected::borrow_rhs`].
+    pub fn pack_rhs_into(&self, w: &Weights<'_>, out: &mut [u8]) -> Result<(), FormatError> {
+        self.check_weights(w)?;
+        PackedRhs::pack_into(w, self.layout, out)
+    }
+
+    /// Packed weights read in place from `bytes`, which [`Selected::pack_rhs_into`] filled for `w` (same checks).
+    pub fn borrow_rhs(
+        &self,
+        w: &Weights<'_>,
+        bytes: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>,
+    ) -> Result<PackedRhs, FormatError> {
+        self.check_weights(w)?;
+        PackedRhs::borrowed(w, self.layout, bytes)
+    }
+
+    /// Refuses weights this family's layout cannot hold (zero points, scale precision, block geometry) or whose
+    /// bits / block size a kernel does not take.
+    fn check_weights(&self, w: &Weights<'_>) -> Result<(), FormatError> {
         let p = Problem::of(self.path, w);
         if let Some(why) = self.layout.why_not(&p) {
             return Err(FormatError(why));
@@ -176,7 +200,7 @@ impl Selected {
         if let Some(k) = [self.gemv, self.gemm].into_iter().find(|k| !k.supports(p.bits, p.block_size)) {
             return Err(FormatError(format!("{} does not take bits={} block_size={}", k.name, p.bits, p.block_size)));
         }
-        PackedRhs::pack(w, self.layout)
+        Ok(())
     }
 
     /// Packs one call's activations in the format of the kernel that runs for `m` rows.
@@ -241,7 +265,10 @@ impl Selected {
             "plan was made for another kernel's geometry"
         );
         assert!(t < plan.count(), "tile {t} out of range ({} tiles)", plan.count());
-        assert_eq!(rhs.bytes().len(), rhs.panels() * rhs.panel_bytes(), "packed weights truncated");
+        // One slice for the check and the pointer: a borrowed buffer's `as_ref` is the caller's code and need not
+        // return the same slice twice.
+        let rhs_bytes = rhs.bytes();
+        assert_eq!(rhs_bytes.len(), rhs.panels() * rhs.panel_bytes(), "packed weights truncated");
         if let Some(b) = bias {
             assert_eq!(b.len(), p.n, "bias has {} values, N = {}", b.len(), p.n);
         }
@@ -285,7 +312,7 @@ impl Selected {
             lhs_scale,
             lhs_sum,
             lhs_stride: kp,
-            rhs: rhs.bytes()[(n0 / self.layout.nr) * rhs.panel_bytes()..].as_ptr(),
+            rhs: rhs_bytes[(n0 / self.layout.nr) * rhs.panel_bytes()..].as_ptr(),
             rhs_panel_stride: rhs.panel_bytes(),
             rhs_record: rec.bytes,
             rhs_scales: rec.scales,

@@ -292,7 +292,7 @@ impl<'a> Weights<'a> {
             ZeroPoints::Packed(zp) => {
                 let (bits, mask) = (p.bits as usize, p.max_code());
                 let row = &zp[n * p.zp_row_bytes()..][..p.zp_row_bytes()];
-                for (chunk, &byte) in out[..kb].chunks_mut(8 / bits).zip(row) {
+                for (chunk, &byte) in out[..kb].chunks_mut(p.codes_per_byte()).zip(row) {
                     for (l, z) in chunk.iter_mut().enumerate() {
                         *z = ((byte >> (l * bits)) & mask) as f32;
                     }

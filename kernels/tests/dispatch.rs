@@ -108,8 +108,8 @@ fn kernels_read_weights_packed_into_a_callers_buffer() {
         let sel = select(&Problem::of(path, &w)).unwrap();
         let owned = sel.pack_rhs(&w).unwrap();
         let mut buf = vec![0u8; PackedRhs::packed_len(&w, sel.layout()).unwrap()];
-        PackedRhs::pack_into(&w, sel.layout(), &mut buf).unwrap();
-        let view = PackedRhs::borrowed(&w, sel.layout(), std::sync::Arc::new(buf)).unwrap();
+        sel.pack_rhs_into(&w, &mut buf).unwrap();
+        let view = sel.borrow_rhs(&w, std::sync::Arc::new(buf)).unwrap();
         let run = |rhs: &PackedRhs| {
             let mut out = vec![0f32; m * n];
             sel.matmul(rhs, LhsSource::F32(&a), m, None, &mut out, |count, f| {

@@ -76,6 +76,7 @@ impl ScaleType {
     /// [`ScaleType::write`] and [`ScaleType::round`] for a row at a time, f16 through `half`'s slice conversion.
     pub(crate) fn encode(self, src: &[f32], bytes: &mut [u8], rounded: &mut [f32]) {
         use half::slice::HalfFloatSliceExt;
+        debug_assert!(rounded.len() == src.len() && bytes.len() == src.len() * self.bytes(), "row lengths differ");
         match self {
             ScaleType::F32 => {
                 rounded.copy_from_slice(src);

@@ -171,7 +171,7 @@ impl PackedRhs {
         // Fast path (no g_idx regrouping): a block's fields are unpacked once into `fields` (padding past K stays
         // 0), then written a kr-group at a time, lane by lane, to the positions `code_position` defines. The
         // per-code path below (through `dest`) serves g_idx and is what the fast one is tested against.
-        let (bits, cpb) = (p.bits as usize, 8 / p.bits as usize);
+        let (bits, cpb) = (p.bits as usize, p.codes_per_byte());
         let chunk = RhsLayout::chunk(bl);
         let lane_len = chunk / cpb;
         let chunk_bytes = chunk * layout.nr * bits / 8;
