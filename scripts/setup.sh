@@ -3,7 +3,8 @@
 #
 # Needs: rustup + cargo, python3 (3.11), gcc. Network: crates.io, PyPI, Debian apt only.
 # Does, skipping whatever is already in place:
-#   1. nm/readelf: apt-get install binutils, only if `nm` is missing
+#   1. nm/readelf: apt-get install binutils, only if `nm` is missing; likewise pkg-config, libpcre2-dev and
+#      nlohmann-json3-dev (the C/C++ package test and the C++ service example)
 #   2. the Rust toolchain pinned in rust-toolchain.toml (channel + components)
 #   3. .venv (python3 -m venv) with the pinned tests/python/requirements.txt (+ requirements-nodeps.txt:
 #      the SmolLM2 GGUF and the perplexity text)
@@ -70,11 +71,12 @@ if command -v nm >/dev/null && command -v readelf >/dev/null; then
 else
     apt_install binutils
 fi
-# pkg-config (tests/cpp/package/run.sh: the installed nibble_ort.pc)
-if command -v pkg-config >/dev/null; then
-    say "pkg-config: ok"
+# pkg-config (tests/cpp/package/run.sh: the installed nibble_ort.pc); PCRE2 and nlohmann-json (the C++ service
+# example, examples/cpp: its tokenizer)
+if command -v pkg-config >/dev/null && pkg-config --exists libpcre2-8 && [ -f /usr/include/nlohmann/json.hpp ]; then
+    say "pkg-config, libpcre2-dev, nlohmann-json3-dev: ok"
 else
-    apt_install pkg-config
+    apt_install pkg-config libpcre2-dev nlohmann-json3-dev
 fi
 
 # ------------------------------------------------------------------ 2. pinned Rust toolchain

@@ -22,6 +22,9 @@
 #                                                on ORT 1.31.1, execution provider on 1.24.4 and 1.31.1
 #      tests/cpp/package/run.sh                  scripts/install.sh into a fresh prefix; CMake (find_package) and
 #                                                pkg-config consumers built against it and run
+#      tests/cpp/service/run.sh                  the C++ inference service example (examples/cpp) built with CMake
+#                                                against that package and ORT's headers; its tokenizer against HF
+#                                                tokenizers, its concurrent requests against the Rust driver's ids
 #   6. cargo test -p nibble-ort --test session   the ORT integration test again, once per extra ORT version
 #                                                (one summary line each), and through the execution-provider
 #                                                frontend (NIBBLE_FRONTEND=ep) on 1.31.1 and 1.24.4
@@ -142,6 +145,8 @@ step "cargo test --workspace (ORT integration on $ORT_NEW)" with_ort "$ORT_NEW" 
 step "C++ end-to-end test (tests/cpp/run.sh: custom-op on $ORT_NEW, EP on 1.24.4 and $ORT_NEW)" bash tests/cpp/run.sh
 step "C/C++ package: scripts/install.sh, CMake and pkg-config consumers (tests/cpp/package/run.sh)" \
     bash tests/cpp/package/run.sh
+step "C++ inference service example (tests/cpp/service/run.sh: examples/cpp on SmolLM2 q4, few tokens)" \
+    bash tests/cpp/service/run.sh
 if [ $quick = 0 ]; then
     for v in "${ORT_EXTRA[@]}"; do
         step "ORT integration test on $v (cargo test -p nibble-ort --test session)" \

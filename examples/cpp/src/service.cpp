@@ -62,7 +62,8 @@ output
   --usd-per-hour X       machine price for the cost figures (default 1.0)
   --json FILE            per-request results and the summary as JSON
   --quiet                do not print the answers
-  --tokenize             test mode: read one JSON string per stdin line, print {"ids": [...], "text": "..."}
+  --tokenize             test mode: per stdin line a JSON string (prints {"ids": [...], "text": "..."}) or id
+                         array (prints {"text": "..."})
 Environment: ORT_LOG = verbose|info|warning|error|fatal (default warning).
 Metrics: TTFT = start of the prefill run to the first sampled token (queue wait and tokenization excluded);
 decode tok/s = (generated - 1) / (last token - first token); latency = queue wait + tokenize + TTFT + decode;
@@ -159,8 +160,11 @@ Options parse_args(int argc, char** argv) {
     usage_error("--frontend " + o.frontend + ": expected auto, ep or custom-op");
   if (o.no_nibble && o.frontend != "auto") usage_error("--no-nibble and --frontend exclude each other");
   if (o.no_nibble && !o.lib.empty()) usage_error("--no-nibble and --lib exclude each other");
-  Sampler check(o.sampling);  // throws on a bad temperature / top_p
-  (void)check;
+  try {
+    Sampler check(o.sampling);  // throws on a bad temperature / top_p
+  } catch (const std::exception& e) {
+    usage_error(e.what());
+  }
   if (!o.no_nibble && o.lib.empty()) {
     const char* env = std::getenv("NIBBLE_LIB");
     o.lib = env && *env ? env : NIBBLE_ORT_DEFAULT_LIBRARY;
@@ -238,12 +242,18 @@ struct Result {
 
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
+// --tokenize: each stdin line is JSON, a string (-> {"ids": encode, "text": decode(ids)}) or an array of ids
+// (-> {"text": decode}); special tokens are left out of decoded text.
 int tokenize_mode(const Tokenizer& tok) {
   for (std::string line; std::getline(std::cin, line);) {
     if (line.empty()) continue;
-    const std::string text = json::parse(line).get<std::string>();
-    const std::vector<int32_t> ids = tok.encode(text);
-    std::cout << json{{"ids", ids}, {"text", tok.decode(ids, true)}}.dump() << "\n";
+    const json in = json::parse(line);
+    if (in.is_array()) {
+      std::cout << json{{"text", tok.decode(in.get<std::vector<int32_t>>(), true)}}.dump() << "\n";
+    } else {
+      const std::vector<int32_t> ids = tok.encode(in.get<std::string>());
+      std::cout << json{{"ids", ids}, {"text", tok.decode(ids, true)}}.dump() << "\n";
+    }
   }
   return 0;
 }
@@ -289,8 +299,9 @@ int run(const Options& o) {
   std::printf("ONNX Runtime %s; model %s: %s, %lld layers, context %lld\n", ort_version.c_str(), cfg.name.c_str(),
               cfg.weights.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(cfg.context_length));
   Llama llama(env, model, settings);
-  std::printf("session created in %.2f s; serving %zu requests with %zu workers, up to %zu new tokens each\n",
-              llama.create_s(), o.requests, o.concurrency, o.max_new_tokens);
+  const size_t workers = std::min(o.concurrency, o.requests);
+  std::printf("session created in %.2f s; serving %zu request(s) with %zu worker(s), up to %zu new tokens each\n",
+              llama.create_s(), o.requests, workers, o.max_new_tokens);
   std::fflush(stdout);
 
   std::signal(SIGINT, on_signal);
@@ -356,7 +367,7 @@ int run(const Options& o) {
     }
   };
   std::vector<std::thread> pool;
-  for (size_t w = 0; w < std::min(o.concurrency, o.requests); ++w) pool.emplace_back(worker);
+  for (size_t w = 0; w < workers; ++w) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
   const double wall_s = secs(t0, Clock::now());
 
