@@ -15,6 +15,8 @@
 //     output with the fixtures' tolerances (tol=loose: abs 0.1 + rel 0.02, tol=tight: abs 1e-4 + rel 1e-4);
 //   * AddConfigEntry("nibble.override_com_microsoft", "0") before registering keeps ORT's own kernel for
 //     com.microsoft nodes (same result, or the same refusal, as a session without nibble), domain nibble still ours;
+//   * (custom-op) two sessions each registering the library through the v1 C call RegisterCustomOpsLibrary, as
+//     Triton's onnxruntime backend does per model instance (examples/triton);
 //   * every malformed fixture model throws Ort::Exception whose message contains "[MatMulNBits]".
 // Logging: ORT_LOG=verbose|info|warning|error|fatal (default fatal: the malformed models make ORT log errors).
 #include <onnxruntime_cxx_api.h>
@@ -260,6 +262,36 @@ void check_malformed(Ort::Env& env) {
   }
 }
 
+// What Triton Inference Server's onnxruntime backend does with `model_operations { op_library_filename }`
+// (examples/triton): per model instance, its own session options, the v1 C call
+// OrtApi::RegisterCustomOpsLibrary(options, path, &handle) (the handle is kept, never closed), then the session.
+// Two instances in one process, as instance_group { count: 2 } makes them.
+void check_triton_style(Ort::Env& env, const std::vector<Record>& cases) {
+  const Record& r = find_case(cases, "acc4_zp_k256_n64_bs32");
+  const auto shape = parse_shape(r.at("a_shape"));
+  const auto a = read_f32(r.at("a")), want = read_f32(r.at("y"));
+  std::vector<Ort::Session> instances;
+  std::string err;
+  try {
+    for (int i = 0; i < 2; ++i) {
+      Ort::SessionOptions so;
+      so.SetIntraOpNumThreads(1);
+      void* handle = nullptr;  // Triton leaks it ("no harm"): the library stays loaded for the process
+      Ort::ThrowOnError(Ort::GetApi().RegisterCustomOpsLibrary(so, g_lib.c_str(), &handle));
+      if (!handle) throw std::runtime_error("RegisterCustomOpsLibrary returned no library handle");
+      instances.emplace_back(env, (g_dir + "/" + r.at("com")).c_str(), so);
+    }
+    for (auto& s : instances) {
+      const std::string e = compare(run(s, shape, a), want, r.at("tol"));
+      if (!e.empty()) err = e;
+    }
+  } catch (const std::exception& e) {
+    err = first_line(e.what());
+  }
+  report(err.empty(), "Triton-style loading: v1 RegisterCustomOpsLibrary per instance, 2 instances, com.microsoft " +
+                          r.at("name") + (err.empty() ? " matches numpy" : ": " + err));
+}
+
 OrtLoggingLevel log_level() {  // ORT_LOG, default fatal
   const std::string v = std::getenv("ORT_LOG") ? std::getenv("ORT_LOG") : "";
   return v == "verbose" ? ORT_LOGGING_LEVEL_VERBOSE : v == "info"  ? ORT_LOGGING_LEVEL_INFO
@@ -301,6 +333,7 @@ int main(int argc, char** argv) {
     const auto cases = manifest("case");
     check_cases(env, cases);
     check_override_off(env, cases);
+    if (!g_ep) check_triton_style(env, cases);
     check_malformed(env);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "test_load: %s\n", e.what());
