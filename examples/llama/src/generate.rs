@@ -1,6 +1,6 @@
-//! The generation loop: one prefill run over the whole prompt (past tensors with P = 0), then one run per new
-//! token, feeding each run's `present.*` outputs back as the next run's `past_key_values.*` inputs (the same
-//! ORT values, not copies).
+//! The generation core, shared by the command-line driver and the server: one prefill run over the whole prompt
+//! (past tensors with P = 0), then one run per new token, feeding each run's `present.*` outputs back as the next
+//! run's `past_key_values.*` inputs (the same ORT values, not copies).
 
 use std::borrow::Cow;
 use std::time::Instant;
@@ -23,59 +23,94 @@ pub struct Generation {
     pub timings: Timings,
 }
 
-/// Generates up to `max_new_tokens` tokens after `prompt`; `on_token` is called with each token as it is
-/// sampled (its time counts towards decode time, as streaming is part of answering).
-pub fn generate(
-    llama: &mut Llama,
-    prompt: &[u32],
+/// One generation, one graph run at a time: the first [`Generator::step`] runs the prefill, each later one a
+/// decode step. The state (KV cache, sampler, timings) lives here, the session in [`Llama`], so one session can
+/// advance several generations in turns (a server interleaving its users' answers) or one to the end
+/// ([`generate`]). Timings are wall-clock from the first step: time spent between steps (streaming the text,
+/// other generations' steps) counts towards this generation's decode time, as the user waits through it.
+pub struct Generator {
+    prompt_len: usize,
     max_new_tokens: usize,
-    sampler: &mut Sampler,
-    mut on_token: impl FnMut(u32) -> Result<()>,
-) -> Result<Generation> {
-    let cfg = llama.config.clone();
-    ensure!(!prompt.is_empty(), "the prompt has no tokens");
-    ensure!(
-        prompt.len() <= cfg.context_length,
-        "the prompt has {} tokens, more than the model's context_length {}",
-        prompt.len(),
-        cfg.context_length
-    );
-    if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-        bail!("prompt token id {bad} is outside the vocabulary (vocab_size {})", cfg.vocab_size);
+    context_length: usize,
+    eos: Vec<u32>,
+    sampler: Sampler,
+    /// The caches of the next run (empty before the prefill: [1, kv_heads, 0, head_dim]).
+    past: Vec<DynValue>,
+    /// The ids the next run feeds: the whole prompt first, then the last sampled token.
+    step_input: Vec<i64>,
+    ids: Vec<u32>,
+    timings: Timings,
+    start: Option<Instant>,
+    first_token_at: Option<Instant>,
+    last_token_at: Option<Instant>,
+    stop: Option<StopReason>,
+}
+
+impl Generator {
+    /// Checks `prompt` against `llama`'s model and prepares empty caches; no graph run yet.
+    pub fn new(llama: &Llama, prompt: &[u32], max_new_tokens: usize, sampler: Sampler) -> Result<Self> {
+        let cfg = &llama.config;
+        ensure!(!prompt.is_empty(), "the prompt has no tokens");
+        ensure!(
+            prompt.len() <= cfg.context_length,
+            "the prompt has {} tokens, more than the model's context_length {}",
+            prompt.len(),
+            cfg.context_length
+        );
+        if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+            bail!("prompt token id {bad} is outside the vocabulary (vocab_size {})", cfg.vocab_size);
+        }
+        ensure!(max_new_tokens > 0, "max_new_tokens must be at least 1");
+        let mut past: Vec<DynValue> = Vec::with_capacity(llama.past_names.len());
+        for _ in &llama.past_names {
+            let empty =
+                Tensor::<f32>::from_array(([1usize, cfg.num_kv_heads, 0, cfg.head_dim], Vec::<f32>::new())).ax()?;
+            past.push(empty.into_dyn());
+        }
+        Ok(Self {
+            prompt_len: prompt.len(),
+            max_new_tokens,
+            context_length: cfg.context_length,
+            eos: cfg.eos_token_ids.clone(),
+            sampler,
+            past,
+            step_input: prompt.iter().map(|&t| i64::from(t)).collect(),
+            ids: Vec::with_capacity(max_new_tokens),
+            timings: Timings::default(),
+            start: None,
+            first_token_at: None,
+            last_token_at: None,
+            stop: None,
+        })
     }
 
-    // Empty caches: [1, kv_heads, 0, head_dim].
-    let mut past: Vec<DynValue> = Vec::with_capacity(llama.past_names.len());
-    for _ in &llama.past_names {
-        let empty = Tensor::<f32>::from_array(([1usize, cfg.num_kv_heads, 0, cfg.head_dim], Vec::<f32>::new())).ax()?;
-        past.push(empty.into_dyn());
+    /// Why generation ended, once it has (after the step that produced the last token).
+    pub fn stop(&self) -> Option<StopReason> {
+        self.stop
     }
 
-    let mut ids: Vec<u32> = Vec::with_capacity(max_new_tokens);
-    let mut step_input: Vec<i64> = prompt.iter().map(|&t| i64::from(t)).collect();
-    let mut timings = Timings::default();
-    let start = Instant::now();
-    let mut first_token_at = start;
-    let mut last_token_at: Instant;
-    let stop = loop {
-        let s = step_input.len();
-        let mut inputs: Vec<(Cow<str>, SessionInputValue)> = Vec::with_capacity(1 + past.len());
-        let input_ids = Tensor::from_array(([1usize, s], std::mem::take(&mut step_input))).ax()?;
+    /// Runs the graph once (the prefill on the first call, then one decode step) and returns the sampled token.
+    /// Errors when generation has already stopped.
+    pub fn step(&mut self, llama: &mut Llama) -> Result<u32> {
+        ensure!(self.stop.is_none(), "generation has already stopped ({:?})", self.stop);
+        let start = *self.start.get_or_insert_with(Instant::now);
+        let s = self.step_input.len();
+        let mut inputs: Vec<(Cow<str>, SessionInputValue)> = Vec::with_capacity(1 + self.past.len());
+        let input_ids = Tensor::from_array(([1usize, s], std::mem::take(&mut self.step_input))).ax()?;
         inputs.push((Cow::Borrowed("input_ids"), input_ids.into()));
-        for (name, value) in llama.past_names.iter().zip(past.drain(..)) {
+        for (name, value) in llama.past_names.iter().zip(self.past.drain(..)) {
             inputs.push((Cow::Borrowed(name.as_str()), value.into()));
         }
-        let step = ids.len();
-        let cached = if step == 0 { 0 } else { prompt.len() + step - 1 };
+        let step = self.ids.len();
+        let cached = if step == 0 { 0 } else { self.prompt_len + step - 1 };
         let mut out = llama
             .session
             .run(inputs)
             .ax()
             .with_context(|| format!("ONNX Runtime run (step {step}: {s} new tokens, {cached} cached)"))?;
         if step == 0 {
-            timings.prefill_s = start.elapsed().as_secs_f64();
+            self.timings.prefill_s = start.elapsed().as_secs_f64();
         }
-
         let next = {
             let logits = out.get("logits").context("the run returned no `logits`")?;
             let (shape, data) = logits.try_extract_tensor::<f32>().ax().context("reading `logits`")?;
@@ -85,32 +120,58 @@ pub fn generate(
                 "`logits` has shape {dims:?}, expected [1, {s}, vocab]"
             );
             let v = dims[2] as usize;
-            sampler.sample(&data[(s - 1) * v..s * v])?
+            self.sampler.sample(&data[(s - 1) * v..s * v])?
         };
         for name in &llama.present_names {
-            past.push(out.remove(name.as_str()).with_context(|| format!("the run returned no `{name}`"))?);
+            self.past.push(out.remove(name.as_str()).with_context(|| format!("the run returned no `{name}`"))?);
         }
         drop(out);
 
-        ids.push(next);
-        last_token_at = Instant::now();
-        if ids.len() == 1 {
-            first_token_at = last_token_at;
-            timings.ttft_s = (first_token_at - start).as_secs_f64();
+        self.ids.push(next);
+        let now = Instant::now();
+        self.last_token_at = Some(now);
+        if self.first_token_at.is_none() {
+            self.first_token_at = Some(now);
+            self.timings.ttft_s = (now - start).as_secs_f64();
         }
+        self.stop = if self.eos.contains(&next) {
+            Some(StopReason::Eos)
+        } else if self.ids.len() >= self.max_new_tokens {
+            Some(StopReason::MaxNewTokens)
+        } else if self.prompt_len + self.ids.len() > self.context_length {
+            // Feeding `next` would make the cache prompt + ids tokens long.
+            Some(StopReason::ContextLength)
+        } else {
+            self.step_input = vec![i64::from(next)];
+            None
+        };
+        Ok(next)
+    }
+
+    /// The result. Decode time runs from the first token to the last one.
+    pub fn finish(self) -> Generation {
+        let mut timings = self.timings;
+        if let (Some(first), Some(last)) = (self.first_token_at, self.last_token_at) {
+            timings.decode_s = (last - first).as_secs_f64();
+        }
+        let stop = self.stop.unwrap_or(StopReason::MaxNewTokens);
+        Generation { ids: self.ids, stop, timings }
+    }
+}
+
+/// Generates up to `max_new_tokens` tokens after `prompt`; `on_token` is called with each token as it is
+/// sampled (its time counts towards decode time, as streaming is part of answering).
+pub fn generate(
+    llama: &mut Llama,
+    prompt: &[u32],
+    max_new_tokens: usize,
+    sampler: Sampler,
+    mut on_token: impl FnMut(u32) -> Result<()>,
+) -> Result<Generation> {
+    let mut g = Generator::new(llama, prompt, max_new_tokens, sampler)?;
+    while g.stop().is_none() {
+        let next = g.step(llama)?;
         on_token(next)?;
-        if cfg.eos_token_ids.contains(&next) {
-            break StopReason::Eos;
-        }
-        if ids.len() >= max_new_tokens {
-            break StopReason::MaxNewTokens;
-        }
-        // Feeding `next` makes the cache prompt + ids tokens long.
-        if prompt.len() + ids.len() > cfg.context_length {
-            break StopReason::ContextLength;
-        }
-        step_input = vec![i64::from(next)];
-    };
-    timings.decode_s = (last_token_at - first_token_at).as_secs_f64();
-    Ok(Generation { ids, stop, timings })
+    }
+    Ok(g.finish())
 }

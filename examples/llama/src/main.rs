@@ -4,16 +4,6 @@
 //! Output: the generated text on stdout (streamed), progress and the metrics on stderr; with --compare the table
 //! on stdout.
 
-mod chat;
-mod cli;
-mod frontend;
-mod generate;
-mod metrics;
-mod model;
-mod paths;
-mod sampling;
-mod stream;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -23,12 +13,13 @@ use clap::Parser;
 use ort::environment::Environment;
 use tokenizers::Tokenizer;
 
-use cli::Args;
-use frontend::Frontend;
-use metrics::{Metrics, Row, RunReport, Timings};
-use model::{Llama, ModelDir, SessionOptions};
-use sampling::{Sampler, SamplingParams};
-use stream::StreamDecoder;
+use nibble_llama::cli::Args;
+use nibble_llama::frontend::Frontend;
+use nibble_llama::metrics::{self, Metrics, Row, RunReport, Timings};
+use nibble_llama::model::{self, Llama, ModelDir, SessionOptions};
+use nibble_llama::sampling::{Sampler, SamplingParams};
+use nibble_llama::stream::StreamDecoder;
+use nibble_llama::{chat, frontend, generate, paths};
 
 fn main() {
     let args = Args::parse();
@@ -127,10 +118,10 @@ fn run_once(
     let (params, seed) = (spec.params, spec.seed);
     let opts = SessionOptions { nibble: spec.nibble, threads: args.threads };
     let mut llama = Llama::load(env, model, &opts)?;
-    let mut sampler = Sampler::new(params, seed)?;
+    let sampler = Sampler::new(params, seed)?;
     let mut dec = StreamDecoder::new();
     let mut stdout = std::io::stdout().lock();
-    let gen_result = generate::generate(&mut llama, &prompt.ids, args.max_new_tokens as usize, &mut sampler, |id| {
+    let gen_result = generate::generate(&mut llama, &prompt.ids, args.max_new_tokens as usize, sampler, |id| {
         if spec.stream {
             let piece = dec.push(tok, id)?;
             if !piece.is_empty() {
