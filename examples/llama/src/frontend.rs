@@ -46,6 +46,28 @@ impl Frontend {
     }
 }
 
+/// The process's ORT environment from `ort_dylib`, its version, and nibble's frontend on it when `lib` is given
+/// (`arg` against the runtime's version; the EP library registered when it is the EP).
+pub fn start(
+    ort_dylib: &Path,
+    lib: Option<&Path>,
+    arg: FrontendArg,
+) -> Result<(Environment, String, Option<Frontend>)> {
+    let env = crate::model::init_ort(ort_dylib)?;
+    let version = nibble_ort::host::runtime_version(ort_dylib).map_err(|e| anyhow!(e))?;
+    let frontend = match lib {
+        None => None,
+        Some(lib) => {
+            let f = Frontend::resolve(arg, &version, ort_dylib)?;
+            if f == Frontend::Ep {
+                register_ep(&env, &version, lib)?;
+            }
+            Some(f)
+        }
+    };
+    Ok((env, version, frontend))
+}
+
 /// Registers `lib` as execution-provider library "nibble" in `env` (once per process: the driver has one
 /// environment).
 pub fn register_ep(env: &Environment, ort_version: &str, lib: &Path) -> Result<()> {

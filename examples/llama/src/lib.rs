@@ -9,5 +9,6 @@ pub mod generate;
 pub mod metrics;
 pub mod model;
 pub mod paths;
+pub mod prompt;
 pub mod sampling;
 pub mod stream;

@@ -16,10 +16,10 @@ use tokenizers::Tokenizer;
 use nibble_llama::cli::Args;
 use nibble_llama::frontend::Frontend;
 use nibble_llama::metrics::{self, Metrics, Row, RunReport, Timings};
-use nibble_llama::model::{self, Llama, ModelDir, SessionOptions};
+use nibble_llama::model::{Llama, ModelDir, SessionOptions};
 use nibble_llama::sampling::{Sampler, SamplingParams};
 use nibble_llama::stream::StreamDecoder;
-use nibble_llama::{chat, frontend, generate, paths};
+use nibble_llama::{chat, frontend, generate, paths, prompt};
 
 fn main() {
     let args = Args::parse();
@@ -54,34 +54,17 @@ struct Prompt {
 fn tokenize_prompt(args: &Args, model: &ModelDir, tok: &Tokenizer) -> Result<Prompt> {
     let start = Instant::now();
     let cfg = &model.config;
-    let text = match (&cfg.chat_template, args.raw) {
-        (Some(template), false) => {
-            let token = |id: Option<u32>| id.and_then(|i| tok.id_to_token(i)).unwrap_or_default();
-            let eos = token(cfg.eos_token_ids.first().copied());
-            chat::render(
-                template,
-                &chat::messages(args.system.as_deref(), &args.prompt),
-                true,
-                &token(cfg.bos_token_id),
-                &eos,
-            )
-            .with_context(|| format!("chat template of {}", model.dir.join("model_config.json").display()))?
-        }
-        (None, false) => {
+    let rendered = if args.raw {
+        None
+    } else {
+        let r = prompt::render_chat(tok, cfg, &chat::messages(args.system.as_deref(), &args.prompt))
+            .with_context(|| format!("chat template of {}", model.dir.join("model_config.json").display()))?;
+        if r.is_none() {
             eprintln!("note: {} has no chat_template: using the prompt as is (--raw)", model.dir.display());
-            args.prompt.clone()
         }
-        (_, true) => args.prompt.clone(),
+        r
     };
-    let enc = tok.encode(text.as_str(), false).map_err(|e| anyhow!("tokenizing the prompt: {e}"))?;
-    let mut ids = enc.get_ids().to_vec();
-    if cfg.add_bos_token
-        && let Some(bos) = cfg.bos_token_id
-        && ids.first() != Some(&bos)
-    {
-        ids.insert(0, bos);
-    }
-    ensure!(!ids.is_empty(), "the prompt is empty after tokenization");
+    let ids = prompt::encode(tok, cfg, rendered.as_deref().unwrap_or(&args.prompt))?;
     Ok(Prompt { ids, tokenize_s: start.elapsed().as_secs_f64() })
 }
 
@@ -183,22 +166,9 @@ fn libraries(args: &Args, without_nibble: bool) -> Result<(PathBuf, Option<PathB
     Ok((ort, lib))
 }
 
-/// The ORT environment, and nibble's frontend on it (`--frontend` against the runtime's version; the EP library
-/// registered when it is the EP).
+/// The ORT environment, and nibble's frontend on it (`frontend::start`).
 fn start_ort(args: &Args, ort_dylib: &Path, lib: Option<&Path>) -> Result<(Environment, String, Option<Frontend>)> {
-    let env = model::init_ort(ort_dylib)?;
-    let version = nibble_ort::host::runtime_version(ort_dylib).map_err(|e| anyhow!(e))?;
-    let frontend = match lib {
-        None => None,
-        Some(lib) => {
-            let f = Frontend::resolve(args.frontend, &version, ort_dylib)?;
-            if f == Frontend::Ep {
-                frontend::register_ep(&env, &version, lib)?;
-            }
-            Some(f)
-        }
-    };
-    Ok((env, version, frontend))
+    frontend::start(ort_dylib, lib, args.frontend)
 }
 
 fn single(args: &Args, params: SamplingParams, seed: u64) -> Result<()> {

@@ -1,0 +1,571 @@
+//! `nibble-serve`: an OpenAI-compatible chat server on nibble's INT4 kernels.
+//!
+//! POST /v1/chat/completions (stream true: server-sent events in OpenAI's chunk format ending with `[DONE]`;
+//! false: one JSON answer), GET /v1/models, GET /health, GET /metrics (Prometheus text). Each model has one
+//! session and one generation thread (`engine`), which advances up to --parallel answers in turns; requests
+//! beyond --parallel wait in a queue of --queue, and past that get 503 with Retry-After. The usage block carries
+//! the chatbot metrics as extra fields (the driver's definitions, `nibble_llama::cli::METRICS_HELP`).
+
+mod api;
+mod engine;
+mod text;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, anyhow};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use clap::Parser;
+use nibble_llama::cli::FrontendArg;
+use nibble_llama::frontend;
+use nibble_llama::generate::Generation;
+use nibble_llama::metrics::{Metrics, StopReason, Timings};
+use nibble_llama::model::{Llama, ModelConfig, ModelDir, SessionOptions};
+use nibble_llama::sampling::{Sampler, SamplingParams};
+use nibble_llama::{paths, prompt};
+use serde_json::{Value, json};
+use tokenizers::Tokenizer;
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+use api::{ApiError, ChatRequest};
+use engine::{Engine, Event, Job, Refused};
+use text::TextStream;
+
+/// Serves a Llama model directory (models/LLAMA_MODEL_DIR.md) over OpenAI's chat-completions API.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "nibble-serve", version)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0: any free port; the chosen one is printed).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Model directory. Default: <workspace>/target/llama/smollm2-q4 (scripts/convert-smollm2.sh).
+    #[arg(long, value_name = "DIR")]
+    model: Option<PathBuf>,
+    /// The id clients name the model by. Default: the model directory's name.
+    #[arg(long)]
+    model_id: Option<String>,
+    /// Answers generated at once per model (advanced in turns, one token each); more wait in the queue.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    parallel: u32,
+    /// Requests that may wait per model; beyond that: 503 with Retry-After.
+    #[arg(long, default_value_t = 16)]
+    queue: u32,
+    /// max_tokens when a request gives none (capped by the context left after the prompt).
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    default_max_tokens: u32,
+    /// Price of the machine in US$ per hour, for the cost fields.
+    #[arg(long, default_value_t = 1.0)]
+    usd_per_hour: f64,
+    /// ORT intra-op threads per session (default: ORT's own choice).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    threads: Option<u32>,
+    /// Run without libnibble_ort.so (ORT's own kernels).
+    #[arg(long)]
+    no_nibble: bool,
+    /// How ONNX Runtime loads nibble (as nibble-llama's --frontend).
+    #[arg(long, value_enum, default_value_t = FrontendArg::Auto, conflicts_with = "no_nibble")]
+    frontend: FrontendArg,
+    /// ONNX Runtime library (as nibble-llama's --ort-dylib).
+    #[arg(long, value_name = "PATH")]
+    ort_dylib: Option<PathBuf>,
+    /// nibble's library (as nibble-llama's --lib).
+    #[arg(long, value_name = "PATH")]
+    lib: Option<PathBuf>,
+}
+
+/// One served model.
+struct Served {
+    id: String,
+    engine: Engine,
+    tok: Arc<Tokenizer>,
+    config: ModelConfig,
+    description: String,
+    created: u64,
+    stats: Stats,
+}
+
+#[derive(Default)]
+struct Stats {
+    ok: AtomicU64,
+    failed: AtomicU64,
+    refused: AtomicU64,
+    cancelled: AtomicU64,
+    prompt_tokens: AtomicU64,
+    completion_tokens: AtomicU64,
+    /// Sums in microseconds, for means.
+    ttft_us: AtomicU64,
+    decode_us: AtomicU64,
+}
+
+struct AppState {
+    models: Vec<Served>,
+    usd_per_hour: f64,
+    default_max_tokens: usize,
+    started: Instant,
+    next_id: AtomicU64,
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(args) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn run(args: Args) -> Result<()> {
+    anyhow::ensure!(args.usd_per_hour.is_finite() && args.usd_per_hour >= 0.0, "--usd-per-hour must be >= 0");
+    let dir = args.model.clone().unwrap_or_else(|| paths::workspace().join("target").join("llama").join("smollm2-q4"));
+    let model = ModelDir::open(&dir)?;
+    let ort_dylib = paths::ort_dylib(args.ort_dylib.as_deref())?;
+    let lib = if args.no_nibble { None } else { Some(paths::nibble_lib(args.lib.as_deref())?) };
+    let (env, version, fe) = frontend::start(&ort_dylib, lib.as_deref(), args.frontend)?;
+    let nibble = lib.as_deref().zip(fe);
+    let tok = Arc::new(model.load_tokenizer()?);
+    let llama = Llama::load(&env, &model, &SessionOptions { nibble, threads: args.threads })?;
+    let id = args.model_id.clone().unwrap_or_else(|| dir_name(&model.dir));
+    let description = format!(
+        "{} ({}), {}",
+        model.config.name.as_deref().unwrap_or("model"),
+        model.config.describe_weights(),
+        nibble.map_or("ORT's own kernels".to_string(), |(_, f)| format!("nibble ({})", f.name()))
+    );
+    log(json!({"event": "model_loaded", "model": id, "description": description, "ort": version,
+               "session_create_s": llama.create_s}));
+    let engine = Engine::start(&id, llama, args.queue as usize, args.parallel as usize)
+        .context("starting the generation thread")?;
+    let state = Arc::new(AppState {
+        models: vec![Served {
+            id,
+            engine,
+            tok,
+            config: model.config.clone(),
+            description,
+            created: unix_now(),
+            stats: Stats::default(),
+        }],
+        usd_per_hour: args.usd_per_hour,
+        default_max_tokens: args.default_max_tokens as usize,
+        started: Instant::now(),
+        next_id: AtomicU64::new(1),
+    });
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(serve(&args, state.clone()))?;
+    // The listener is closed and every response finished: let the engines drain and stop.
+    for m in &state.models {
+        m.engine.shutdown();
+    }
+    log(json!({"event": "stopped"}));
+    Ok(())
+}
+
+fn dir_name(dir: &Path) -> String {
+    std::fs::canonicalize(dir)
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "model".into())
+}
+
+async fn serve(args: &Args, state: Arc<AppState>) -> Result<()> {
+    let app = Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(list_models))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { ApiError::not_found("no such endpoint", None, "not_found") })
+        .with_state(state);
+    let addr: SocketAddr = format!("{}:{}", args.host, args.port)
+        .parse()
+        .map_err(|e| anyhow!("--host {} --port {}: {e}", args.host, args.port))?;
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
+    let local = listener.local_addr()?;
+    log(json!({"event": "listening", "addr": local.to_string(), "url": format!("http://{local}/")}));
+    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("serving")?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    log(json!({"event": "shutting_down", "note": "in-flight answers finish; new connections are refused"}));
+}
+
+/// One structured log line (JSON) on stderr.
+fn log(mut v: Value) {
+    v["ts"] = json!(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()));
+    eprintln!("{v}");
+}
+
+async fn health(State(s): State<Arc<AppState>>) -> impl IntoResponse {
+    axum::Json(json!({"status": "ok", "uptime_s": s.started.elapsed().as_secs_f64(),
+        "models": s.models.iter().map(|m| json!({"id": m.id,
+            "queued": m.engine.load.queued.load(Ordering::SeqCst),
+            "active": m.engine.load.active.load(Ordering::SeqCst)})).collect::<Vec<_>>()}))
+}
+
+async fn list_models(State(s): State<Arc<AppState>>) -> impl IntoResponse {
+    axum::Json(json!({"object": "list", "data": s.models.iter().map(|m| json!({
+        "id": m.id, "object": "model", "created": m.created, "owned_by": "nibble", "description": m.description,
+        "context_length": m.config.context_length})).collect::<Vec<_>>()}))
+}
+
+async fn metrics(State(s): State<Arc<AppState>>) -> impl IntoResponse {
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, f: &dyn Fn(&Served) -> String| {
+        out += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
+        for m in &s.models {
+            out += &format!("{name}{{model=\"{}\"}} {}\n", m.id, f(m));
+        }
+    };
+    let c = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
+    family("nibble_requests_ok_total", "counter", "Answers completed.", &|m| c(&m.stats.ok));
+    family("nibble_requests_failed_total", "counter", "Answers that failed after being accepted.", &|m| {
+        c(&m.stats.failed)
+    });
+    family("nibble_requests_refused_total", "counter", "Requests refused because the queue was full.", &|m| {
+        c(&m.stats.refused)
+    });
+    family("nibble_requests_cancelled_total", "counter", "Answers ended because the client went away.", &|m| {
+        c(&m.stats.cancelled)
+    });
+    family("nibble_prompt_tokens_total", "counter", "Prompt tokens of completed answers.", &|m| {
+        c(&m.stats.prompt_tokens)
+    });
+    family("nibble_completion_tokens_total", "counter", "Generated tokens of completed answers.", &|m| {
+        c(&m.stats.completion_tokens)
+    });
+    family("nibble_ttft_seconds_total", "counter", "Sum of time to first token of completed answers.", &|m| {
+        (m.stats.ttft_us.load(Ordering::Relaxed) as f64 / 1e6).to_string()
+    });
+    family("nibble_decode_seconds_total", "counter", "Sum of decode time of completed answers.", &|m| {
+        (m.stats.decode_us.load(Ordering::Relaxed) as f64 / 1e6).to_string()
+    });
+    family("nibble_queue_depth", "gauge", "Requests waiting.", &|m| {
+        m.engine.load.queued.load(Ordering::SeqCst).to_string()
+    });
+    family("nibble_active_generations", "gauge", "Answers being generated.", &|m| {
+        m.engine.load.active.load(Ordering::SeqCst).to_string()
+    });
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+}
+
+/// A request accepted into a model's queue.
+struct Accepted {
+    id: String,
+    model: usize,
+    prompt_tokens: usize,
+    events: UnboundedReceiver<Event>,
+    text: TextStream,
+    tokenize_s: f64,
+    received: Instant,
+    /// What the handler saw of the generation (for an answer cut by a stop sequence, which never gets the
+    /// engine's own result): its start, the ids, the first and last token times.
+    started: Option<Instant>,
+    ids: Vec<u32>,
+    first_at: Option<Instant>,
+    last_at: Option<Instant>,
+}
+
+impl Accepted {
+    /// The timings as seen here; prefill is taken as TTFT (the sampling of one token is not split off).
+    fn timings_seen(&self) -> Timings {
+        let secs = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
+            (Some(a), Some(b)) => (b - a).as_secs_f64(),
+            _ => 0.0,
+        };
+        let ttft_s = secs(self.started, self.first_at);
+        Timings { prefill_s: ttft_s, ttft_s, decode_s: secs(self.first_at, self.last_at), ..Timings::default() }
+    }
+}
+
+async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+    let req = match ChatRequest::parse(&body) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    match accept(&s, &req) {
+        Ok(a) if req.stream => stream_answer(s, req, a).into_response(),
+        Ok(a) => whole_answer(s, a).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn accept(s: &AppState, req: &ChatRequest) -> Result<Accepted, ApiError> {
+    let received = Instant::now();
+    let Some(mi) = s.models.iter().position(|m| m.id == req.model) else {
+        let ids: Vec<&str> = s.models.iter().map(|m| m.id.as_str()).collect();
+        return Err(ApiError::not_found(
+            format!("the model `{}` does not exist; this server has: {}", req.model, ids.join(", ")),
+            Some("model"),
+            "model_not_found",
+        ));
+    };
+    let m = &s.models[mi];
+    let cfg = &m.config;
+    let text = prompt::render_chat(&m.tok, cfg, &req.messages)
+        .map_err(|e| ApiError::invalid("messages", format!("{e:#}")))?
+        .ok_or_else(|| ApiError::invalid("messages", format!("the model `{}` has no chat template", m.id)))?;
+    let ids = prompt::encode(&m.tok, cfg, &text).map_err(|e| ApiError::invalid("messages", format!("{e:#}")))?;
+    // The prompt plus at least one new token must fit.
+    if ids.len() >= cfg.context_length {
+        return Err(ApiError::invalid(
+            "messages",
+            format!(
+                "the conversation is {} tokens after the chat template; the model's context length is {} (room for \
+                 at least one new token is needed): shorten the history",
+                ids.len(),
+                cfg.context_length
+            ),
+        )
+        .with_code("context_length_exceeded"));
+    }
+    let room = cfg.context_length - ids.len();
+    let max_tokens = req.max_tokens.unwrap_or(s.default_max_tokens).min(room);
+    let params = SamplingParams { temperature: req.temperature, top_k: 0, top_p: req.top_p };
+    let seed =
+        req.seed.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64));
+    let sampler = Sampler::new(params, seed).map_err(|e| ApiError::invalid("temperature", format!("{e:#}")))?;
+    let (tx, rx) = unbounded_channel();
+    let prompt_tokens = ids.len();
+    let job = Job { prompt: ids, max_tokens, sampler, events: tx, queued_at: Instant::now() };
+    match m.engine.submit(job) {
+        Ok(()) => {}
+        Err(Refused::Busy) => {
+            m.stats.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::busy(format!("the model `{}` is busy: its queue is full; retry shortly", m.id), 1));
+        }
+        Err(Refused::Closed) => return Err(ApiError::busy("the server is shutting down", 5)),
+    }
+    let n = s.next_id.fetch_add(1, Ordering::Relaxed);
+    Ok(Accepted {
+        id: format!("chatcmpl-{:x}{n:06x}", unix_now()),
+        model: mi,
+        prompt_tokens,
+        events: rx,
+        text: TextStream::new(m.tok.clone(), req.stop.clone()),
+        tokenize_s: received.elapsed().as_secs_f64(),
+        received,
+        started: None,
+        ids: Vec::new(),
+        first_at: None,
+        last_at: None,
+    })
+}
+
+/// How an answer ended, for the response and the log.
+struct Finished {
+    generation: Generation,
+    /// A stop sequence ended it (generation was cut there).
+    stopped_by_sequence: bool,
+    queue_s: f64,
+}
+
+impl Finished {
+    fn finish_reason(&self) -> &'static str {
+        match (self.stopped_by_sequence, self.generation.stop) {
+            (true, _) | (false, StopReason::Eos) => "stop",
+            (false, _) => "length",
+        }
+    }
+}
+
+fn usage(s: &AppState, a: &Accepted, f: &Finished) -> Value {
+    let g = &f.generation;
+    let t = Timings { tokenize_s: a.tokenize_s, ..g.timings };
+    let m = Metrics::new(&t, a.prompt_tokens, g.ids.len(), s.usd_per_hour);
+    let total_tokens = a.prompt_tokens + g.ids.len();
+    json!({
+        "prompt_tokens": a.prompt_tokens,
+        "completion_tokens": g.ids.len(),
+        "total_tokens": total_tokens,
+        "queue_s": f.queue_s,
+        "ttft_s": t.ttft_s,
+        "prefill_s": t.prefill_s,
+        "prefill_tok_s": m.prefill_tok_s,
+        "decode_s": t.decode_s,
+        "decode_tok_s": m.decode_tok_s,
+        "total_s": m.total_s,
+        "usd_per_hour": s.usd_per_hour,
+        "usd_per_million_output_tokens": m.usd_per_million_output_tokens,
+        "usd_per_million_prompt_tokens": m.usd_per_million_prompt_tokens,
+        "usd_cost": m.usd_total,
+    })
+}
+
+fn record(s: &AppState, a: &Accepted, f: &Finished, stream: bool) {
+    let st = &s.models[a.model].stats;
+    let g = &f.generation;
+    st.ok.fetch_add(1, Ordering::Relaxed);
+    st.prompt_tokens.fetch_add(a.prompt_tokens as u64, Ordering::Relaxed);
+    st.completion_tokens.fetch_add(g.ids.len() as u64, Ordering::Relaxed);
+    st.ttft_us.fetch_add((g.timings.ttft_s * 1e6) as u64, Ordering::Relaxed);
+    st.decode_us.fetch_add((g.timings.decode_s * 1e6) as u64, Ordering::Relaxed);
+    log(json!({"event": "request", "id": a.id, "model": s.models[a.model].id, "stream": stream, "status": "ok",
+        "finish_reason": f.finish_reason(), "prompt_tokens": a.prompt_tokens, "completion_tokens": g.ids.len(),
+        "queue_s": f.queue_s, "ttft_s": g.timings.ttft_s, "decode_s": g.timings.decode_s,
+        "wall_s": a.received.elapsed().as_secs_f64()}));
+}
+
+fn record_end(s: &AppState, a: &Accepted, status: &str, detail: &str, stream: bool) {
+    let st = &s.models[a.model].stats;
+    if status == "cancelled" { &st.cancelled } else { &st.failed }.fetch_add(1, Ordering::Relaxed);
+    log(json!({"event": "request", "id": a.id, "model": s.models[a.model].id, "stream": stream, "status": status,
+        "detail": detail, "wall_s": a.received.elapsed().as_secs_f64()}));
+}
+
+/// The next piece of an answer.
+enum Step {
+    /// New text (possibly empty).
+    Text(String),
+    /// The answer is complete; the text's remainder.
+    End(String, Finished),
+    Failed(String),
+}
+
+/// Waits for the next engine event of `a` and turns it into text.
+async fn next_step(a: &mut Accepted, queue_s: &mut f64) -> Step {
+    loop {
+        match a.events.recv().await {
+            Some(Event::Started { queue_s: q }) => {
+                *queue_s = q;
+                a.started = Some(Instant::now());
+            }
+            Some(Event::Token(id)) => {
+                let now = Instant::now();
+                a.first_at.get_or_insert(now);
+                a.last_at = Some(now);
+                a.ids.push(id);
+                match a.text.push(id) {
+                    Ok((piece, false)) => return Step::Text(piece),
+                    Ok((piece, true)) => {
+                        // A stop sequence: cut here. Closing the channel makes the engine drop the generation.
+                        a.events.close();
+                        let generation =
+                            Generation { ids: a.ids.clone(), stop: StopReason::Eos, timings: a.timings_seen() };
+                        return Step::End(piece, Finished { generation, stopped_by_sequence: true, queue_s: *queue_s });
+                    }
+                    Err(e) => return Step::Failed(format!("{e:#}")),
+                }
+            }
+            Some(Event::Done(g)) => {
+                return match a.text.finish() {
+                    Ok((rest, cut)) => {
+                        Step::End(rest, Finished { generation: g, stopped_by_sequence: cut, queue_s: *queue_s })
+                    }
+                    Err(e) => Step::Failed(format!("{e:#}")),
+                };
+            }
+            Some(Event::Failed(e)) => return Step::Failed(e),
+            None => return Step::Failed("the generation thread stopped".into()),
+        }
+    }
+}
+
+async fn whole_answer(s: Arc<AppState>, mut a: Accepted) -> Response {
+    let mut content = String::new();
+    let mut queue_s = 0.0;
+    loop {
+        match next_step(&mut a, &mut queue_s).await {
+            Step::Text(t) => content += &t,
+            Step::End(t, f) => {
+                content += &t;
+                record(&s, &a, &f, false);
+                let m = &s.models[a.model];
+                return axum::Json(json!({
+                    "id": a.id, "object": "chat.completion", "created": unix_now(), "model": m.id,
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                                 "logprobs": null, "finish_reason": f.finish_reason()}],
+                    "usage": usage(&s, &a, &f),
+                }))
+                .into_response();
+            }
+            Step::Failed(e) => {
+                record_end(&s, &a, "failed", &e, false);
+                return ApiError::internal(format!("generation failed: {e}")).into_response();
+            }
+        }
+    }
+}
+
+fn stream_answer(s: Arc<AppState>, req: ChatRequest, mut a: Accepted) -> impl IntoResponse {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<SseEvent, std::convert::Infallible>>(64);
+    tokio::spawn(async move {
+        let model = s.models[a.model].id.clone();
+        let created = unix_now();
+        let id = a.id.clone();
+        let chunk = |delta: Value, finish: Option<&str>| {
+            json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                   "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
+        };
+        let send = |v: Value| SseEvent::default().data(v.to_string());
+        if tx.send(Ok(send(chunk(json!({"role": "assistant", "content": ""}), None)))).await.is_err() {
+            record_end(&s, &a, "cancelled", "client disconnected before the first token", true);
+            return;
+        }
+        let mut queue_s = 0.0;
+        loop {
+            match next_step(&mut a, &mut queue_s).await {
+                Step::Text(t) => {
+                    if !t.is_empty() && tx.send(Ok(send(chunk(json!({"content": t}), None)))).await.is_err() {
+                        record_end(&s, &a, "cancelled", "client disconnected", true);
+                        return; // dropping `a` closes the engine channel: generation stops
+                    }
+                }
+                Step::End(t, f) => {
+                    if !t.is_empty() {
+                        let _ = tx.send(Ok(send(chunk(json!({"content": t}), None)))).await;
+                    }
+                    let mut last = chunk(json!({}), Some(f.finish_reason()));
+                    let usage = usage(&s, &a, &f);
+                    if req.include_usage {
+                        let _ = tx.send(Ok(send(last))).await;
+                        last = json!({"id": a.id, "object": "chat.completion.chunk", "created": created,
+                                      "model": model, "choices": [], "usage": usage});
+                    } else {
+                        // Not in OpenAI's format, but the page wants the metrics: an extra field on the last chunk.
+                        last["usage"] = usage;
+                    }
+                    let _ = tx.send(Ok(send(last))).await;
+                    let _ = tx.send(Ok(SseEvent::default().data("[DONE]"))).await;
+                    record(&s, &a, &f, true);
+                    return;
+                }
+                Step::Failed(e) => {
+                    let err = ApiError::internal(format!("generation failed: {e}"));
+                    let _ = tx.send(Ok(send(err.body()))).await;
+                    let _ = tx.send(Ok(SseEvent::default().data("[DONE]"))).await;
+                    record_end(&s, &a, "failed", &e, true);
+                    return;
+                }
+            }
+        }
+    });
+    Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx)).keep_alive(KeepAlive::default())
+}
