@@ -15,7 +15,7 @@ pub struct TextStream<D: Detokenize = tokenizers::Tokenizer> {
     text: String,
     /// `text[..emitted]` has been handed out.
     emitted: usize,
-    /// Bytes to hold back: the longest stop sequence minus one.
+    /// The most bytes ever held back: the longest stop sequence minus one.
     hold: usize,
 }
 
@@ -46,10 +46,20 @@ impl<D: Detokenize> TextStream<D> {
             self.emitted = self.text.len();
             return (out, true);
         }
-        let mut safe = if all { self.text.len() } else { self.text.len().saturating_sub(self.hold).max(self.emitted) };
-        while !self.text.is_char_boundary(safe) {
-            safe -= 1;
-        }
+        // Hold back the longest end of the text that is the start of a stop sequence (it may yet complete).
+        let len = self.text.len();
+        let held = if all {
+            0
+        } else {
+            (1..=self.hold.min(len - self.emitted))
+                .rev()
+                .find(|&k| {
+                    self.text.is_char_boundary(len - k)
+                        && self.stops.iter().any(|s| s.starts_with(&self.text[len - k..]))
+                })
+                .unwrap_or(0)
+        };
+        let safe = len - held;
         let out = self.text[self.emitted..safe.max(self.emitted)].to_string();
         self.emitted = safe.max(self.emitted);
         (out, false)
@@ -99,12 +109,15 @@ mod tests {
     }
 
     #[test]
-    fn held_back_text_is_released_when_it_cannot_start_a_stop() {
-        let (out, stop) = run(&["wx"], &[0, 1, 2, 3]);
+    fn only_a_possible_start_of_a_stop_is_held_back() {
+        // "l" and "ld" could start "ldx": held; "ld!\n" cannot: released with the next piece.
+        let (out, stop) = run(&["ldx"], &[0, 1, 2, 3, 4]);
         assert!(!stop);
-        assert_eq!(out.concat(), "Hello world");
-        // " wor" ends with 'r', which cannot start "wx": nothing beyond one byte is ever held
-        assert_eq!(out[2], " wo");
+        assert_eq!(out, vec!["He", "llo", " wor", "", "ld!\n", ""]);
+        // held text that completes the stop is never sent
+        let (out, stop) = run(&["ld!"], &[0, 1, 2, 3, 4]);
+        assert!(stop);
+        assert_eq!(out, vec!["He", "llo", " wor", "", ""]);
     }
 
     #[test]
