@@ -47,8 +47,9 @@ command -v cc >/dev/null || die "no C compiler/linker (cc) found: Rust needs one
 
 echo "==> setup (scripts/setup.sh --no-extra-ort)"
 bash scripts/setup.sh --no-extra-ort
-echo "==> build (cargo build --release -p nibble-ort -p nibble-llama)"
-cargo build "${LOCKED[@]}" --release -p nibble-ort -p nibble-llama
+echo "==> build (cargo build --release -p nibble-ort -p nibble-llama -p nibble-serve)"
+# one build of the three, as scripts/test.sh and scripts/serve.sh do: one feature resolution, nothing rebuilt
+cargo build "${LOCKED[@]}" --release -p nibble-ort -p nibble-llama -p nibble-serve
 echo "==> convert SmolLM2-135M-Instruct (scripts/convert-smollm2.sh)"
 bash scripts/convert-smollm2.sh "$TARGET/llama"
 

@@ -10,10 +10,10 @@
 #                                                (scripts/ort-versions.txt: 1.19.2 1.23.2 1.24.4) in .cache/ort/
 #   2. tests/fixtures/make_fixtures.py           models + golden data -> target/fixtures/
 #      scripts/convert-smollm2.sh                SmolLM2-135M GGUF -> target/llama/smollm2-{fp32,q4} (ONNX)
-#   3. cargo build --release -p nibble-ort -p nibble-llama
-#                                                target/release/libnibble_ort.so (what ORT loads) and the driver,
-#                                                built together as scripts/demo.sh does (one feature resolution:
-#                                                neither build invalidates the other's)
+#   3. cargo build --release -p nibble-ort -p nibble-llama -p nibble-serve
+#                                                target/release/libnibble_ort.so (what ORT loads), the driver and
+#                                                the chat server, built together as scripts/demo.sh and serve.sh
+#                                                do (one feature resolution: no build invalidates another's)
 #      pip install . (into .venv)                the Python package nibble_ort: the Python tests load its library
 #   4. cargo test --workspace                    kernels unit/property tests, provider tests; the ORT integration
 #                                                test (provider/tests/session.rs) and the Llama driver's tests
@@ -22,6 +22,7 @@
 #                                                on ORT 1.31.1, execution provider on 1.24.4 and 1.31.1
 #      tests/cpp/package/run.sh                  scripts/install.sh into a fresh prefix; CMake (find_package) and
 #                                                pkg-config consumers built against it and run
+#      pytest tests/server                       the chat server (examples/server) through the openai client
 #      tests/cpp/service/run.sh                  the C++ inference service example (examples/cpp) built with CMake
 #                                                against that package and ORT's headers; its tokenizer against HF
 #                                                tokenizers, its concurrent requests against the Rust driver's ids
@@ -134,7 +135,8 @@ fi
 
 step "fixtures (tests/fixtures/make_fixtures.py)" .venv/bin/python tests/fixtures/make_fixtures.py --out "$NIBBLE_FIXTURES"
 step "SmolLM2 model directories (scripts/convert-smollm2.sh)" bash scripts/convert-smollm2.sh "$TARGET/llama"
-step "cargo build --release -p nibble-ort -p nibble-llama" cargo build "${LOCKED[@]}" --release -p nibble-ort -p nibble-llama
+step "cargo build --release -p nibble-ort -p nibble-llama -p nibble-serve" \
+    cargo build "${LOCKED[@]}" --release -p nibble-ort -p nibble-llama -p nibble-serve
 # The Python tests load the library from the installed package, as users do: `pip install .` builds it with cargo
 # (the build above: nothing recompiles) and installs nibble_ort into .venv.
 step "Python package: pip install . (nibble_ort into .venv)" \
@@ -145,6 +147,8 @@ step "cargo test --workspace (ORT integration on $ORT_NEW)" with_ort "$ORT_NEW" 
 step "C++ end-to-end test (tests/cpp/run.sh: custom-op on $ORT_NEW, EP on 1.24.4 and $ORT_NEW)" bash tests/cpp/run.sh
 step "C/C++ package: scripts/install.sh, CMake and pkg-config consumers (tests/cpp/package/run.sh)" \
     bash tests/cpp/package/run.sh
+step "chat server (tests/server: nibble-serve through the openai client)" \
+    env NIBBLE_LLAMA_Q4_DIR="$NIBBLE_LLAMA_Q4_DIR" .venv/bin/python -m pytest -q tests/server
 step "C++ inference service example (tests/cpp/service/run.sh: examples/cpp on SmolLM2 q4, few tokens)" \
     bash tests/cpp/service/run.sh
 if [ $quick = 0 ]; then

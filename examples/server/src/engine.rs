@@ -174,6 +174,7 @@ fn run(mut llama: Llama, rx: Receiver<Job>, parallel: usize, load: &Load) {
                 }
             }
         }
+        load.active.store(active.len(), Ordering::SeqCst);
     }
 }
 

@@ -1,0 +1,225 @@
+"""nibble-serve (examples/server) through the official `openai` Python client and raw HTTP: answers, streaming,
+sampling controls, stop sequences, errors, a full queue, client disconnects and graceful shutdown.
+
+Needs target/release/nibble-serve (cargo build --release -p nibble-serve), the SmolLM2 q4 model directory
+(NIBBLE_LLAMA_Q4_DIR, default target/llama/smollm2-q4) and ORT/nibble as nibble-llama finds them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+BIN = TARGET / "release" / "nibble-serve"
+MODEL_DIR = Path(os.environ.get("NIBBLE_LLAMA_Q4_DIR", TARGET / "llama" / "smollm2-q4"))
+MODEL = "smollm2-q4"
+Q = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+class Server:
+    def __init__(self, *args: str):
+        assert BIN.is_file(), f"{BIN} missing: cargo build --release -p nibble-serve"
+        env = dict(os.environ, ORT_LOG="fatal")
+        self.proc = subprocess.Popen(
+            [str(BIN), "--port", "0", "--model", str(MODEL_DIR), "--model-id", MODEL, "--threads", "2", *args],
+            stderr=subprocess.PIPE, text=True, env=env)
+        self.log: list[dict] = []
+        self.url = None
+        deadline = time.time() + 120
+        while self.url is None:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise RuntimeError(f"nibble-serve exited ({self.proc.wait()}): {self.log}")
+            ev = json.loads(line)
+            self.log.append(ev)
+            if ev.get("event") == "listening":
+                self.url = ev["url"].rstrip("/")
+            assert time.time() < deadline, "nibble-serve did not start"
+        threading.Thread(target=self._drain, daemon=True).start()
+        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self.log.append(json.loads(line))
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def post(self, body: dict | bytes) -> tuple[int, dict, dict]:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + "/v1/chat/completions", data=data,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, dict(r.headers), json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), json.loads(e.read())
+
+    def metric(self, name: str) -> float:
+        _, text = self.get("/metrics")
+        m = re.search(rf'^{name}{{model="{MODEL}"}} (\S+)$', text, re.M)
+        assert m, f"{name} not in /metrics:\n{text}"
+        return float(m.group(1))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server("--parallel", "2", "--queue", "2")
+    yield s
+    s.stop()
+
+
+def test_models_and_health(server):
+    ids = [m.id for m in server.client.models.list().data]
+    assert ids == [MODEL]
+    status, body = server.get("/health")
+    assert status == 200 and json.loads(body)["status"] == "ok"
+
+
+def test_answer_greedy_is_deterministic_and_carries_the_metrics(server):
+    a = server.client.chat.completions.create(model=MODEL, messages=Q, temperature=0, max_tokens=24)
+    b = server.client.chat.completions.create(model=MODEL, messages=Q, temperature=0, max_tokens=24)
+    text = a.choices[0].message.content
+    assert "Paris" in text and text == b.choices[0].message.content
+    assert a.choices[0].finish_reason in ("stop", "length")
+    u = a.usage.model_dump()
+    assert u["prompt_tokens"] > 10 and 0 < u["completion_tokens"] <= 24
+    assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+    for k in ("ttft_s", "prefill_tok_s", "decode_tok_s", "total_s", "usd_cost", "usd_per_million_output_tokens"):
+        assert isinstance(u[k], float) and u[k] > 0, (k, u)
+
+
+def test_stream_gives_the_same_text_and_usage(server):
+    whole = server.client.chat.completions.create(model=MODEL, messages=Q, temperature=0, max_tokens=16)
+    chunks = list(server.client.chat.completions.create(
+        model=MODEL, messages=Q, temperature=0, max_tokens=16, stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) >= 2, "tokens must stream"
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finals == [whole.choices[0].finish_reason]
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_sampling_controls(server):
+    msgs = [{"role": "user", "content": "Write a sentence about the sea."}]
+    run = lambda seed: server.client.chat.completions.create(  # noqa: E731
+        model=MODEL, messages=msgs, temperature=1.0, top_p=0.95, seed=seed, max_tokens=20).choices[0].message.content
+    assert run(11) == run(11)
+    assert len({run(s) for s in (1, 2, 3)}) > 1, "different seeds should give different answers"
+    r = server.client.chat.completions.create(model=MODEL, messages=msgs, temperature=0, max_tokens=3)
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 3
+
+
+def test_stop_sequence_cuts_the_answer(server):
+    full = server.client.chat.completions.create(model=MODEL, messages=Q, temperature=0, max_tokens=24)
+    text = full.choices[0].message.content
+    word = "Paris"
+    assert word in text
+    cut = server.client.chat.completions.create(model=MODEL, messages=Q, temperature=0, max_tokens=24, stop=[word])
+    assert cut.choices[0].message.content == text[:text.index(word)]
+    assert cut.choices[0].finish_reason == "stop"
+    streamed = "".join(c.choices[0].delta.content or "" for c in server.client.chat.completions.create(
+        model=MODEL, messages=Q, temperature=0, max_tokens=24, stop=word, stream=True) if c.choices)
+    assert streamed == text[:text.index(word)]
+
+
+def test_history_is_part_of_the_prompt(server):
+    one = server.client.chat.completions.create(model=MODEL, messages=Q, temperature=0, max_tokens=2)
+    hist = [*Q, {"role": "assistant", "content": "Paris."}, {"role": "user", "content": "And of Italy?"}]
+    two = server.client.chat.completions.create(model=MODEL, messages=hist, temperature=0, max_tokens=2)
+    assert two.usage.prompt_tokens > one.usage.prompt_tokens + 5
+
+
+def test_errors_are_openai_style_and_the_server_keeps_serving(server):
+    with pytest.raises(openai.NotFoundError) as e:
+        server.client.chat.completions.create(model="nope", messages=Q)
+    assert "nope" in str(e.value) and MODEL in str(e.value)
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        server.client.chat.completions.create(model=MODEL, messages=Q, temperature=5)
+    for body, param in [(b"{not json", "body"), ({"model": MODEL}, "messages"),
+                        ({"model": MODEL, "messages": Q, "max_tokens": "many"}, "max_tokens")]:
+        status, _, err = server.post(body)
+        assert status == 400 and err["error"]["param"] == param and err["error"]["type"] == "invalid_request_error"
+    long = [{"role": "user", "content": "word " * 9000}]
+    status, _, err = server.post({"model": MODEL, "messages": long, "max_tokens": 1})
+    assert status == 400 and err["error"]["code"] == "context_length_exceeded", err
+    assert server.get("/nowhere")[0] == 404
+    assert server.client.chat.completions.create(model=MODEL, messages=Q, max_tokens=2).choices
+
+
+def test_full_queue_answers_503_with_retry_after(server):
+    results: list[tuple[int, dict]] = []
+    lock = threading.Lock()
+
+    def ask():
+        status, headers, body = server.post({"model": MODEL, "messages": Q, "max_tokens": 24, "temperature": 0})
+        with lock:
+            results.append((status, {k.lower(): v for k, v in headers.items()}))
+
+    threads = [threading.Thread(target=ask) for _ in range(10)]  # parallel 2 + queue 2 < 10
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    statuses = sorted(s for s, _ in results)
+    assert 200 in statuses and 503 in statuses and set(statuses) <= {200, 503}, statuses
+    assert all(h.get("retry-after") == "1" for s, h in results if s == 503)
+    assert server.metric("nibble_requests_refused_total") >= statuses.count(503)
+
+
+def test_client_disconnect_stops_generation(server):
+    before = server.metric("nibble_requests_cancelled_total")
+    stream = server.client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Tell me a long story."}], max_tokens=500, stream=True)
+    for i, _ in enumerate(stream):
+        if i == 3:
+            break
+    stream.close()
+    deadline = time.time() + 30
+    while server.metric("nibble_requests_cancelled_total") <= before:
+        assert time.time() < deadline, "the disconnect was not noticed"
+        time.sleep(0.2)
+    while server.metric("nibble_active_generations") > 0:
+        assert time.time() < deadline, "the generation was not dropped"
+        time.sleep(0.2)
+
+
+def test_sigterm_lets_the_answer_in_flight_finish():
+    s = Server("--parallel", "1")
+    try:
+        got: list[str] = []
+        stream = s.client.chat.completions.create(model=MODEL, messages=Q, temperature=0, max_tokens=40, stream=True)
+        first = next(iter(stream))
+        s.proc.send_signal(signal.SIGTERM)
+        for c in stream:
+            if c.choices and c.choices[0].delta.content:
+                got.append(c.choices[0].delta.content)
+        assert first.choices and got, "the stream must go on after SIGTERM"
+        assert s.proc.wait(timeout=60) == 0
+        events = [e.get("event") for e in s.log]
+        assert "shutting_down" in events and events[-1] == "stopped", events
+        assert any(e.get("event") == "request" and e.get("status") == "ok" for e in s.log)
+    finally:
+        s.stop()
