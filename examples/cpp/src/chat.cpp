@@ -50,10 +50,18 @@ ChatMl ChatMl::from_template(const std::string& t) {
     const size_t end = t.find("<|im_end|>", body);
     if (end == std::string::npos) break;
     const std::string raw = t.substr(body, end - body);
-    if (raw.find('\'') != std::string::npos || raw.find('"') != std::string::npos || raw.find("{{") != std::string::npos)
-      continue;  // the system turn's text comes from a variable, not a literal
+    // An unescaped quote or an expression: the literal ends before <|im_end|>, the text comes from a variable.
+    bool literal = raw.find("{{") == std::string::npos && raw.find("{%") == std::string::npos;
+    for (size_t i = 0; literal && i < raw.size(); ++i) {
+      if (raw[i] == '\\') ++i;
+      else if (raw[i] == '\'' || raw[i] == '"') literal = false;
+    }
+    if (!literal) continue;
     c.default_system_ = unescape_jinja(raw);
-    if (c.default_system_) break;
+    if (!c.default_system_)
+      throw std::runtime_error("the chat template's default system message uses a string escape the C++ service "
+                               "does not read: pass --system TEXT");
+    break;
   }
   return c;
 }

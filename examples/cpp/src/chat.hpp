@@ -1,6 +1,6 @@
 // Chat prompts for the C++ service. model_config.json carries the model's Jinja chat template; C++ has no Jinja
 // engine we could take from Debian, so the service renders the one template family its models use, ChatML
-// (<|im_start|>role\ncontent<|im_end|>\n ... <|im_start|>assistant\n: SmolLM2, Qwen2), and refuses any other
+// (<|im_start|>role\ncontent<|im_end|>\n ... <|im_start|>assistant\n, as SmolLM2's template writes it), and refuses any other
 // template with a message pointing to --raw. The template's own default system message (the literal
 // '<|im_start|>system\n...<|im_end|>\n' it adds when the conversation has none) is read out of the template.
 // tests/cpp/service/run.sh checks the result token for token against the Rust driver, which renders the template

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -307,8 +308,15 @@ int32_t Sampler::sample(const float* logits, size_t n) {
     for (size_t i = 0; i < n; ++i)
       if (std::isfinite(logits[i])) cand.emplace_back(static_cast<int32_t>(i), static_cast<double>(logits[i]) / t);
     if (cand.empty()) throw std::runtime_error("every logit is NaN or -inf: nothing to sample");
-    const auto order = [](const std::pair<int32_t, double>& a, const std::pair<int32_t, double>& b) {
-      return a.second > b.second || (a.second == b.second && a.first < b.first);
+    // Rust's f64::total_cmp order (-0.0 below +0.0), descending, then the lower id.
+    const auto total_key = [](double x) {
+      int64_t b;
+      std::memcpy(&b, &x, sizeof b);
+      return b ^ static_cast<int64_t>(static_cast<uint64_t>(b >> 63) >> 1);
+    };
+    const auto order = [&](const std::pair<int32_t, double>& a, const std::pair<int32_t, double>& b) {
+      const int64_t ka = total_key(a.second), kb = total_key(b.second);
+      return ka > kb || (ka == kb && a.first < b.first);
     };
     if (p_.top_k > 0 && p_.top_k < cand.size()) {
       std::nth_element(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(p_.top_k - 1), cand.end(), order);

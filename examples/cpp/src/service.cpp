@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <nibble_ort.h>
@@ -103,6 +104,8 @@ struct Options {
 
 template <class T>
 T parse_number(const std::string& flag, const std::string& v) {
+  // istream reads "-1" into an unsigned type as its wrap-around: refuse signs where no negative value exists
+  if (std::is_unsigned_v<T> && v.find('-') != std::string::npos) usage_error(flag + " " + v + ": must not be negative");
   std::istringstream in(v);
   T x{};
   if (!(in >> x) || !in.eof()) usage_error(flag + " " + v + ": not a number");
@@ -147,14 +150,19 @@ Options parse_args(int argc, char** argv) {
   for (const std::string& f : files) {
     std::ifstream in(f);
     if (!in) usage_error("--prompts-file " + f + ": cannot open");
-    for (std::string line; std::getline(in, line);)
-      if (line.find_first_not_of(" \t\r") != std::string::npos) o.prompts.push_back(line);
+    size_t n = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
+      if (line.find_first_not_of(" \t") != std::string::npos) o.prompts.push_back(line), ++n;
+    }
+    if (n == 0) usage_error("--prompts-file " + f + ": no prompt in it (one user message per line)");
   }
   if (o.prompts.empty()) o.prompts = kDefaultPrompts;
   if (o.requests == 0) o.requests = o.prompts.size();
-  if (o.concurrency == 0) usage_error("--concurrency must be at least 1");
+  if (o.concurrency == 0 || o.concurrency > 1024) usage_error("--concurrency must be in 1..1024");
+  if (o.requests > 1000000) usage_error("--requests must be at most 1000000");
   if (o.max_new_tokens == 0) usage_error("--max-new-tokens must be at least 1");
-  if (o.threads < 0) usage_error("--threads must be at least 1");
+  if (o.threads < 0) usage_error("--threads must be at least 1 (leave it out for ORT's default)");
   if (!(o.usd_per_hour >= 0)) usage_error("--usd-per-hour must be >= 0");
   if (o.frontend != "auto" && o.frontend != "ep" && o.frontend != "custom-op")
     usage_error("--frontend " + o.frontend + ": expected auto, ep or custom-op");
@@ -223,7 +231,12 @@ double percentile(std::vector<double> v, double p) {
 }
 
 std::atomic<bool> g_stop{false};
-extern "C" void on_signal(int) { g_stop.store(true); }
+// The first SIGINT/SIGTERM ends the burst cleanly; the handler then steps aside so a second one kills the process
+// (a prefill cannot be interrupted).
+extern "C" void on_signal(int sig) {
+  g_stop.store(true);
+  std::signal(sig, SIG_DFL);
+}
 
 struct Result {
   size_t id = 0;
@@ -271,6 +284,14 @@ int run(const Options& o) {
       chat = ChatMl::from_template(*cfg.chat_template);
   }
 
+  // The C++ API asks the runtime for the headers' API version; an older runtime has none to give.
+  const OrtApi* api = OrtGetApiBase()->GetApi(ORT_API_VERSION);
+  if (!api)
+    throw std::runtime_error(std::string("this binary was built with ORT_API_VERSION ") +
+                             std::to_string(ORT_API_VERSION) + " headers; the ONNX Runtime it runs on (" +
+                             OrtGetApiBase()->GetVersionString() +
+                             ") is older: rebuild against that runtime's headers, or run on a newer runtime");
+  Ort::InitApi(api);
   const std::string ort_version = Ort::GetVersionString();
   Ort::Env env(ort_log_level(), "nibble-llama-service");
   SessionSettings settings;
@@ -372,7 +393,7 @@ int run(const Options& o) {
   const double wall_s = secs(t0, Clock::now());
 
   // Summary.
-  std::vector<double> wait, ttft, tps, latency;
+  std::vector<double> wait, ttft, tps, tpot, latency;
   size_t generated = 0, prompt_tokens = 0, failed = 0, not_run = 0;
   for (const Result& r : results) {
     if (!r.ran) {
@@ -386,7 +407,7 @@ int run(const Options& o) {
     wait.push_back(r.wait_s);
     ttft.push_back(r.gen.ttft_s);
     latency.push_back(r.latency_s);
-    if (const auto d = r.decode_tps()) tps.push_back(*d);
+    if (const auto d = r.decode_tps()) tps.push_back(*d), tpot.push_back(1e3 / *d);
     generated += r.gen.ids.size();
     prompt_tokens += r.prompt_ids.size();
   }
@@ -398,7 +419,8 @@ int run(const Options& o) {
   };
   row("queue wait", wait, "s");
   row("TTFT", ttft, "s");
-  row("decode", tps, "tok/s per request");
+  row("decode", tps, "tok/s per request (p95: the fastest 5%)");
+  row("time per token", tpot, "ms per request (p95: the slowest 5%)");
   row("latency", latency, "s");
   std::printf("%zu requests (%zu failed, %zu not run), %zu prompt + %zu generated tokens in %.2f s wall: "
               "%.1f tok/s aggregate, $%.4f per 1M generated tokens at $%.2f/h\n",
@@ -429,9 +451,11 @@ int run(const Options& o) {
         {"requests", o.requests}, {"concurrency", o.concurrency}, {"max_new_tokens", o.max_new_tokens},
         {"failed", failed}, {"not_run", not_run}, {"wall_s", wall_s}, {"generated_tokens", generated},
         {"aggregate_tok_s", agg}, {"queue_wait_s", pct(wait)}, {"ttft_s", pct(ttft)}, {"decode_tok_s", pct(tps)},
-        {"latency_s", pct(latency)}, {"results", reqs}};
+        {"time_per_token_ms", pct(tpot)}, {"latency_s", pct(latency)}, {"results", reqs}};
+    // replace: a prompt given in invalid UTF-8 is reported (its request failed), not a reason to lose the file
+    const std::string text = doc.dump(2, ' ', false, json::error_handler_t::replace);
     std::ofstream out(o.json_path);
-    out << doc.dump(2) << "\n";
+    out << text << "\n";
     if (!out) throw std::runtime_error("writing " + o.json_path + " failed");
   }
   if (g_stop.load()) std::printf("interrupted: in-flight answers ended early, %zu requests not run\n", not_run);

@@ -158,7 +158,9 @@ struct Tokenizer::Regex {
     size_t pos = 0, last = 0;
     try {
       while (pos < text.size()) {
-        const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), pos, 0, md, nullptr);
+        // encode() checked the text is UTF-8 once; PCRE2 would otherwise re-check it from `pos` on every call.
+        const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), pos,
+                                   PCRE2_NO_UTF_CHECK, md, nullptr);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
           PCRE2_UCHAR msg[256];
@@ -244,7 +246,8 @@ Tokenizer Tokenizer::load(const std::string& path) {
         for (const char* flag : {"single_word", "lstrip", "rstrip"})
           if (a.value(flag, false))
             refuse(path, "added token " + json(content).dump() + " has " + flag + "=true, which is not supported");
-        if (a.value("normalized", false) && !a.value("special", false))
+        // tokenizers matches normalized added tokens in a second pass; the converter writes none
+        if (a.value("normalized", false))
           refuse(path, "added token " + json(content).dump() + " is normalized, which is not supported");
         t.added_.push_back({content, id, a.value("special", false)});
         add_vocab_entry(content, id);
@@ -276,7 +279,8 @@ Tokenizer Tokenizer::load(const std::string& path) {
       }
       const auto merged = t.vocab_.find(left + right);
       if (merged == t.vocab_.end()) refuse(path, "merge " + m.dump() + " makes a token that is not in the vocabulary");
-      t.merges_.emplace(left + '\0' + right, std::make_pair(rank++, merged->second));
+      // a repeated merge takes its last rank, as tokenizers' map of merges does
+      t.merges_[left + '\0' + right] = std::make_pair(rank++, merged->second);
     }
     if (!is_null_or_missing(model, "unk_token")) {
       const auto u = t.vocab_.find(model["unk_token"].get<std::string>());
@@ -371,9 +375,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
   std::string bytes;
   for (int32_t id : ids) {
-    if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size())
-      throw std::runtime_error("token id " + std::to_string(id) + " is outside the vocabulary (" +
-                               std::to_string(id_to_token_.size()) + " tokens)");
+    // ids the tokenizer does not know (a model whose logits are padded past the vocabulary) decode to nothing,
+    // as in tokenizers
+    if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size()) continue;
     if (skip_special && special_[static_cast<size_t>(id)]) continue;
     const std::string& tok = id_to_token_[static_cast<size_t>(id)];
     // Each character back to its byte; a token with a character outside the byte map keeps its UTF-8 bytes.

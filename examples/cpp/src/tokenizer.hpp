@@ -28,7 +28,7 @@ class Tokenizer {
   // Token ids of `text` (no special tokens added; added tokens in the text are matched as such).
   std::vector<int32_t> encode(std::string_view text) const;
   // The text of `ids`: byte-level decoded, invalid UTF-8 replaced by U+FFFD; special tokens left out when
-  // `skip_special`. Throws on an id outside the vocabulary.
+  // `skip_special`; ids outside the vocabulary are skipped.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = true) const;
   // The id of a token string (vocabulary or added token).
   std::optional<int32_t> token_id(const std::string& token) const;

@@ -112,6 +112,7 @@ def main() -> int:
     # single bytes of multi-byte characters, alone and out of order
     byte_tokens = [tok.token_to_id(c) for c in "\u00e6\u00a8\u0134\u0129" if tok.token_to_id(c) is not None]
     id_lists += [byte_tokens, byte_tokens[::-1], byte_tokens[:1], [0, 1, 2] + byte_tokens]
+    id_lists += [[28, vocab + 1000, 29], [vocab, vocab + 1]]  # ids past the vocabulary decode to nothing
 
     lines = [json.dumps(t) for t in texts] + [json.dumps(ids) for ids in id_lists]
     proc = subprocess.run(

@@ -11,8 +11,9 @@
 #      and settings (check_service.py), and the JSON must carry TTFT / decode tok/s p50 and p95; SIGINT during a
 #      burst ends cleanly with the summary;
 #   6. the same source built against Debian's ORT_API_VERSION 21 headers (no EP API): custom-op, same ids;
-#   7. its errors: a missing model, a bad flag, a bad --top-p, a library that does not exist, --frontend ep in the
-#      API-21 build.
+#   7. its errors: a missing model, a bad flag, a bad --top-p, negative or out-of-range counts, a prompts file
+#      without prompts, a library that does not exist, --frontend ep in the API-21 build, and a binary built with
+#      the 1.24 headers on ORT 1.23.2 (refused by name).
 # Needs the release build (target/release/{libnibble_ort.so,nibble-info,nibble-llama}), .cache/ort/1.31.1 and the
 # SmolLM2 model directory (scripts/convert-smollm2.sh target/llama), as scripts/test.sh makes them.
 # Env: CARGO_TARGET_DIR, NIBBLE_LLAMA_Q4_DIR (default target/llama/smollm2-q4), ORT_LOG (default fatal).
@@ -102,7 +103,12 @@ say "service: SIGINT during a burst ends the answer in flight and drops the queu
 "$svc" --model "$model" --max-new-tokens 64 --quiet --json "$r/svc-int.json" --requests 40 --concurrency 1 \
     > "$r/svc-int.log" 2>&1 &
 pid=$!
-for _ in $(seq 600); do grep -q "^request 0:" "$r/svc-int.log" && break; sleep 0.1; done
+for _ in $(seq 600); do
+    grep -q "^request 0:" "$r/svc-int.log" && break
+    kill -0 "$pid" 2>/dev/null || { cat "$r/svc-int.log"; die "the service ended before its first answer"; }
+    sleep 0.1
+done
+grep -q "^request 0:" "$r/svc-int.log" || { kill -9 "$pid"; cat "$r/svc-int.log"; die "no answer within 60 s"; }
 kill -INT "$pid"
 rc=0
 wait "$pid" || rc=$?
@@ -126,12 +132,26 @@ ln -sfn "$out/ort/lib" "$out/ort-api21/lib"
 "$cmake" -S examples/cpp -B "$out/build-api21" -DCMAKE_PREFIX_PATH="$out/prefix" -DORT_ROOT="$out/ort-api21" \
     > "$out/configure-api21.log" 2>&1 || { cat "$out/configure-api21.log"; die "cmake configure (API 21) failed"; }
 "$cmake" --build "$out/build-api21" -j2 > "$out/build-api21.log" 2>&1 || { cat "$out/build-api21.log"; die "build (API 21) failed"; }
+if grep -q "warning:" "$out/build-api21.log"; then cat "$out/build-api21.log"; die "the API-21 build has warnings"; fi
 svc21=$out/build-api21/nibble-llama-service
 say "service built against ORT_API_VERSION 21 headers: auto -> custom-op"
 "$svc21" --model "$model" --max-new-tokens 8 --quiet --json "$r/svc-api21.json" --prompt "$q2" > "$r/svc-api21.log" 2>&1 ||
     { cat "$r/svc-api21.log"; die "the API-21 build failed to serve"; }
 "$py" tests/cpp/service/check_service.py --service "$r/svc-api21.json" --frontend custom-op \
     --expect "$q2=$r/drv-q2.json" | sed 's/^/[cpp-service] /'
+
+# A binary built with the 1.24 headers, linked against ORT 1.23.2: it must refuse the older runtime by name
+# (without the check, the C++ API's null table crashed it).
+old_ort=$root/.cache/ort/1.23.2/libonnxruntime.so.1.23.2
+[ -e "$old_ort" ] || die "$old_ort missing (scripts/setup.sh)"
+mkdir -p "$out/ort-old/lib"
+ln -sfn "$root/third_party/onnxruntime-1.24/include" "$out/ort-old/include"
+ln -sfn "$old_ort" "$out/ort-old/lib/libonnxruntime.so.1"
+ln -sfn libonnxruntime.so.1 "$out/ort-old/lib/libonnxruntime.so"
+"$cmake" -S examples/cpp -B "$out/build-old-ort" -DCMAKE_PREFIX_PATH="$out/prefix" -DORT_ROOT="$out/ort-old" \
+    > "$out/configure-old-ort.log" 2>&1 || { cat "$out/configure-old-ort.log"; die "cmake configure (ORT 1.23.2) failed"; }
+"$cmake" --build "$out/build-old-ort" -j2 > "$out/build-old-ort.log" 2>&1 || { cat "$out/build-old-ort.log"; die "build (ORT 1.23.2) failed"; }
+svc_old=$out/build-old-ort/nibble-llama-service
 
 # ------------------------------------------------------------------ 7. errors
 expect_fail() {  # expect_fail CODE PATTERN ARGS... (the API-24 build; expect_fail_21: the API-21 one)
@@ -143,10 +163,16 @@ expect_fail() {  # expect_fail CODE PATTERN ARGS... (the API-24 build; expect_fa
     say "refused as expected: $* -> $(grep -m1 -- "$pattern" "$r/err.log" | cut -c1-110)"
 }
 expect_fail_21() { bin=$svc21 expect_fail "$@"; }
+expect_fail_old() { bin=$svc_old expect_fail "$@"; }
 expect_fail 1 "/nonexistent/dir does not exist" --model /nonexistent/dir
 expect_fail 2 "unknown argument --bogus" --model "$model" --bogus
 expect_fail 2 "expected auto, ep or custom-op" --model "$model" --frontend plugin
 expect_fail 2 "must be in (0, 1]" --model "$model" --top-p 0
 expect_fail_21 1 "no plugin EP API (22+)" --model "$model" --frontend ep --requests 1
+expect_fail_old 1 "ONNX Runtime it runs on (1.23.2) is older" --model "$model" --requests 1
+expect_fail 2 "must not be negative" --model "$model" --requests -1
+expect_fail 2 "must be in 1..1024" --model "$model" --concurrency 0
+printf '\n  \r\n' > "$r/blank-prompts.txt"
+expect_fail 2 "no prompt in it" --model "$model" --prompts-file "$r/blank-prompts.txt"
 expect_fail 1 "cannot load the nibble library /nonexistent/libnibble_ort.so" --model "$model" --lib /nonexistent/libnibble_ort.so
 say "ok"
