@@ -288,6 +288,8 @@ struct Accepted {
     /// What the handler saw of the generation (for an answer cut by a stop sequence, which never gets the
     /// engine's own result): its start, the ids, the first and last token times.
     started: Option<Instant>,
+    /// Seconds the job waited in the engine's queue (known once it starts).
+    queue_s: f64,
     ids: Vec<u32>,
     first_at: Option<Instant>,
     last_at: Option<Instant>,
@@ -310,7 +312,8 @@ async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Respon
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    match accept(&s, &req) {
+    // The chat template and the tokenizer are CPU work (long histories take a while): not on an async worker.
+    match tokio::task::block_in_place(|| accept(&s, &req)) {
         Ok(a) if req.stream => stream_answer(s, req, a).into_response(),
         Ok(a) => whole_answer(s, a).await,
         Err(e) => e.into_response(),
@@ -373,6 +376,7 @@ fn accept(s: &AppState, req: &ChatRequest) -> Result<Accepted, ApiError> {
         tokenize_s: received.elapsed().as_secs_f64(),
         received,
         started: None,
+        queue_s: 0.0,
         ids: Vec::new(),
         first_at: None,
         last_at: None,
@@ -433,9 +437,20 @@ fn record(s: &AppState, a: &Accepted, f: &Finished, stream: bool) {
         "wall_s": a.received.elapsed().as_secs_f64()}));
 }
 
-fn record_end(s: &AppState, a: &Accepted, status: &str, detail: &str, stream: bool) {
+/// How an accepted answer ended without completing.
+#[derive(Clone, Copy)]
+enum Ended {
+    Cancelled,
+    Failed,
+}
+
+fn record_end(s: &AppState, a: &Accepted, ended: Ended, detail: &str, stream: bool) {
     let st = &s.models[a.model].stats;
-    if status == "cancelled" { &st.cancelled } else { &st.failed }.fetch_add(1, Ordering::Relaxed);
+    let (counter, status) = match ended {
+        Ended::Cancelled => (&st.cancelled, "cancelled"),
+        Ended::Failed => (&st.failed, "failed"),
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
     log(json!({"event": "request", "id": a.id, "model": s.models[a.model].id, "stream": stream, "status": status,
         "detail": detail, "wall_s": a.received.elapsed().as_secs_f64()}));
 }
@@ -450,11 +465,11 @@ enum Step {
 }
 
 /// Waits for the next engine event of `a` and turns it into text.
-async fn next_step(a: &mut Accepted, queue_s: &mut f64) -> Step {
+async fn next_step(a: &mut Accepted) -> Step {
     loop {
         match a.events.recv().await {
-            Some(Event::Started { queue_s: q }) => {
-                *queue_s = q;
+            Some(Event::Started { queue_s }) => {
+                a.queue_s = queue_s;
                 a.started = Some(Instant::now());
             }
             Some(Event::Token(id)) => {
@@ -469,7 +484,10 @@ async fn next_step(a: &mut Accepted, queue_s: &mut f64) -> Step {
                         a.events.close();
                         let generation =
                             Generation { ids: a.ids.clone(), stop: StopReason::Eos, timings: a.timings_seen() };
-                        return Step::End(piece, Finished { generation, stopped_by_sequence: true, queue_s: *queue_s });
+                        return Step::End(
+                            piece,
+                            Finished { generation, stopped_by_sequence: true, queue_s: a.queue_s },
+                        );
                     }
                     Err(e) => return Step::Failed(format!("{e:#}")),
                 }
@@ -477,7 +495,7 @@ async fn next_step(a: &mut Accepted, queue_s: &mut f64) -> Step {
             Some(Event::Done(g)) => {
                 return match a.text.finish() {
                     Ok((rest, cut)) => {
-                        Step::End(rest, Finished { generation: g, stopped_by_sequence: cut, queue_s: *queue_s })
+                        Step::End(rest, Finished { generation: g, stopped_by_sequence: cut, queue_s: a.queue_s })
                     }
                     Err(e) => Step::Failed(format!("{e:#}")),
                 };
@@ -490,9 +508,8 @@ async fn next_step(a: &mut Accepted, queue_s: &mut f64) -> Step {
 
 async fn whole_answer(s: Arc<AppState>, mut a: Accepted) -> Response {
     let mut content = String::new();
-    let mut queue_s = 0.0;
     loop {
-        match next_step(&mut a, &mut queue_s).await {
+        match next_step(&mut a).await {
             Step::Text(t) => content += &t,
             Step::End(t, f) => {
                 content += &t;
@@ -507,7 +524,7 @@ async fn whole_answer(s: Arc<AppState>, mut a: Accepted) -> Response {
                 .into_response();
             }
             Step::Failed(e) => {
-                record_end(&s, &a, "failed", &e, false);
+                record_end(&s, &a, Ended::Failed, &e, false);
                 return ApiError::internal(format!("generation failed: {e}")).into_response();
             }
         }
@@ -526,15 +543,14 @@ fn stream_answer(s: Arc<AppState>, req: ChatRequest, mut a: Accepted) -> impl In
         };
         let send = |v: Value| SseEvent::default().data(v.to_string());
         if tx.send(Ok(send(chunk(json!({"role": "assistant", "content": ""}), None)))).await.is_err() {
-            record_end(&s, &a, "cancelled", "client disconnected before the first token", true);
+            record_end(&s, &a, Ended::Cancelled, "client disconnected before the first token", true);
             return;
         }
-        let mut queue_s = 0.0;
         loop {
-            match next_step(&mut a, &mut queue_s).await {
+            match next_step(&mut a).await {
                 Step::Text(t) => {
                     if !t.is_empty() && tx.send(Ok(send(chunk(json!({"content": t}), None)))).await.is_err() {
-                        record_end(&s, &a, "cancelled", "client disconnected", true);
+                        record_end(&s, &a, Ended::Cancelled, "client disconnected", true);
                         return; // dropping `a` closes the engine channel: generation stops
                     }
                 }
@@ -561,7 +577,7 @@ fn stream_answer(s: Arc<AppState>, req: ChatRequest, mut a: Accepted) -> impl In
                     let err = ApiError::internal(format!("generation failed: {e}"));
                     let _ = tx.send(Ok(send(err.body()))).await;
                     let _ = tx.send(Ok(SseEvent::default().data("[DONE]"))).await;
-                    record_end(&s, &a, "failed", &e, true);
+                    record_end(&s, &a, Ended::Failed, &e, true);
                     return;
                 }
             }
