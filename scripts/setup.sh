@@ -14,6 +14,7 @@
 #                                                    extracted from the cp311 manylinux x86_64 wheel (sha256-pinned)
 #        .cache/ort/1.24.4/python/onnxruntime        that wheel's whole Python package (ORT_EP_PYTHON), for the
 #                                                    execution-provider tests on the oldest ORT with the EP kernel API
+#   5. a headless Chromium (apt-get install chromium-headless-shell fonts-dejavu-core) for the chat page's test
 # Usage: scripts/setup.sh                      (from anywhere; paths are relative to the repository root)
 #        scripts/setup.sh --ort-versions       print the extra ORT versions (one per line) and exit; test.sh uses it
 #        scripts/setup.sh --ort-ep-python-versions  print ORT_EP_PYTHON and exit; test.sh uses it
@@ -178,6 +179,14 @@ PY
     rm -rf "$pkg" && mv "$pkg.tmp" "$pkg"
     say "ort $ver Python package: ${pkg#"$ROOT"/} (from ${whl#"$ROOT"/})"
 done
+
+# 5. a headless browser for the chat page's test (tests/server/test_page.py): Debian's chromium-headless-shell,
+# unless one is already there (the test also takes chromium, or $NIBBLE_CHROMIUM)
+if [ -n "${NIBBLE_CHROMIUM:-}" ] || command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null; then
+    say "headless chromium: ok (${NIBBLE_CHROMIUM:-$(command -v chromium-headless-shell || command -v chromium)})"
+else
+    apt_install chromium-headless-shell fonts-dejavu-core
+fi
 
 vers=$ORT_NEW
 for pin in "${ORT_PINNED[@]}"; do vers+=" ${pin%% *}"; done

@@ -22,7 +22,8 @@
 #                                                on ORT 1.31.1, execution provider on 1.24.4 and 1.31.1
 #      tests/cpp/package/run.sh                  scripts/install.sh into a fresh prefix; CMake (find_package) and
 #                                                pkg-config consumers built against it and run
-#      pytest tests/server                       the chat server (examples/server) through the openai client
+#      pytest tests/server                       the chat server (examples/server) through the openai client, and
+#                                                its page (GET /) in headless chromium over the DevTools protocol
 #      tests/cpp/service/run.sh                  the C++ inference service example (examples/cpp) built with CMake
 #                                                against that package and ORT's headers; its tokenizer against HF
 #                                                tokenizers, its concurrent requests against the Rust driver's ids
@@ -147,8 +148,8 @@ step "cargo test --workspace (ORT integration on $ORT_NEW)" with_ort "$ORT_NEW" 
 step "C++ end-to-end test (tests/cpp/run.sh: custom-op on $ORT_NEW, EP on 1.24.4 and $ORT_NEW)" bash tests/cpp/run.sh
 step "C/C++ package: scripts/install.sh, CMake and pkg-config consumers (tests/cpp/package/run.sh)" \
     bash tests/cpp/package/run.sh
-step "chat server (tests/server: nibble-serve through the openai client)" \
-    env NIBBLE_LLAMA_Q4_DIR="$NIBBLE_LLAMA_Q4_DIR" .venv/bin/python -m pytest -q tests/server
+step "chat server (tests/server: nibble-serve through the openai client; its page in headless chromium)" \
+    env NIBBLE_LLAMA_Q4_DIR="$NIBBLE_LLAMA_Q4_DIR" NIBBLE_LLAMA_FP32_DIR="$NIBBLE_LLAMA_FP32_DIR" .venv/bin/python -m pytest -q tests/server
 step "C++ inference service example (tests/cpp/service/run.sh: examples/cpp on SmolLM2 q4, few tokens)" \
     bash tests/cpp/service/run.sh
 if [ $quick = 0 ]; then

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 BIN = TARGET / "release" / "nibble-serve"
 MODEL_DIR = Path(os.environ.get("NIBBLE_LLAMA_Q4_DIR", TARGET / "llama" / "smollm2-q4"))
+FP32_DIR = Path(os.environ.get("NIBBLE_LLAMA_FP32_DIR", TARGET / "llama" / "smollm2-fp32"))
 MODEL = "smollm2-q4"
 Q = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -71,9 +72,9 @@ class Server:
         except urllib.error.HTTPError as e:
             return e.code, dict(e.headers), json.loads(e.read())
 
-    def metric(self, name: str) -> float:
+    def metric(self, name: str, model: str = MODEL) -> float:
         _, text = self.get("/metrics")
-        m = re.search(rf'^{name}{{model="{MODEL}"}} (\S+)$', text, re.M)
+        m = re.search(rf'^{name}{{model="{model}"}} (\S+)$', text, re.M)
         assert m, f"{name} not in /metrics:\n{text}"
         return float(m.group(1))
 

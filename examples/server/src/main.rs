@@ -72,8 +72,15 @@ struct Args {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     threads: Option<u32>,
     /// Run without libnibble_ort.so (ORT's own kernels).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "compare")]
     no_nibble: bool,
+    /// Also serve, for the page's side-by-side: the same --model on ORT's built-in MatMulNBits (id `<id>-ort`)
+    /// and the fp32 graph of --fp32-model. Every model is loaded once, at start.
+    #[arg(long)]
+    compare: bool,
+    /// The fp32 model directory for --compare. Default: <workspace>/target/llama/smollm2-fp32.
+    #[arg(long, value_name = "DIR", requires = "compare")]
+    fp32_model: Option<PathBuf>,
     /// How ONNX Runtime loads nibble (as nibble-llama's --frontend).
     #[arg(long, value_enum, default_value_t = FrontendArg::Auto, conflicts_with = "no_nibble")]
     frontend: FrontendArg,
@@ -92,8 +99,20 @@ struct Served {
     tok: Arc<Tokenizer>,
     config: ModelConfig,
     description: String,
+    /// `nibble` or `ort` (whose MatMulNBits kernels run).
+    kernels: &'static str,
+    /// With --compare: `fp32`, `ort-int4` or `nibble-int4` (the page's side-by-side columns).
+    compare_role: Option<&'static str>,
     created: u64,
     stats: Stats,
+}
+
+/// A model to load: its directory, the id clients use, whether nibble runs it, its --compare role.
+struct ModelSpec {
+    dir: ModelDir,
+    id: String,
+    nibble: bool,
+    role: Option<&'static str>,
 }
 
 #[derive(Default)]
@@ -111,6 +130,7 @@ struct Stats {
 
 struct AppState {
     models: Vec<Served>,
+    ort_version: String,
     usd_per_hour: f64,
     default_max_tokens: usize,
     started: Instant,
@@ -131,35 +151,77 @@ fn unix_now() -> u64 {
 
 fn run(args: Args) -> Result<()> {
     anyhow::ensure!(args.usd_per_hour.is_finite() && args.usd_per_hour >= 0.0, "--usd-per-hour must be >= 0");
-    let dir = args.model.clone().unwrap_or_else(|| paths::workspace().join("target").join("llama").join("smollm2-q4"));
+    let llama_dir = paths::workspace().join("target").join("llama");
+    let dir = args.model.clone().unwrap_or_else(|| llama_dir.join("smollm2-q4"));
     let model = ModelDir::open(&dir)?;
+    let id = args.model_id.clone().unwrap_or_else(|| dir_name(&model.dir));
+    let specs = if args.compare {
+        let fp32_dir = args.fp32_model.clone().unwrap_or_else(|| llama_dir.join("smollm2-fp32"));
+        let fp32 = ModelDir::open(&fp32_dir).context("--compare needs the fp32 model (--fp32-model DIR)")?;
+        anyhow::ensure!(
+            fp32.config.quantization.is_none() && model.config.quantization.is_some(),
+            "--compare needs an fp32 --fp32-model and a quantized --model; got {} ({}) and {} ({})",
+            fp32.dir.display(),
+            fp32.config.describe_weights(),
+            model.dir.display(),
+            model.config.describe_weights()
+        );
+        anyhow::ensure!(
+            fp32.config.vocab_size == model.config.vocab_size,
+            "--fp32-model {} has vocab_size {}, --model {} has {}: not the same model",
+            fp32.dir.display(),
+            fp32.config.vocab_size,
+            model.dir.display(),
+            model.config.vocab_size
+        );
+        let fp32_id = dir_name(&fp32.dir);
+        anyhow::ensure!(fp32_id != id && fp32_id != format!("{id}-ort"), "model ids clash: {id}, {fp32_id}");
+        let mut specs = vec![ModelSpec { dir: model.clone(), id: id.clone(), nibble: true, role: Some("nibble-int4") }];
+        if model.config.needs_nibble() {
+            log(json!({"event": "note", "model": format!("{id}-ort"),
+                       "note": "not served: the graph's MatMulNBits nodes are in domain nibble, ORT has no such op"}));
+        } else {
+            specs.push(ModelSpec { dir: model, id: format!("{id}-ort"), nibble: false, role: Some("ort-int4") });
+        }
+        specs.push(ModelSpec { dir: fp32, id: fp32_id, nibble: false, role: Some("fp32") });
+        specs
+    } else {
+        vec![ModelSpec { dir: model, id, nibble: !args.no_nibble, role: None }]
+    };
     let ort_dylib = paths::ort_dylib(args.ort_dylib.as_deref())?;
     let lib = if args.no_nibble { None } else { Some(paths::nibble_lib(args.lib.as_deref())?) };
     let (env, version, fe) = frontend::start(&ort_dylib, lib.as_deref(), args.frontend)?;
-    let nibble = lib.as_deref().zip(fe);
-    let tok = Arc::new(model.load_tokenizer()?);
-    let llama = Llama::load(&env, &model, &SessionOptions { nibble, threads: args.threads })?;
-    let id = args.model_id.clone().unwrap_or_else(|| dir_name(&model.dir));
-    let description = format!(
-        "{} ({}), {}",
-        model.config.name.as_deref().unwrap_or("model"),
-        model.config.describe_weights(),
-        nibble.map_or("ORT's own kernels".to_string(), |(_, f)| format!("nibble ({})", f.name()))
-    );
-    log(json!({"event": "model_loaded", "model": id, "description": description, "ort": version,
-               "session_create_s": llama.create_s}));
-    let engine = Engine::start(&id, llama, args.queue as usize, args.parallel as usize)
-        .context("starting the generation thread")?;
-    let state = Arc::new(AppState {
-        models: vec![Served {
-            id,
+    let mut models = Vec::new();
+    for spec in specs {
+        let nibble = if spec.nibble { lib.as_deref().zip(fe) } else { None };
+        let tok = Arc::new(spec.dir.load_tokenizer()?);
+        let llama = Llama::load(&env, &spec.dir, &SessionOptions { nibble, threads: args.threads })
+            .with_context(|| format!("loading model `{}` from {}", spec.id, spec.dir.dir.display()))?;
+        let description = format!(
+            "{} ({}), {}",
+            spec.dir.config.name.as_deref().unwrap_or("model"),
+            spec.dir.config.describe_weights(),
+            nibble.map_or("ORT's own kernels".to_string(), |(_, f)| format!("nibble ({})", f.name()))
+        );
+        log(json!({"event": "model_loaded", "model": spec.id, "description": description, "ort": version,
+                   "session_create_s": llama.create_s}));
+        let engine = Engine::start(&spec.id, llama, args.queue as usize, args.parallel as usize)
+            .context("starting the generation thread")?;
+        models.push(Served {
+            id: spec.id,
             engine,
             tok,
-            config: model.config.clone(),
+            config: spec.dir.config,
             description,
+            kernels: if nibble.is_some() { "nibble" } else { "ort" },
+            compare_role: spec.role,
             created: unix_now(),
             stats: Stats::default(),
-        }],
+        });
+    }
+    let state = Arc::new(AppState {
+        models,
+        ort_version: version,
         usd_per_hour: args.usd_per_hour,
         default_max_tokens: args.default_max_tokens as usize,
         started: Instant::now(),
@@ -185,6 +247,7 @@ fn dir_name(dir: &Path) -> String {
 
 async fn serve(args: &Args, state: Arc<AppState>) -> Result<()> {
     let app = Router::new()
+        .route("/", get(page))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(list_models))
         .route("/health", get(health))
@@ -223,8 +286,17 @@ fn log(mut v: Value) {
     eprintln!("{v}");
 }
 
+/// The chat page: one self-contained file (no build step, nothing fetched from elsewhere).
+async fn page() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")],
+        include_str!("../static/index.html"),
+    )
+}
+
 async fn health(State(s): State<Arc<AppState>>) -> impl IntoResponse {
-    axum::Json(json!({"status": "ok", "uptime_s": s.started.elapsed().as_secs_f64(),
+    axum::Json(json!({"status": "ok", "uptime_s": s.started.elapsed().as_secs_f64(), "ort_version": s.ort_version,
+        "usd_per_hour": s.usd_per_hour,
         "models": s.models.iter().map(|m| json!({"id": m.id,
             "queued": m.engine.load.queued.load(Ordering::SeqCst),
             "active": m.engine.load.active.load(Ordering::SeqCst)})).collect::<Vec<_>>()}))
@@ -233,7 +305,8 @@ async fn health(State(s): State<Arc<AppState>>) -> impl IntoResponse {
 async fn list_models(State(s): State<Arc<AppState>>) -> impl IntoResponse {
     axum::Json(json!({"object": "list", "data": s.models.iter().map(|m| json!({
         "id": m.id, "object": "model", "created": m.created, "owned_by": "nibble", "description": m.description,
-        "context_length": m.config.context_length})).collect::<Vec<_>>()}))
+        "context_length": m.config.context_length, "weights": m.config.describe_weights(), "kernels": m.kernels,
+        "compare_role": m.compare_role})).collect::<Vec<_>>()}))
 }
 
 async fn metrics(State(s): State<Arc<AppState>>) -> impl IntoResponse {
