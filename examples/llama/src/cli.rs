@@ -16,11 +16,14 @@ Metrics (all wall-clock, one request, batch 1):
   decode s          from the first sampled token to the last one (includes streaming the text)
   decode tok/s      (generated tokens - 1) / decode s    (undefined for fewer than 2 tokens)
   total s           TTFT + decode s (session creation and tokenization excluded)
+  peak RSS          the process's peak resident memory so far (VmHWM): weights, caches, ORT's arenas
   cost              at --usd-per-hour (default $1/h, i.e. a machine rented at that price, fully used):
                     total $ = usd_per_hour * total s / 3600
                     $/M output tokens = usd_per_hour / 3600 / decode tok/s * 1e6
                     $/M prompt tokens = usd_per_hour / 3600 / prefill tok/s * 1e6
-Generated tokens include the stop (EOS) token when one was produced; the text leaves special tokens out.";
+Generated tokens include the stop (EOS) token when one was produced; the text leaves special tokens out.
+Ctrl-C during an answer ends it there (the metrics are still printed); a second Ctrl-C, or one at the -i prompt,
+exits.";
 
 /// Runs a quantized Llama decoder (a model directory written by models/gguf_to_onnx.py, see
 /// models/LLAMA_MODEL_DIR.md) on ONNX Runtime with nibble's MatMulNBits kernels, streams the answer and reports
@@ -29,12 +32,18 @@ Generated tokens include the stop (EOS) token when one was produced; the text le
 #[command(name = "nibble-llama", version, after_long_help = METRICS_HELP, after_help = "See --help for the metric definitions.")]
 pub struct Args {
     /// Model directory (model.onnx, tokenizer.json, model_config.json), or the path of its model.onnx.
-    #[arg(long, value_name = "DIR")]
+    #[arg(short = 'm', long, value_name = "DIR")]
     pub model: PathBuf,
 
-    /// The user message (or, with --raw, the whole prompt text).
-    #[arg(long, default_value = "What is the capital of France, and why is it famous?")]
-    pub prompt: String,
+    /// The user message (or, with --raw, the whole prompt text). Default: "What is the capital of France, and why
+    /// is it famous?"; with -i: none (the first message is read from the terminal).
+    #[arg(short = 'p', long)]
+    pub prompt: Option<String>,
+
+    /// Interactive chat: read messages from stdin, one per line, and answer each with the conversation so far
+    /// (its metrics after each answer). Empty line: skipped; /reset: new conversation; /exit or end of input: quit.
+    #[arg(short = 'i', long, conflicts_with_all = ["raw", "compare"])]
+    pub interactive: bool,
 
     /// Optional system message (chat mode only; without it the template's default applies).
     #[arg(long)]
@@ -45,11 +54,11 @@ pub struct Args {
     pub raw: bool,
 
     /// Generate at most this many tokens (generation also stops at an EOS token and at the context length).
-    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(short = 'n', long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_new_tokens: u32,
 
     /// Sampling temperature; 0 = greedy (argmax, ties to the lowest token id).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, visible_alias = "temp", default_value_t = 0.0)]
     pub temperature: f32,
 
     /// Keep only the K most likely tokens before sampling (0 = all). Ignored when greedy.
@@ -61,12 +70,22 @@ pub struct Args {
     #[arg(long, default_value_t = 1.0)]
     pub top_p: f32,
 
+    /// Repetition penalty: each distinct token among the last --repeat-last-n ids (prompt and answer) has its
+    /// logit divided by this when positive, multiplied when negative (as llama.cpp). 1 = off; 1.1 stops most loops
+    /// in long answers.
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+
+    /// How many of the latest ids --repeat-penalty looks back over.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+
     /// Seed of the sampler's PRNG (same seed, same settings -> same tokens). Default: from the clock.
-    #[arg(long)]
+    #[arg(short = 's', long)]
     pub seed: Option<u64>,
 
     /// ORT intra-op threads (default: ORT's own choice, one per physical core).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(short = 't', long, value_parser = clap::value_parser!(u32).range(1..))]
     pub threads: Option<u32>,
 
     /// Price of the machine in US$ per hour, for the cost figures.
@@ -112,6 +131,20 @@ pub struct Args {
     pub lib: Option<PathBuf>,
 }
 
+/// The question asked when --prompt is not given (and not -i).
+pub const DEFAULT_PROMPT: &str = "What is the capital of France, and why is it famous?";
+
+impl Args {
+    /// --prompt, or the default question outside -i.
+    pub fn prompt(&self) -> Option<&str> {
+        match (&self.prompt, self.interactive) {
+            (Some(p), _) => Some(p),
+            (None, false) => Some(DEFAULT_PROMPT),
+            (None, true) => None,
+        }
+    }
+}
+
 /// `--frontend`.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrontendArg {
@@ -147,6 +180,36 @@ mod tests {
         assert!(parse("plugin").is_err());
         assert_eq!(Args::try_parse_from(["nibble-llama", "--model", "m"]).unwrap().frontend, FrontendArg::Auto);
         assert!(Args::try_parse_from(["nibble-llama", "--model", "m", "--frontend", "ep", "--no-nibble"]).is_err());
+    }
+
+    #[test]
+    fn short_flags_as_llama_cli() {
+        let a = Args::try_parse_from([
+            "nibble-llama",
+            "-m",
+            "m",
+            "-p",
+            "hi",
+            "-n",
+            "7",
+            "-t",
+            "2",
+            "-s",
+            "9",
+            "--temp",
+            "0.5",
+            "--repeat-penalty",
+            "1.1",
+        ])
+        .unwrap();
+        assert_eq!((a.model.to_str(), a.prompt(), a.max_new_tokens), (Some("m"), Some("hi"), 7));
+        assert_eq!((a.threads, a.seed, a.temperature, a.repeat_penalty), (Some(2), Some(9), 0.5, 1.1));
+        assert_eq!(a.repeat_last_n, 64);
+        let i = Args::try_parse_from(["nibble-llama", "-m", "m", "-i"]).unwrap();
+        assert!(i.interactive && i.prompt().is_none());
+        assert_eq!(Args::try_parse_from(["nibble-llama", "-m", "m"]).unwrap().prompt(), Some(DEFAULT_PROMPT));
+        assert!(Args::try_parse_from(["nibble-llama", "-m", "m", "-i", "--raw"]).is_err());
+        assert!(Args::try_parse_from(["nibble-llama", "-m", "m", "-i", "--compare", "--fp32-model", "f"]).is_err());
     }
 
     #[test]

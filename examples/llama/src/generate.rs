@@ -1,6 +1,7 @@
-//! The generation core, shared by the command-line driver and the server: one prefill run over the whole prompt
-//! (past tensors with P = 0), then one run per new token, feeding each run's `present.*` outputs back as the next
-//! run's `past_key_values.*` inputs (the same ORT values, not copies).
+//! The generation core, shared by the command-line driver and the server: the prefill (the whole prompt in one
+//! run, past tensors with P = 0, or in chunks of at most `prefill_chunk` tokens, each chunk's keys and values
+//! becoming the next chunk's past), then one run per new token, feeding each run's `present.*` outputs back as
+//! the next run's `past_key_values.*` inputs (the same ORT values, not copies).
 
 use std::borrow::Cow;
 use std::time::Instant;
@@ -23,8 +24,22 @@ pub struct Generation {
     pub timings: Timings,
 }
 
-/// One generation, one graph run at a time: the first [`Generator::step`] runs the prefill, each later one a
-/// decode step. The state (KV cache, sampler, timings) lives here, the session in [`Llama`], so one session can
+/// What one [`Generator::step`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// A prefill chunk ran (no token yet): `done` of `total` prompt tokens are in the cache.
+    Prefill { done: usize, total: usize },
+    /// A token was sampled.
+    Token(u32),
+}
+
+/// The default prefill chunk: prompts up to this length run in one graph run (the fastest TTFT); longer ones in
+/// chunks of this size, so a caller can show progress (the driver) or let other generations take turns between
+/// chunks (the server).
+pub const PREFILL_CHUNK: usize = 512;
+
+/// One generation, one graph run at a time: the first [`Generator::step`]s run the prefill (one, or one per
+/// chunk), each later one a decode step. The state (KV cache, sampler, timings) lives here, the session in [`Llama`], so one session can
 /// advance several generations in turns (a server interleaving its users' answers) or one to the end
 /// ([`generate`]). Timings are wall-clock from the first step: time spent between steps (streaming the text,
 /// other generations' steps) counts towards this generation's decode time, as the user waits through it.
@@ -34,9 +49,14 @@ pub struct Generator {
     context_length: usize,
     eos: Vec<u32>,
     sampler: Sampler,
+    /// Prompt and generated ids (the repetition penalty looks back over them).
+    history: Vec<u32>,
+    /// Prompt tokens already in the cache.
+    prefilled: usize,
+    prefill_chunk: usize,
     /// The caches of the next run (empty before the prefill: [1, kv_heads, 0, head_dim]).
     past: Vec<DynValue>,
-    /// The ids the next run feeds: the whole prompt first, then the last sampled token.
+    /// The id the next decode run feeds (the last sampled token).
     step_input: Vec<i64>,
     ids: Vec<u32>,
     timings: Timings,
@@ -73,8 +93,11 @@ impl Generator {
             context_length: cfg.context_length,
             eos: cfg.eos_token_ids.clone(),
             sampler,
+            history: prompt.to_vec(),
+            prefilled: 0,
+            prefill_chunk: PREFILL_CHUNK,
             past,
-            step_input: prompt.iter().map(|&t| i64::from(t)).collect(),
+            step_input: Vec::new(),
             ids: Vec::with_capacity(max_new_tokens),
             timings: Timings::default(),
             start: None,
@@ -84,31 +107,58 @@ impl Generator {
         })
     }
 
+    /// Prompts longer than `n` tokens prefill in chunks of `n` (at least 1; default [`PREFILL_CHUNK`]).
+    pub fn with_prefill_chunk(mut self, n: usize) -> Self {
+        self.prefill_chunk = n.max(1);
+        self
+    }
+
     /// Why generation ended, once it has (after the step that produced the last token).
     pub fn stop(&self) -> Option<StopReason> {
         self.stop
     }
 
-    /// Runs the graph once (the prefill on the first call, then one decode step) and returns the sampled token.
-    /// Errors when generation has already stopped.
-    pub fn step(&mut self, llama: &mut Llama) -> Result<u32> {
+    /// Ends the generation here (the user interrupted it); what was generated stays.
+    pub fn interrupt(&mut self) {
+        self.stop.get_or_insert(StopReason::Interrupted);
+    }
+
+    /// Runs the graph once: a prefill chunk (the whole prompt when it fits in one) or a decode step. Returns the
+    /// sampled token, or the prefill's progress when a chunk left prompt tokens to run. Errors when generation
+    /// has already stopped.
+    pub fn step(&mut self, llama: &mut Llama) -> Result<Step> {
         ensure!(self.stop.is_none(), "generation has already stopped ({:?})", self.stop);
         let start = *self.start.get_or_insert_with(Instant::now);
-        let s = self.step_input.len();
+        let prefill = self.prefilled < self.prompt_len;
+        let feed: Vec<i64> = if prefill {
+            let end = (self.prefilled + self.prefill_chunk).min(self.prompt_len);
+            self.history[self.prefilled..end].iter().map(|&t| i64::from(t)).collect()
+        } else {
+            std::mem::take(&mut self.step_input)
+        };
+        let s = feed.len();
         let mut inputs: Vec<(Cow<str>, SessionInputValue)> = Vec::with_capacity(1 + self.past.len());
-        let input_ids = Tensor::from_array(([1usize, s], std::mem::take(&mut self.step_input))).ax()?;
+        let input_ids = Tensor::from_array(([1usize, s], feed)).ax()?;
         inputs.push((Cow::Borrowed("input_ids"), input_ids.into()));
         for (name, value) in llama.past_names.iter().zip(self.past.drain(..)) {
             inputs.push((Cow::Borrowed(name.as_str()), value.into()));
         }
         let step = self.ids.len();
-        let cached = if step == 0 { 0 } else { self.prompt_len + step - 1 };
+        let cached = if prefill { self.prefilled } else { self.prompt_len + step - 1 };
+        let what = if prefill { "prefill" } else { "decode" };
         let mut out = llama
             .session
             .run(inputs)
             .ax()
-            .with_context(|| format!("ONNX Runtime run (step {step}: {s} new tokens, {cached} cached)"))?;
-        if step == 0 {
+            .with_context(|| format!("ONNX Runtime run ({what} step {step}: {s} new tokens, {cached} cached)"))?;
+        for name in &llama.present_names {
+            self.past.push(out.remove(name.as_str()).with_context(|| format!("the run returned no `{name}`"))?);
+        }
+        if prefill {
+            self.prefilled += s;
+            if self.prefilled < self.prompt_len {
+                return Ok(Step::Prefill { done: self.prefilled, total: self.prompt_len });
+            }
             self.timings.prefill_s = start.elapsed().as_secs_f64();
         }
         let next = {
@@ -120,14 +170,12 @@ impl Generator {
                 "`logits` has shape {dims:?}, expected [1, {s}, vocab]"
             );
             let v = dims[2] as usize;
-            self.sampler.sample(&data[(s - 1) * v..s * v])?
+            self.sampler.sample_after(&data[(s - 1) * v..s * v], &self.history)?
         };
-        for name in &llama.present_names {
-            self.past.push(out.remove(name.as_str()).with_context(|| format!("the run returned no `{name}`"))?);
-        }
         drop(out);
 
         self.ids.push(next);
+        self.history.push(next);
         let now = Instant::now();
         self.last_token_at = Some(now);
         if self.first_token_at.is_none() {
@@ -145,7 +193,7 @@ impl Generator {
             self.step_input = vec![i64::from(next)];
             None
         };
-        Ok(next)
+        Ok(Step::Token(next))
     }
 
     /// The result. Decode time runs from the first token to the last one.
@@ -159,19 +207,22 @@ impl Generator {
     }
 }
 
-/// Generates up to `max_new_tokens` tokens after `prompt`; `on_token` is called with each token as it is
-/// sampled (its time counts towards decode time, as streaming is part of answering).
+/// Generates up to `max_new_tokens` tokens after `prompt`; `on_step` is called after each step, with the
+/// prefill's progress or each token as it is sampled (its time counts towards decode time, as streaming is part of
+/// answering). `on_step` returning `false` interrupts the generation there.
 pub fn generate(
     llama: &mut Llama,
     prompt: &[u32],
     max_new_tokens: usize,
     sampler: Sampler,
-    mut on_token: impl FnMut(u32) -> Result<()>,
+    mut on_step: impl FnMut(Step) -> Result<bool>,
 ) -> Result<Generation> {
     let mut g = Generator::new(llama, prompt, max_new_tokens, sampler)?;
     while g.stop().is_none() {
-        let next = g.step(llama)?;
-        on_token(next)?;
+        let step = g.step(llama)?;
+        if !on_step(step)? {
+            g.interrupt();
+        }
     }
     Ok(g.finish())
 }

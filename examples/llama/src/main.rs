@@ -4,8 +4,9 @@
 //! Output: the generated text on stdout (streamed), progress and the metrics on stderr; with --compare the table
 //! on stdout.
 
-use std::io::Write;
+use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, ensure};
@@ -13,13 +14,15 @@ use clap::Parser;
 use ort::environment::Environment;
 use tokenizers::Tokenizer;
 
+use nibble_llama::chat::Message;
 use nibble_llama::cli::Args;
 use nibble_llama::frontend::Frontend;
+use nibble_llama::generate::{self, Step};
 use nibble_llama::metrics::{self, Metrics, Row, RunReport, Timings};
 use nibble_llama::model::{Llama, ModelDir, SessionOptions};
-use nibble_llama::sampling::{Sampler, SamplingParams};
+use nibble_llama::sampling::{RepeatPenalty, Sampler, SamplingParams};
 use nibble_llama::stream::StreamDecoder;
-use nibble_llama::{chat, frontend, generate, paths, prompt};
+use nibble_llama::{chat, frontend, paths, prompt};
 
 fn main() {
     let args = Args::parse();
@@ -29,9 +32,35 @@ fn main() {
     }
 }
 
+/// Ctrl-C: during an answer, the first one ends it (at its next graph run) and the metrics are printed; a second
+/// one, or one outside an answer, exits with 130.
+static GENERATING: AtomicBool = AtomicBool::new(false);
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+fn install_ctrl_c() -> Result<()> {
+    ctrlc::set_handler(|| {
+        if GENERATING.load(Ordering::SeqCst) && !INTERRUPTED.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        eprintln!();
+        std::process::exit(130);
+    })
+    .context("installing the Ctrl-C handler")
+}
+
 fn run(args: &Args) -> Result<()> {
     let params = SamplingParams { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p };
     params.validate()?;
+    RepeatPenalty { penalty: args.repeat_penalty, last_n: args.repeat_last_n }.validate()?;
+    if let (Some(t), Ok(cores)) = (args.threads, std::thread::available_parallelism())
+        && t as usize > cores.get()
+    {
+        eprintln!(
+            "warning: --threads {t} is more than the {cores} CPUs this process may use: ORT's threads will take turns \
+             on them (slower, not faster)"
+        );
+    }
+    install_ctrl_c()?;
     ensure!(
         args.usd_per_hour.is_finite() && args.usd_per_hour >= 0.0,
         "--usd-per-hour {} must be >= 0",
@@ -40,7 +69,13 @@ fn run(args: &Args) -> Result<()> {
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
     });
-    if args.compare { compare(args, params, seed) } else { single(args, params, seed) }
+    if args.compare {
+        compare(args, params, seed)
+    } else if args.interactive {
+        interactive(args, params, seed)
+    } else {
+        single(args, params, seed)
+    }
 }
 
 /// The prompt's token ids and the time it took to build them.
@@ -54,26 +89,39 @@ struct Prompt {
 fn tokenize_prompt(args: &Args, model: &ModelDir, tok: &Tokenizer) -> Result<Prompt> {
     let start = Instant::now();
     let cfg = &model.config;
+    let text = args.prompt().context("no --prompt")?;
     let rendered = if args.raw {
         None
     } else {
-        let r = prompt::render_chat(tok, cfg, &chat::messages(args.system.as_deref(), &args.prompt))
+        let r = prompt::render_chat(tok, cfg, &chat::messages(args.system.as_deref(), text))
             .with_context(|| format!("chat template of {}", model.dir.join("model_config.json").display()))?;
         if r.is_none() {
             eprintln!("note: {} has no chat_template: using the prompt as is (--raw)", model.dir.display());
         }
         r
     };
-    let ids = prompt::encode(tok, cfg, rendered.as_deref().unwrap_or(&args.prompt))?;
+    let ids = prompt::encode(tok, cfg, rendered.as_deref().unwrap_or(text))?;
     Ok(Prompt { ids, tokenize_s: start.elapsed().as_secs_f64() })
+}
+
+/// Warns when --max-new-tokens goes beyond what the context leaves after the prompt.
+fn warn_room(args: &Args, cfg: &nibble_llama::model::ModelConfig, prompt_tokens: usize) {
+    let room = cfg.context_length.saturating_sub(prompt_tokens);
+    if args.max_new_tokens as usize > room {
+        eprintln!(
+            "warning: --max-new-tokens {} is beyond the context: {prompt_tokens} prompt tokens leave room for {room} \
+             new tokens (context length {}); generation stops there",
+            args.max_new_tokens, cfg.context_length
+        );
+    }
 }
 
 /// The question as the user gave it (before the chat template), for the log.
 fn asked(args: &Args) -> String {
     match (&args.system, args.raw) {
-        (_, true) => format!("prompt (raw): {:?}", args.prompt),
-        (Some(sys), false) => format!("system: {sys:?}; question: {:?}", args.prompt),
-        (None, false) => format!("question: {:?}", args.prompt),
+        (_, true) => format!("prompt (raw): {:?}", args.prompt().unwrap_or_default()),
+        (Some(sys), false) => format!("system: {sys:?}; question: {:?}", args.prompt().unwrap_or_default()),
+        (None, false) => format!("question: {:?}", args.prompt().unwrap_or_default()),
     }
 }
 
@@ -98,21 +146,57 @@ fn run_once(
     prompt: &Prompt,
     spec: &RunSpec,
 ) -> Result<RunReport> {
-    let (params, seed) = (spec.params, spec.seed);
     let opts = SessionOptions { nibble: spec.nibble, threads: args.threads };
     let mut llama = Llama::load(env, model, &opts)?;
-    let sampler = Sampler::new(params, seed)?;
+    answer(args, &mut llama, model, tok, prompt, spec)
+}
+
+/// One answer on a loaded session: generates (streaming the text to stdout when `spec.stream`, the prefill's
+/// progress to stderr for a prompt long enough to run in chunks), and measures. Ctrl-C ends it early.
+fn answer(
+    args: &Args,
+    llama: &mut Llama,
+    model: &ModelDir,
+    tok: &Tokenizer,
+    prompt: &Prompt,
+    spec: &RunSpec,
+) -> Result<RunReport> {
+    let (params, seed) = (spec.params, spec.seed);
+    let penalty = RepeatPenalty { penalty: args.repeat_penalty, last_n: args.repeat_last_n };
+    let sampler = Sampler::new(params, seed)?.with_repeat_penalty(penalty)?;
     let mut dec = StreamDecoder::new();
     let mut stdout = std::io::stdout().lock();
-    let gen_result = generate::generate(&mut llama, &prompt.ids, args.max_new_tokens as usize, sampler, |id| {
-        if spec.stream {
-            let piece = dec.push(tok, id)?;
-            if !piece.is_empty() {
-                stdout.write_all(piece.as_bytes()).and_then(|_| stdout.flush()).context("writing to stdout")?;
+    let tty = std::io::stderr().is_terminal();
+    let mut progress = false;
+    INTERRUPTED.store(false, Ordering::SeqCst);
+    GENERATING.store(true, Ordering::SeqCst);
+    let gen_result = generate::generate(llama, &prompt.ids, args.max_new_tokens as usize, sampler, |step| {
+        match step {
+            Step::Prefill { done, total } => {
+                progress = true;
+                if tty {
+                    eprint!("\r[prefill] {done}/{total} prompt tokens");
+                } else {
+                    eprintln!("[prefill] {done}/{total} prompt tokens");
+                }
+            }
+            Step::Token(id) => {
+                if progress {
+                    progress = false;
+                    eprintln!("{}[prefill] done", if tty { "\r" } else { "" });
+                }
+                if spec.stream {
+                    let piece = dec.push(tok, id)?;
+                    if !piece.is_empty() {
+                        stdout.write_all(piece.as_bytes()).and_then(|_| stdout.flush()).context("writing to stdout")?;
+                    }
+                }
             }
         }
-        Ok(())
-    })?;
+        Ok(!INTERRUPTED.load(Ordering::SeqCst))
+    });
+    GENERATING.store(false, Ordering::SeqCst);
+    let gen_result = gen_result?;
     if spec.stream {
         let rest = dec.finish(tok)?;
         writeln!(stdout, "{rest}").and_then(|_| stdout.flush()).context("writing to stdout")?;
@@ -130,6 +214,8 @@ fn run_once(
         temperature: params.temperature,
         top_k: params.top_k,
         top_p: params.top_p,
+        repeat_penalty: args.repeat_penalty,
+        repeat_last_n: args.repeat_last_n,
         seed,
         prompt_tokens: prompt.ids.len(),
         prompt_token_ids: prompt.ids.clone(),
@@ -149,6 +235,7 @@ fn run_once(
         usd_total: m.usd_total,
         usd_per_million_output_tokens: m.usd_per_million_output_tokens,
         usd_per_million_prompt_tokens: m.usd_per_million_prompt_tokens,
+        peak_rss_mib: metrics::peak_rss_mib(),
         vs_fp32: None,
         same_prefix_as_fp32: None,
     })
@@ -179,23 +266,116 @@ fn single(args: &Args, params: SamplingParams, seed: u64) -> Result<()> {
     let (env, version, frontend) = start_ort(args, &ort_dylib, lib.as_deref())?;
     let nibble = lib.as_deref().zip(frontend);
     eprintln!(
-        "[nibble-llama] {} ({}), {} prompt tokens; ONNX Runtime {version} ({}); {}",
-        model.config.name.as_deref().unwrap_or("model"),
-        model.config.describe_weights(),
+        "[nibble-llama] {}, {} prompt tokens; ONNX Runtime {version} ({}); {}",
+        describe_model(&model),
         prompt.ids.len(),
         ort_dylib.display(),
-        nibble.map_or("ORT built-in kernels (--no-nibble)".to_string(), |(l, f)| format!(
-            "nibble {} as {}",
-            l.display(),
-            if f == Frontend::Ep { "execution provider" } else { "custom-op library" }
-        ))
+        describe_nibble(nibble)
     );
     eprintln!("[nibble-llama] {}", asked(args));
+    warn_room(args, &model.config, prompt.ids.len());
     let spec = RunSpec { label: None, params, seed, nibble, stream: !args.quiet };
     let report = run_once(args, &env, &model, &tok, &prompt, &spec)?;
     eprintln!("\n--- metrics ---\n{}", report.summary());
     if let Some(path) = &args.json {
         write_json(path, &serde_json::to_value(&report)?)?;
+    }
+    Ok(())
+}
+
+fn describe_model(model: &ModelDir) -> String {
+    format!("{} ({})", model.config.name.as_deref().unwrap_or("model"), model.config.describe_weights())
+}
+
+fn describe_nibble(nibble: Option<Nibble>) -> String {
+    nibble.map_or("ORT built-in kernels (--no-nibble)".to_string(), |(l, f)| {
+        format!(
+            "nibble {} as {}",
+            l.display(),
+            if f == Frontend::Ep { "execution provider" } else { "custom-op library" }
+        )
+    })
+}
+
+/// -i: one session, a conversation read from stdin line by line; each answer streams, then its metrics line.
+fn interactive(args: &Args, params: SamplingParams, seed: u64) -> Result<()> {
+    let model = ModelDir::open(&args.model)?;
+    ensure!(
+        model.config.chat_template.is_some(),
+        "-i needs a chat model: {} has no chat_template",
+        model.dir.join("model_config.json").display()
+    );
+    let (ort_dylib, lib) = libraries(args, args.no_nibble)?;
+    let tok = model.load_tokenizer()?;
+    let (env, version, frontend) = start_ort(args, &ort_dylib, lib.as_deref())?;
+    let nibble = lib.as_deref().zip(frontend);
+    eprintln!(
+        "[nibble-llama] {}; ONNX Runtime {version} ({}); {}",
+        describe_model(&model),
+        ort_dylib.display(),
+        describe_nibble(nibble)
+    );
+    let mut llama = Llama::load(&env, &model, &SessionOptions { nibble, threads: args.threads })?;
+    eprintln!(
+        "[nibble-llama] session ready in {:.2} s. Chat: type a message and Enter; /reset starts a new conversation, \
+         /exit or Ctrl-D quits, Ctrl-C ends an answer.",
+        llama.create_s
+    );
+    let base: Vec<Message> = args.system.iter().map(|s| Message::new("system", s)).collect();
+    let mut history = base.clone();
+    let mut first = args.prompt().map(str::to_string);
+    let mut reports = Vec::new();
+    let mut stdin = std::io::stdin().lock();
+    loop {
+        let line = match first.take() {
+            Some(p) => {
+                eprintln!("> {p}");
+                p
+            }
+            None => {
+                eprint!("> ");
+                let mut line = String::new();
+                if stdin.read_line(&mut line).context("reading stdin")? == 0 {
+                    eprintln!();
+                    break;
+                }
+                line.trim().to_string()
+            }
+        };
+        match line.as_str() {
+            "" => continue,
+            "/exit" | "/quit" => break,
+            "/reset" => {
+                history.clone_from(&base);
+                eprintln!("[new conversation]");
+                continue;
+            }
+            _ => {}
+        }
+        history.push(Message::new("user", &line));
+        let start = Instant::now();
+        let rendered = prompt::render_chat(&tok, &model.config, &history)?.context("chat template")?;
+        let ids = prompt::encode(&tok, &model.config, &rendered)?;
+        if ids.len() >= model.config.context_length {
+            eprintln!(
+                "error: the conversation is {} tokens, the context length {}: /reset to start over",
+                ids.len(),
+                model.config.context_length
+            );
+            history.pop();
+            continue;
+        }
+        warn_room(args, &model.config, ids.len());
+        let prompt = Prompt { ids, tokenize_s: start.elapsed().as_secs_f64() };
+        // one seed per answer, reproducible from --seed
+        let spec = RunSpec { label: None, params, seed: seed.wrapping_add(reports.len() as u64), nibble, stream: true };
+        let r = answer(args, &mut llama, &model, &tok, &prompt, &spec)?;
+        eprintln!("[{}]", r.one_line());
+        history.push(Message::new("assistant", &r.text));
+        reports.push(r);
+    }
+    if let Some(path) = &args.json {
+        write_json(path, &serde_json::to_value(&reports)?)?;
     }
     Ok(())
 }

@@ -58,6 +58,19 @@ pub enum StopReason {
     MaxNewTokens,
     /// The next token would not fit in context_length.
     ContextLength,
+    /// The user interrupted it (Ctrl-C in the driver).
+    Interrupted,
+}
+
+impl StopReason {
+    pub fn describe(self) -> &'static str {
+        match self {
+            StopReason::Eos => "EOS",
+            StopReason::MaxNewTokens => "--max-new-tokens",
+            StopReason::ContextLength => "context length",
+            StopReason::Interrupted => "interrupted (Ctrl-C)",
+        }
+    }
 }
 
 /// One run, as written by --json (and a row of the --compare JSON, with `label`).
@@ -74,6 +87,8 @@ pub struct RunReport {
     pub temperature: f32,
     pub top_k: usize,
     pub top_p: f32,
+    pub repeat_penalty: f32,
+    pub repeat_last_n: usize,
     pub seed: u64,
     pub prompt_tokens: usize,
     pub prompt_token_ids: Vec<u32>,
@@ -93,6 +108,8 @@ pub struct RunReport {
     pub usd_total: f64,
     pub usd_per_million_output_tokens: Option<f64>,
     pub usd_per_million_prompt_tokens: f64,
+    /// The process's peak resident memory so far, MiB (Linux VmHWM; `None` where /proc is not there).
+    pub peak_rss_mib: Option<f64>,
     /// --compare only: how the generated ids compare with the fp32 row's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vs_fp32: Option<String>,
@@ -121,15 +138,12 @@ impl RunReport {
             "tokens           {} prompt, {} generated (stop: {})\n",
             self.prompt_tokens,
             self.generated_tokens,
-            match self.stop_reason {
-                StopReason::Eos => "EOS",
-                StopReason::MaxNewTokens => "--max-new-tokens",
-                StopReason::ContextLength => "context length",
-            }
+            self.stop_reason.describe()
         );
         s += &format!(
-            "session create   {:.3} s (load + optimise + weight packing; once per session)\n",
-            self.session_create_s
+            "session create   {:.3} s (load + optimise{}; once per session)\n",
+            self.session_create_s,
+            if self.nibble { " + weight packing" } else { "" }
         );
         s += &format!("tokenize         {:.4} s (not in TTFT)\n", self.tokenize_s);
         s += &format!("TTFT             {:.4} s\n", self.ttft_s);
@@ -143,8 +157,38 @@ impl RunReport {
             dec(self.usd_per_million_output_tokens, 4),
             self.usd_per_million_prompt_tokens
         );
+        if let Some(rss) = self.peak_rss_mib {
+            s += &format!("\npeak RSS         {rss:.0} MiB (the process so far)");
+        }
         s
     }
+
+    /// The metrics of one answer on one line (the -i chat mode prints it after each answer).
+    pub fn one_line(&self) -> String {
+        let mut s = format!(
+            "{} tokens ({}), TTFT {:.3} s, prefill {:.0} tok/s",
+            self.generated_tokens,
+            self.stop_reason.describe(),
+            self.ttft_s,
+            self.prefill_tok_s
+        );
+        if let Some(d) = self.decode_tok_s {
+            s += &format!(", decode {d:.1} tok/s");
+        }
+        s += &format!(", total {:.2} s, ${:.8}", self.total_s, self.usd_total);
+        if let Some(rss) = self.peak_rss_mib {
+            s += &format!(", peak RSS {rss:.0} MiB");
+        }
+        s
+    }
+}
+
+/// The process's peak resident set size in MiB (VmHWM in /proc/self/status), where Linux provides it.
+pub fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.trim_start_matches("VmHWM:").trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib / 1024.0)
 }
 
 /// The number of leading ids `a` and `b` share.
@@ -283,6 +327,8 @@ mod tests {
             temperature: 0.0,
             top_k: 0,
             top_p: 1.0,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
             seed: 0,
             prompt_tokens: 10,
             prompt_token_ids: vec![1; 10],
@@ -302,9 +348,21 @@ mod tests {
             usd_total: 1e-5,
             usd_per_million_output_tokens: Some(13.889),
             usd_per_million_prompt_tokens: 2.778,
+            peak_rss_mib: Some(300.0),
             vs_fp32: Some("2/2 same as fp32".into()),
             same_prefix_as_fp32: Some(2),
         }
+    }
+
+    #[test]
+    fn summary_names_packing_only_with_nibble_and_shows_peak_rss() {
+        let mut r = report("x");
+        assert!(!r.summary().contains("packing") && r.summary().contains("peak RSS         300 MiB"));
+        r.nibble = true;
+        assert!(r.summary().contains("weight packing"));
+        r.stop_reason = StopReason::Interrupted;
+        assert!(r.summary().contains("interrupted (Ctrl-C)") && r.one_line().contains("interrupted (Ctrl-C)"));
+        assert!(peak_rss_mib().is_some_and(|m| m > 1.0), "VmHWM of this test process");
     }
 
     #[test]

@@ -122,17 +122,77 @@ pub fn distribution(logits: &[f32], p: &SamplingParams) -> Result<Vec<(u32, f64)
     Ok(cand)
 }
 
+/// The repetition penalty (as llama.cpp's `--repeat-penalty`, after the CTRL paper): each distinct token among the
+/// last `last_n` ids (prompt and answer) has its logit divided by `penalty` when positive, multiplied when
+/// negative, before greedy choice or sampling. `penalty` 1 = off.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RepeatPenalty {
+    pub penalty: f32,
+    pub last_n: usize,
+}
+
+impl RepeatPenalty {
+    pub const OFF: Self = Self { penalty: 1.0, last_n: 0 };
+
+    pub fn validate(&self) -> Result<()> {
+        ensure!(
+            self.penalty.is_finite() && self.penalty > 0.0,
+            "--repeat-penalty {} must be > 0 (1 = off, 1.1 a common choice)",
+            self.penalty
+        );
+        Ok(())
+    }
+
+    fn is_off(&self) -> bool {
+        self.penalty == 1.0 || self.last_n == 0
+    }
+
+    /// `logits` with the penalty applied over the last `last_n` of `history`.
+    pub fn apply(&self, logits: &[f32], history: &[u32]) -> Vec<f32> {
+        let mut out = logits.to_vec();
+        let recent = &history[history.len().saturating_sub(self.last_n)..];
+        let mut seen = std::collections::HashSet::with_capacity(recent.len());
+        for &t in recent {
+            if let Some(l) = out.get_mut(t as usize)
+                && seen.insert(t)
+            {
+                *l = if *l > 0.0 { *l / self.penalty } else { *l * self.penalty };
+            }
+        }
+        out
+    }
+}
+
 /// Picks next tokens from logits.
 #[derive(Debug, Clone)]
 pub struct Sampler {
     params: SamplingParams,
+    penalty: RepeatPenalty,
     rng: SplitMix64,
 }
 
 impl Sampler {
     pub fn new(params: SamplingParams, seed: u64) -> Result<Self> {
         params.validate()?;
-        Ok(Self { params, rng: SplitMix64::new(seed) })
+        Ok(Self { params, penalty: RepeatPenalty::OFF, rng: SplitMix64::new(seed) })
+    }
+
+    /// With a repetition penalty (applied by [`Sampler::sample_after`]).
+    pub fn with_repeat_penalty(mut self, penalty: RepeatPenalty) -> Result<Self> {
+        penalty.validate()?;
+        self.penalty = penalty;
+        Ok(self)
+    }
+
+    /// The next token for one position's logits, after the ids in `history` (prompt and answer so far), which
+    /// the repetition penalty looks at.
+    pub fn sample_after(&mut self, logits: &[f32], history: &[u32]) -> Result<u32> {
+        if self.penalty.is_off() {
+            self.sample(logits)
+        } else {
+            let penalized = self.penalty.apply(logits, history);
+            self.sample(&penalized)
+        }
     }
 
     /// The next token for one position's logits.
@@ -173,6 +233,31 @@ mod tests {
         assert_eq!(s.sample(&[f32::NEG_INFINITY, f32::NEG_INFINITY]).unwrap(), 0);
         assert!(s.sample(&[f32::NAN, f32::NAN]).is_err());
         assert!(s.sample(&[]).is_err());
+    }
+
+    #[test]
+    fn repeat_penalty_pushes_recent_tokens_down_once_each() {
+        let p = RepeatPenalty { penalty: 2.0, last_n: 3 };
+        // token 1 (recent, twice: penalised once), token 2 (negative: multiplied), token 0 (too old: untouched)
+        let out = p.apply(&[4.0, 3.0, -1.0, 1.0], &[0, 1, 2, 1]);
+        assert_eq!(out, vec![4.0, 1.5, -2.0, 1.0]);
+        // ids beyond the logits are ignored, an empty history changes nothing
+        assert_eq!(p.apply(&[1.0, 2.0], &[7]), vec![1.0, 2.0]);
+        assert_eq!(p.apply(&[1.0, 2.0], &[]), vec![1.0, 2.0]);
+        // greedy: without the penalty token 1 wins; with it, after 1 was just said, token 3 does
+        let logits = [0.0f32, 3.0, 0.5, 2.0];
+        let mut plain = Sampler::new(SamplingParams::GREEDY, 1).unwrap();
+        assert_eq!(plain.sample_after(&logits, &[1]).unwrap(), 1, "penalty off by default");
+        let mut s = Sampler::new(SamplingParams::GREEDY, 1).unwrap().with_repeat_penalty(p).unwrap();
+        assert_eq!(s.sample_after(&logits, &[1]).unwrap(), 3);
+        assert_eq!(s.sample_after(&logits, &[]).unwrap(), 1);
+        for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+            let e = Sampler::new(SamplingParams::GREEDY, 1)
+                .unwrap()
+                .with_repeat_penalty(RepeatPenalty { penalty: bad, last_n: 64 })
+                .unwrap_err();
+            assert!(e.to_string().contains("--repeat-penalty"), "{e}");
+        }
     }
 
     #[test]

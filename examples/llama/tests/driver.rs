@@ -362,3 +362,134 @@ fn nibble_domain_model_needs_nibble() {
     assert!(rows[1]["skipped"].is_string() && rows[1].get("generated_token_ids").is_none());
     assert_eq!(ids(&rows[2]).len(), 2);
 }
+
+/// Runs nibble-llama with `stdin` as its standard input.
+fn run_with_stdin(args: &[&str], stdin: &str) -> Output {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nibble-llama"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn nibble-llama");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    eprintln!(
+        "$ nibble-llama {} <<< {stdin:?}\n--- stdout\n{}--- stderr\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "nibble-llama {} failed", args.join(" "));
+    out
+}
+
+#[test]
+fn interactive_chat_keeps_the_conversation() {
+    if skipped("interactive_chat_keeps_the_conversation") {
+        return;
+    }
+    let dir = q4_dir();
+    let json = tmp_json("interactive.json");
+    let args = ["-m", dir.to_str().unwrap(), "-i", "-n", "8", "-t", "1", "--json", json.to_str().unwrap()];
+    let out = run_with_stdin(&args, "What is the capital of France?\n\nAnd of Italy?\n/exit\nnot read\n");
+    let turns = read_json(&json);
+    let turns = turns.as_array().expect("-i --json writes one report per answer");
+    assert_eq!(turns.len(), 2, "an empty line is skipped, /exit ends");
+    let (p1, p2) = (turns[0]["prompt_tokens"].as_u64().unwrap(), turns[1]["prompt_tokens"].as_u64().unwrap());
+    // the second prompt carries question 1, answer 1 and question 2
+    assert!(p2 > p1 + turns[0]["generated_tokens"].as_u64().unwrap(), "{p1} then {p2}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for t in turns {
+        assert!(stdout.contains(t["text"].as_str().unwrap().trim()), "answer not streamed: {}", t["text"]);
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches(", TTFT ").count(), 2, "a metrics line after each answer");
+    assert!(stderr.contains("peak RSS"));
+
+    // /reset: the same question again gives the same prompt and (greedy) the same answer; end of input quits
+    let out = run_with_stdin(&args, "What is the capital of France?\n/reset\nWhat is the capital of France?\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("[new conversation]"));
+    let turns = read_json(&json);
+    let turns = turns.as_array().unwrap();
+    assert_eq!(turns.len(), 2);
+    assert_eq!(turns[0]["prompt_token_ids"], turns[1]["prompt_token_ids"]);
+    assert_eq!(turns[0]["generated_token_ids"], turns[1]["generated_token_ids"]);
+}
+
+#[test]
+fn ctrl_c_ends_the_answer_and_prints_the_metrics() {
+    if skipped("ctrl_c_ends_the_answer_and_prints_the_metrics") {
+        return;
+    }
+    use std::io::Read as _;
+    let dir = q4_dir();
+    let json = tmp_json("ctrl-c.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nibble-llama"))
+        .args(["-m", dir.to_str().unwrap(), "-p", "Write a very long story about a cat.", "-n", "4000"])
+        .args(["--repeat-penalty", "1.1", "-t", "1", "--json", json.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn nibble-llama");
+    // wait for streamed text, then Ctrl-C
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    while seen.len() < 40 {
+        let n = stdout.read(&mut buf).unwrap();
+        assert!(n > 0, "nibble-llama ended before Ctrl-C: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    stdout.read_to_end(&mut seen).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "Ctrl-C during an answer must end it, not the program: {stderr}");
+    assert!(stderr.contains("interrupted (Ctrl-C)") && stderr.contains("decode"), "{stderr}");
+    let v = read_json(&json);
+    assert_eq!(v["stop_reason"], "interrupted");
+    let n = v["generated_tokens"].as_u64().unwrap();
+    assert!(n > 5 && n < 4000, "{n} tokens");
+}
+
+#[test]
+fn warnings_long_prompt_progress_and_no_packing_without_nibble() {
+    if skipped("warnings_long_prompt_progress_and_no_packing_without_nibble") {
+        return;
+    }
+    let dir = q4_dir();
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let json = tmp_json("warnings.json");
+    let threads = (cores + 1).to_string();
+    // a chat question (it ends at EOS long before the context does)
+    let out =
+        run_ok(&["-m", dir.to_str().unwrap(), "-p", "What is the capital of France?", "-n", "9000", "-t", &threads]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("warning: --threads {threads} is more than the {cores} CPUs")), "{stderr}");
+    assert!(stderr.contains("warning: --max-new-tokens 9000 is beyond the context"), "{stderr}");
+    assert!(stderr.contains("weight packing"), "{stderr}");
+    let long = "word ".repeat(700);
+    let out = run_ok(&[
+        "-m",
+        dir.to_str().unwrap(),
+        "--raw",
+        "-p",
+        &long,
+        "-n",
+        "2",
+        "--no-nibble",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("warning"), "{stderr}");
+    // 700+ prompt tokens prefill in chunks of 512: one progress line, then done
+    assert!(stderr.contains("[prefill] 512/") && stderr.contains("[prefill] done"), "{stderr}");
+    assert!(!stderr.contains("packing"), "no weight packing without nibble: {stderr}");
+    let v = read_json(&json);
+    assert!(v["prompt_tokens"].as_u64().unwrap() > 512);
+    assert!(v["peak_rss_mib"].as_f64().is_some_and(|m| m > 50.0), "{}", v["peak_rss_mib"]);
+}

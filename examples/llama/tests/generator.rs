@@ -7,11 +7,11 @@
 use std::path::PathBuf;
 
 use nibble_llama::frontend::Frontend;
-use nibble_llama::generate::{Generator, generate};
+use nibble_llama::generate::{Generator, Step, generate};
 use nibble_llama::metrics::StopReason;
 use nibble_llama::model::{self, Llama, ModelDir, SessionOptions};
 use nibble_llama::paths;
-use nibble_llama::sampling::{Sampler, SamplingParams};
+use nibble_llama::sampling::{RepeatPenalty, Sampler, SamplingParams};
 
 fn q4_dir() -> PathBuf {
     std::env::var_os("NIBBLE_LLAMA_Q4_DIR")
@@ -20,17 +20,29 @@ fn q4_dir() -> PathBuf {
         .unwrap_or_else(|| paths::workspace().join("target").join("llama").join("smollm2-q4"))
 }
 
+/// One session on nibble's custom-op frontend, shared by the tests and taken one test at a time (ORT allows one
+/// environment per process, and registering the custom-op domain from two threads at once races inside ORT).
+fn llama() -> std::sync::MutexGuard<'static, Llama> {
+    static ENV: std::sync::OnceLock<ort::environment::Environment> = std::sync::OnceLock::new();
+    static LLAMA: std::sync::OnceLock<std::sync::Mutex<Llama>> = std::sync::OnceLock::new();
+    let env = ENV.get_or_init(|| model::init_ort(&paths::ort_dylib(None).unwrap()).unwrap());
+    let llama = LLAMA.get_or_init(|| {
+        let dir = ModelDir::open(&q4_dir()).unwrap();
+        let lib = paths::nibble_lib(None).unwrap();
+        let opts = SessionOptions { nibble: Some((&lib, Frontend::CustomOp)), threads: Some(1) };
+        std::sync::Mutex::new(Llama::load(env, &dir, &opts).unwrap())
+    });
+    llama.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn interleaved_generations_match_each_alone() {
     if std::env::var("NIBBLE_SKIP_ORT_TESTS").is_ok_and(|v| v == "1") {
         eprintln!("SKIPPED (NIBBLE_SKIP_ORT_TESTS=1)");
         return;
     }
-    let env = model::init_ort(&paths::ort_dylib(None).unwrap()).unwrap();
     let dir = ModelDir::open(&q4_dir()).unwrap();
-    let lib = paths::nibble_lib(None).unwrap();
-    let opts = SessionOptions { nibble: Some((&lib, Frontend::CustomOp)), threads: Some(1) };
-    let mut llama = Llama::load(&env, &dir, &opts).unwrap();
+    let mut llama = llama();
     let tok = dir.load_tokenizer().unwrap();
     let prompts: Vec<Vec<u32>> = ["The capital of France is", "Three primary colors are", "1, 2, 3, 4,"]
         .iter()
@@ -44,7 +56,7 @@ fn interleaved_generations_match_each_alone() {
     let max = [6usize, 9, 4];
 
     let alone: Vec<Vec<u32>> =
-        (0..3).map(|i| generate(&mut llama, &prompts[i], max[i], sampler(i), |_| Ok(())).unwrap().ids).collect();
+        (0..3).map(|i| generate(&mut llama, &prompts[i], max[i], sampler(i), |_| Ok(true)).unwrap().ids).collect();
 
     // Round robin, one graph run per generation per turn, until all have stopped.
     let mut gens: Vec<Generator> =
@@ -66,4 +78,76 @@ fn interleaved_generations_match_each_alone() {
     }
     assert!(Generator::new(&llama, &[], 4, sampler(0)).is_err(), "an empty prompt must be refused");
     assert!(Generator::new(&llama, &prompts[0], 0, sampler(0)).is_err(), "max_new_tokens 0 must be refused");
+}
+
+#[test]
+fn chunked_prefill_gives_the_same_tokens_and_reports_progress() {
+    if std::env::var("NIBBLE_SKIP_ORT_TESTS").is_ok_and(|v| v == "1") {
+        eprintln!("SKIPPED (NIBBLE_SKIP_ORT_TESTS=1)");
+        return;
+    }
+    let dir = ModelDir::open(&q4_dir()).unwrap();
+    let mut llama = llama();
+    let tok = dir.load_tokenizer().unwrap();
+    let prompt = tok.encode("The history of Paris: the city was founded by the Parisii, a tribe", false).unwrap();
+    let prompt = prompt.get_ids().to_vec();
+    assert!(prompt.len() > 12, "{}", prompt.len());
+    let greedy = || Sampler::new(SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0 }, 1).unwrap();
+    let whole = generate(&mut llama, &prompt, 8, greedy(), |_| Ok(true)).unwrap();
+
+    for chunk in [1usize, 5, prompt.len() - 1, prompt.len()] {
+        let mut g = Generator::new(&llama, &prompt, 8, greedy()).unwrap().with_prefill_chunk(chunk);
+        let mut progress = Vec::new();
+        let mut ids = Vec::new();
+        while g.stop().is_none() {
+            match g.step(&mut llama).unwrap() {
+                Step::Prefill { done, total } => {
+                    assert!(ids.is_empty(), "prefill progress after a token");
+                    assert_eq!(total, prompt.len());
+                    progress.push(done);
+                }
+                Step::Token(id) => ids.push(id),
+            }
+        }
+        let want: Vec<usize> = (1..).map(|k| k * chunk).take_while(|&d| d < prompt.len()).collect();
+        assert_eq!(progress, want, "chunk {chunk}: progress");
+        let r = g.finish();
+        assert_eq!(ids, r.ids);
+        assert_eq!(r.ids, whole.ids, "chunk {chunk}: chunked prefill changed the tokens");
+        assert!(r.timings.prefill_s > 0.0 && r.timings.ttft_s >= r.timings.prefill_s);
+    }
+
+    // interrupting: the callback's `false` ends it after that step, with what was generated
+    let mut n = 0;
+    let cut = generate(&mut llama, &prompt, 8, greedy(), |s| {
+        n += matches!(s, Step::Token(_)) as usize;
+        Ok(n < 3)
+    })
+    .unwrap();
+    assert_eq!(cut.stop, StopReason::Interrupted);
+    assert_eq!(cut.ids, whole.ids[..3]);
+}
+
+#[test]
+fn repeat_penalty_changes_a_looping_answer() {
+    if std::env::var("NIBBLE_SKIP_ORT_TESTS").is_ok_and(|v| v == "1") {
+        eprintln!("SKIPPED (NIBBLE_SKIP_ORT_TESTS=1)");
+        return;
+    }
+    let dir = ModelDir::open(&q4_dir()).unwrap();
+    let mut llama = llama();
+    let tok = dir.load_tokenizer().unwrap();
+    let prompt = tok.encode("dog dog dog dog dog dog dog dog", false).unwrap().get_ids().to_vec();
+    let greedy = SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0 };
+    let run = |llama: &mut Llama, penalty: f32| {
+        let s = Sampler::new(greedy, 1).unwrap().with_repeat_penalty(RepeatPenalty { penalty, last_n: 64 }).unwrap();
+        generate(llama, &prompt, 12, s, |_| Ok(true)).unwrap().ids
+    };
+    // how many generated ids repeat one seen before (prompt or answer)
+    let repeats =
+        |ids: &[u32]| (0..ids.len()).filter(|&i| prompt.contains(&ids[i]) || ids[..i].contains(&ids[i])).count();
+    let plain = run(&mut llama, 1.0);
+    let penalized = run(&mut llama, 5.0);
+    assert!(repeats(&plain) >= 3, "without a penalty this prompt makes the model repeat itself: {plain:?}");
+    assert!(repeats(&penalized) < repeats(&plain), "a strong penalty must cut the repeats: {penalized:?} vs {plain:?}");
 }

@@ -1,7 +1,7 @@
 //! One model's generation thread. It owns the ORT session (`ort`'s `Session::run` needs `&mut`), takes jobs from a
 //! bounded queue, and advances up to `parallel` generations in turns, one graph run each per turn. Every user's
 //! answer therefore progresses, and a second user does not wait for the first to finish before seeing a first
-//! token. Tokens go to each job's channel as they are sampled. A job whose receiver is gone (the client
+//! token (a long prompt's prefill runs in chunks, `generate::PREFILL_CHUNK`, with the others' turns between). Tokens go to each job's channel as they are sampled. A job whose receiver is gone (the client
 //! disconnected or the handler saw a stop string) is dropped at its next turn, and its KV cache is freed.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use nibble_llama::generate::{Generation, Generator};
+use nibble_llama::generate::{Generation, Generator, Step};
 use nibble_llama::model::Llama;
 use nibble_llama::sampling::Sampler;
 use tokio::sync::mpsc::UnboundedSender;
@@ -154,9 +154,11 @@ fn run(mut llama: Llama, rx: Receiver<Job>, parallel: usize, load: &Load) {
                 Turn::Drop // nobody listens: drop it and its cache
             } else {
                 match r.generator.step(&mut llama) {
-                    Ok(id) if r.events.send(Event::Token(id)).is_err() => Turn::Drop,
-                    Ok(_) if r.generator.stop().is_some() => Turn::Finished,
-                    Ok(_) => Turn::Continue,
+                    // a long prompt's prefill runs in chunks: the others take turns in between
+                    Ok(Step::Prefill { .. }) => Turn::Continue,
+                    Ok(Step::Token(id)) if r.events.send(Event::Token(id)).is_err() => Turn::Drop,
+                    Ok(Step::Token(_)) if r.generator.stop().is_some() => Turn::Finished,
+                    Ok(Step::Token(_)) => Turn::Continue,
                     Err(e) => {
                         let _ = r.events.send(Event::Failed(format!("{e:#}")));
                         Turn::Drop
