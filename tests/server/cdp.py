@@ -8,6 +8,7 @@ import base64
 import fcntl
 import json
 import os
+import select
 import shutil
 import subprocess
 import tempfile
@@ -66,7 +67,8 @@ class Browser:
 
     def _read_message(self, deadline: float) -> dict:
         while b"\0" not in self._buf:
-            if time.time() > deadline:
+            left = deadline - time.time()
+            if left <= 0 or not select.select([self._r], [], [], left)[0]:
                 raise CdpError("no answer from the browser in time")
             chunk = os.read(self._r, 1 << 16)
             if not chunk:

@@ -69,16 +69,19 @@ def test_side_by_side_streams_and_shows_the_metrics(server, browser):
     b.eval(f"document.getElementById('max-tokens').value = '{MAX_TOKENS}'")
     ask(b, QUESTION)
     # Poll while it runs: some answer must be seen with text but not yet done (= streamed, not shown at once).
-    streamed_seen, deadline = set(), time.time() + 240
+    partial, deadline = {}, time.time() + 240
     while not b.eval("!!document.querySelector('[data-testid=speedup]')"):
         for a in answers(b):
             if a["text"] and not a["done"]:
-                streamed_seen.add(a["role"])
+                partial.setdefault(a["role"], set()).add(a["text"])
         assert time.time() < deadline, answers(b)
         time.sleep(0.03)
     shown = answers(b)
     assert [a["role"] for a in shown] == ["fp32", "ort-int4", "nibble-int4"], shown
-    assert streamed_seen, "no answer was seen part-way: the text did not stream"
+    # streamed: some answer was seen as a non-empty strict prefix of its final text
+    final = {a["role"]: a["text"] for a in shown}
+    assert any(t != final[r] and final[r].startswith(t) for r, ts in partial.items() for t in ts), \
+        f"no answer was seen part-way: the text did not stream ({partial})"
     b.screenshot(SHOT)
     assert SHOT.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and SHOT.stat().st_size > 20_000
 
@@ -115,7 +118,11 @@ def test_follow_up_keeps_the_history(server, browser):
     ask(b, "And of Italy?")
     b.wait_for("[...document.querySelectorAll('.answers')].length === 2 && "
                "!!document.querySelectorAll('.answers')[1].querySelector('[data-testid=speedup]')", 240)
-    requests = [e for e in server.log[log_len:] if e.get("event") == "request"]
+    # the log line of a request follows its [DONE]: wait for the third
+    deadline = time.time() + 10
+    while len(requests := [e for e in server.log[log_len:] if e.get("event") == "request"]) < 3:
+        assert time.time() < deadline, requests
+        time.sleep(0.05)
     assert len(requests) == 3 and all(r["status"] == "ok" for r in requests), requests
     first = [e for e in server.log[:log_len] if e.get("event") == "request" and e["model"] == MODEL][0]
     # the second turn sends question, answer and follow-up: a longer prompt

@@ -43,17 +43,24 @@ class Server:
             line = self.proc.stderr.readline()
             if not line:
                 raise RuntimeError(f"nibble-serve exited ({self.proc.wait()}): {self.log}")
-            ev = json.loads(line)
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                ev = {"event": "text", "text": line}
             self.log.append(ev)
             if ev.get("event") == "listening":
                 self.url = ev["url"].rstrip("/")
             assert time.time() < deadline, "nibble-serve did not start"
-        threading.Thread(target=self._drain, daemon=True).start()
+        self.drain = threading.Thread(target=self._drain, daemon=True)
+        self.drain.start()
         self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, timeout=120)
 
     def _drain(self):
         for line in self.proc.stderr:
-            self.log.append(json.loads(line))
+            try:
+                self.log.append(json.loads(line))
+            except json.JSONDecodeError:  # not a log line (a panic message, an ORT warning): keep it as text
+                self.log.append({"event": "text", "text": line})
 
     def get(self, path: str) -> tuple[int, str]:
         try:
@@ -78,10 +85,20 @@ class Server:
         assert m, f"{name} not in /metrics:\n{text}"
         return float(m.group(1))
 
+    def wait(self, timeout: float) -> int:
+        """The exit status, once the log is read to its end."""
+        code = self.proc.wait(timeout=timeout)
+        self.drain.join(timeout=10)
+        return code
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=60)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +210,8 @@ def test_full_queue_answers_503_with_retry_after(server):
 def test_client_disconnect_stops_generation(server):
     before = server.metric("nibble_requests_cancelled_total")
     stream = server.client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Tell me a long story."}], max_tokens=500, stream=True)
+        model=MODEL, messages=[{"role": "user", "content": "Tell me a long story."}], max_tokens=500, stream=True,
+        temperature=0, seed=1)
     for i, _ in enumerate(stream):
         if i == 3:
             break
@@ -207,6 +225,42 @@ def test_client_disconnect_stops_generation(server):
         time.sleep(0.2)
 
 
+def test_client_leaving_while_queued_is_dropped_before_it_runs():
+    s = Server("--parallel", "1")
+    try:
+        long = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a long story."}],
+                "max_tokens": 120, "temperature": 0}
+        first = threading.Thread(target=s.post, args=(long,))
+        first.start()
+        deadline = time.time() + 30
+        while s.metric("nibble_active_generations") < 1:
+            assert time.time() < deadline
+            time.sleep(0.05)
+        stream = s.client.chat.completions.create(model=MODEL, messages=Q, max_tokens=8, stream=True)
+        next(iter(stream))  # the role chunk: the request is accepted and queued behind the long answer
+        assert s.metric("nibble_queue_depth") == 1
+        stream.close()
+        while s.metric("nibble_requests_cancelled_total") < 1:
+            assert time.time() < deadline, "leaving while queued was not noticed"
+            time.sleep(0.05)
+        first.join()
+        assert s.metric("nibble_requests_ok_total") == 1, "the long answer only: the queued one never ran"
+        time.sleep(0.5)
+        assert s.metric("nibble_active_generations") == 0 and s.metric("nibble_queue_depth") == 0
+    finally:
+        s.stop()
+
+
+def test_harmless_openai_arguments_and_wrong_methods(server):
+    r = server.client.chat.completions.create(model=MODEL, messages=Q, max_tokens=2, frequency_penalty=0,
+                                              presence_penalty=0, logprobs=False)
+    assert r.choices
+    with pytest.raises(openai.BadRequestError, match="frequency_penalty"):
+        server.client.chat.completions.create(model=MODEL, messages=Q, max_tokens=2, frequency_penalty=1)
+    status, body = server.get("/v1/chat/completions")
+    assert status == 405 and json.loads(body)["error"]["param"] == "method", body
+
+
 def test_sigterm_lets_the_answer_in_flight_finish():
     s = Server("--parallel", "1")
     try:
@@ -218,9 +272,25 @@ def test_sigterm_lets_the_answer_in_flight_finish():
             if c.choices and c.choices[0].delta.content:
                 got.append(c.choices[0].delta.content)
         assert first.choices and got, "the stream must go on after SIGTERM"
-        assert s.proc.wait(timeout=60) == 0
+        assert s.wait(timeout=60) == 0
         events = [e.get("event") for e in s.log]
         assert "shutting_down" in events and events[-1] == "stopped", events
         assert any(e.get("event") == "request" and e.get("status") == "ok" for e in s.log)
+    finally:
+        s.stop()
+
+
+def test_a_second_sigterm_ends_the_process_at_once():
+    s = Server("--parallel", "1")
+    try:
+        stream = s.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Write a very long story."}], max_tokens=4000,
+            temperature=0.8, seed=3, stream=True)
+        next(iter(stream))
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.wait(timeout=10) == 130
+        assert any("second signal" in str(e.get("note", "")) for e in s.log), s.log[-3:]
     finally:
         s.stop()

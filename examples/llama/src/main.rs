@@ -386,14 +386,7 @@ fn compare(args: &Args, params: SamplingParams, seed: u64) -> Result<()> {
     let q = ModelDir::open(&args.model)?;
     let (ort_dylib, lib) = libraries(args, false)?;
     let lib = lib.context("nibble library")?;
-    ensure!(
-        fp32.config.vocab_size == q.config.vocab_size,
-        "--fp32-model {} has vocab_size {}, --model {} has {}: not the same model",
-        fp32.dir.display(),
-        fp32.config.vocab_size,
-        q.dir.display(),
-        q.config.vocab_size
-    );
+    q.check_fp32_twin(&fp32)?;
     let tok = q.load_tokenizer()?;
     let prompt = tokenize_prompt(args, &q, &tok)?;
     let (env, version, frontend) = start_ort(args, &ort_dylib, Some(&lib))?;

@@ -135,6 +135,27 @@ impl ModelDir {
         Ok(Self { dir, onnx, tokenizer, config })
     }
 
+    /// Checks that `fp32` is the fp32 graph of the same model as this quantized one (for side-by-side runs).
+    pub fn check_fp32_twin(&self, fp32: &ModelDir) -> Result<()> {
+        anyhow::ensure!(
+            fp32.config.quantization.is_none() && self.config.quantization.is_some(),
+            "the comparison needs an fp32 --fp32-model and a quantized --model; got {} ({}) and {} ({})",
+            fp32.dir.display(),
+            fp32.config.describe_weights(),
+            self.dir.display(),
+            self.config.describe_weights()
+        );
+        anyhow::ensure!(
+            fp32.config.vocab_size == self.config.vocab_size,
+            "--fp32-model {} has vocab_size {}, --model {} has {}: not the same model",
+            fp32.dir.display(),
+            fp32.config.vocab_size,
+            self.dir.display(),
+            self.config.vocab_size
+        );
+        Ok(())
+    }
+
     pub fn load_tokenizer(&self) -> Result<tokenizers::Tokenizer> {
         tokenizers::Tokenizer::from_file(&self.tokenizer)
             .map_err(|e| anyhow!("loading the tokenizer {}: {e}", self.tokenizer.display()))

@@ -35,15 +35,19 @@ fn llama() -> std::sync::MutexGuard<'static, Llama> {
     llama.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-#[test]
-fn interleaved_generations_match_each_alone() {
+/// The shared session and the model's tokenizer, or `None` (after saying so) when NIBBLE_SKIP_ORT_TESTS=1.
+fn setup() -> Option<(std::sync::MutexGuard<'static, Llama>, tokenizers::Tokenizer)> {
     if std::env::var("NIBBLE_SKIP_ORT_TESTS").is_ok_and(|v| v == "1") {
         eprintln!("SKIPPED (NIBBLE_SKIP_ORT_TESTS=1)");
-        return;
+        return None;
     }
-    let dir = ModelDir::open(&q4_dir()).unwrap();
-    let mut llama = llama();
-    let tok = dir.load_tokenizer().unwrap();
+    let tok = ModelDir::open(&q4_dir()).unwrap().load_tokenizer().unwrap();
+    Some((llama(), tok))
+}
+
+#[test]
+fn interleaved_generations_match_each_alone() {
+    let Some((mut llama, tok)) = setup() else { return };
     let prompts: Vec<Vec<u32>> = ["The capital of France is", "Three primary colors are", "1, 2, 3, 4,"]
         .iter()
         .map(|p| tok.encode(*p, false).unwrap().get_ids().to_vec())
@@ -82,13 +86,7 @@ fn interleaved_generations_match_each_alone() {
 
 #[test]
 fn chunked_prefill_gives_the_same_tokens_and_reports_progress() {
-    if std::env::var("NIBBLE_SKIP_ORT_TESTS").is_ok_and(|v| v == "1") {
-        eprintln!("SKIPPED (NIBBLE_SKIP_ORT_TESTS=1)");
-        return;
-    }
-    let dir = ModelDir::open(&q4_dir()).unwrap();
-    let mut llama = llama();
-    let tok = dir.load_tokenizer().unwrap();
+    let Some((mut llama, tok)) = setup() else { return };
     let prompt = tok.encode("The history of Paris: the city was founded by the Parisii, a tribe", false).unwrap();
     let prompt = prompt.get_ids().to_vec();
     assert!(prompt.len() > 12, "{}", prompt.len());
@@ -130,13 +128,7 @@ fn chunked_prefill_gives_the_same_tokens_and_reports_progress() {
 
 #[test]
 fn repeat_penalty_changes_a_looping_answer() {
-    if std::env::var("NIBBLE_SKIP_ORT_TESTS").is_ok_and(|v| v == "1") {
-        eprintln!("SKIPPED (NIBBLE_SKIP_ORT_TESTS=1)");
-        return;
-    }
-    let dir = ModelDir::open(&q4_dir()).unwrap();
-    let mut llama = llama();
-    let tok = dir.load_tokenizer().unwrap();
+    let Some((mut llama, tok)) = setup() else { return };
     let prompt = tok.encode("dog dog dog dog dog dog dog dog", false).unwrap().get_ids().to_vec();
     let greedy = SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0 };
     let run = |llama: &mut Llama, penalty: f32| {

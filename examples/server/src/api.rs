@@ -117,11 +117,28 @@ impl ChatRequest {
             "n",
             "user",
         ];
-        if let Some(k) = obj.keys().find(|k| !KNOWN.contains(&k.as_str())) {
-            return Err(ApiError::invalid(
-                k,
-                format!("unrecognized request argument `{k}` (this server accepts: {})", KNOWN.join(", ")),
-            ));
+        // OpenAI arguments many clients send with their no-effect value: accepted at exactly that value,
+        // refused by name at any other (this server does not implement them).
+        let neutral = |k: &str, v: &Value| match k {
+            "frequency_penalty" | "presence_penalty" => v.is_null() || v.as_f64() == Some(0.0),
+            "logprobs" | "parallel_tool_calls" | "store" => v.is_null() || v == &Value::Bool(false),
+            "response_format" => v.is_null() || v.get("type").and_then(Value::as_str) == Some("text"),
+            "metadata" => true,
+            _ => false,
+        };
+        for (k, v) in obj {
+            if KNOWN.contains(&k.as_str()) {
+                continue;
+            }
+            if neutral(k, v) {
+                continue;
+            }
+            let why = if neutral(k, &Value::Null) {
+                format!("`{k}` = {v} is not supported by this server (only its default)")
+            } else {
+                format!("unrecognized request argument `{k}` (this server accepts: {})", KNOWN.join(", "))
+            };
+            return Err(ApiError::invalid(k, why));
         }
         let model = match obj.get("model") {
             Some(Value::String(s)) if !s.is_empty() => s.clone(),
@@ -296,6 +313,27 @@ mod tests {
         assert!(r.stream && r.include_usage);
         assert_eq!((r.max_tokens, r.temperature, r.top_p, r.seed), (Some(5), 0.0, 0.5, Some(3)));
         assert_eq!(r.stop, vec!["\n".to_string()]);
+    }
+
+    #[test]
+    fn arguments_clients_send_at_their_default_are_accepted_and_refused_otherwise() {
+        let m = r#""model": "m", "messages": [{"role": "user", "content": "x"}]"#;
+        let ok = format!(
+            r#"{{{m}, "frequency_penalty": 0, "presence_penalty": 0.0, "logprobs": false, "store": false,
+                "response_format": {{"type": "text"}}, "parallel_tool_calls": null, "metadata": {{"a": "b"}}}}"#
+        );
+        assert!(ChatRequest::parse(ok.as_bytes()).is_ok());
+        for (arg, param) in [
+            (r#""frequency_penalty": 0.5"#, "frequency_penalty"),
+            (r#""logprobs": true"#, "logprobs"),
+            (r#""response_format": {"type": "json_object"}"#, "response_format"),
+            (r#""tools": []"#, "tools"),
+        ] {
+            let e = err(&format!("{{{m}, {arg}}}"));
+            assert_eq!(e.param.as_deref(), Some(param), "{arg}: {}", e.message);
+            assert!(e.message.contains(param), "{}", e.message);
+        }
+        assert!(err(&format!(r#"{{{m}, "presence_penalty": 1}}"#)).message.contains("only its default"));
     }
 
     #[test]

@@ -59,8 +59,8 @@ struct Args {
     /// Answers generated at once per model (advanced in turns, one token each); more wait in the queue.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     parallel: u32,
-    /// Requests that may wait per model; beyond that: 503 with Retry-After.
-    #[arg(long, default_value_t = 16)]
+    /// Requests that may wait per model (at least 1); beyond that: 503 with Retry-After.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     queue: u32,
     /// max_tokens when a request gives none (capped by the context left after the prompt).
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
@@ -158,22 +158,7 @@ fn run(args: Args) -> Result<()> {
     let specs = if args.compare {
         let fp32_dir = args.fp32_model.clone().unwrap_or_else(|| llama_dir.join("smollm2-fp32"));
         let fp32 = ModelDir::open(&fp32_dir).context("--compare needs the fp32 model (--fp32-model DIR)")?;
-        anyhow::ensure!(
-            fp32.config.quantization.is_none() && model.config.quantization.is_some(),
-            "--compare needs an fp32 --fp32-model and a quantized --model; got {} ({}) and {} ({})",
-            fp32.dir.display(),
-            fp32.config.describe_weights(),
-            model.dir.display(),
-            model.config.describe_weights()
-        );
-        anyhow::ensure!(
-            fp32.config.vocab_size == model.config.vocab_size,
-            "--fp32-model {} has vocab_size {}, --model {} has {}: not the same model",
-            fp32.dir.display(),
-            fp32.config.vocab_size,
-            model.dir.display(),
-            model.config.vocab_size
-        );
+        model.check_fp32_twin(&fp32)?;
         let fp32_id = dir_name(&fp32.dir);
         anyhow::ensure!(fp32_id != id && fp32_id != format!("{id}-ort"), "model ids clash: {id}, {fp32_id}");
         let mut specs = vec![ModelSpec { dir: model.clone(), id: id.clone(), nibble: true, role: Some("nibble-int4") }];
@@ -248,10 +233,10 @@ fn dir_name(dir: &Path) -> String {
 async fn serve(args: &Args, state: Arc<AppState>) -> Result<()> {
     let app = Router::new()
         .route("/", get(page))
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/models", get(list_models))
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
+        .route("/v1/chat/completions", post(chat_completions).fallback(method_not_allowed))
+        .route("/v1/models", get(list_models).fallback(method_not_allowed))
+        .route("/health", get(health).fallback(method_not_allowed))
+        .route("/metrics", get(metrics).fallback(method_not_allowed))
         .fallback(|| async { ApiError::not_found("no such endpoint", None, "not_found") })
         .with_state(state);
     let addr: SocketAddr = format!("{}:{}", args.host, args.port)
@@ -277,8 +262,29 @@ async fn shutdown_signal() {
         }
     };
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
-    log(json!({"event": "shutting_down", "note": "in-flight answers finish; new connections are refused"}));
+    log(json!({"event": "shutting_down", "note": format!("in-flight answers finish (at most \
+               {SHUTDOWN_GRACE_S} s); new connections are refused; a second Ctrl-C or SIGTERM ends the process now")}));
+    tokio::spawn(async {
+        let again = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        let grace = tokio::time::sleep(std::time::Duration::from_secs(SHUTDOWN_GRACE_S));
+        let why = tokio::select! { _ = again => "a second signal", _ = term => "a second signal", _ = grace => "the grace period ended" };
+        log(json!({"event": "stopped", "note": format!("{why}: answers still in flight were cut")}));
+        std::process::exit(130);
+    });
 }
+
+/// How long a shutdown waits for the answers in flight.
+const SHUTDOWN_GRACE_S: u64 = 120;
 
 /// One structured log line (JSON) on stderr.
 fn log(mut v: Value) {
@@ -314,7 +320,8 @@ async fn metrics(State(s): State<Arc<AppState>>) -> impl IntoResponse {
     let mut family = |name: &str, kind: &str, help: &str, f: &dyn Fn(&Served) -> String| {
         out += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
         for m in &s.models {
-            out += &format!("{name}{{model=\"{}\"}} {}\n", m.id, f(m));
+            let id = m.id.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+            out += &format!("{name}{{model=\"{id}\"}} {}\n", f(m));
         }
     };
     let c = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
@@ -380,7 +387,24 @@ impl Accepted {
     }
 }
 
-async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let mut e = ApiError::invalid("method", format!("{method} is not allowed on {}", uri.path()));
+    e.status = axum::http::StatusCode::METHOD_NOT_ALLOWED;
+    e.into_response()
+}
+
+async fn chat_completions(
+    State(s): State<Arc<AppState>>,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(r) => {
+            let mut e = ApiError::invalid("body", format!("the request body could not be read: {r}"));
+            e.status = r.status();
+            return e.into_response();
+        }
+    };
     let req = match ChatRequest::parse(&body) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
@@ -518,14 +542,36 @@ enum Ended {
 }
 
 fn record_end(s: &AppState, a: &Accepted, ended: Ended, detail: &str, stream: bool) {
-    let st = &s.models[a.model].stats;
+    log_end(s, a.model, &a.id, a.received, ended, detail, stream);
+}
+
+fn log_end(s: &AppState, model: usize, id: &str, received: Instant, ended: Ended, detail: &str, stream: bool) {
+    let st = &s.models[model].stats;
     let (counter, status) = match ended {
         Ended::Cancelled => (&st.cancelled, "cancelled"),
         Ended::Failed => (&st.failed, "failed"),
     };
     counter.fetch_add(1, Ordering::Relaxed);
-    log(json!({"event": "request", "id": a.id, "model": s.models[a.model].id, "stream": stream, "status": status,
-        "detail": detail, "wall_s": a.received.elapsed().as_secs_f64()}));
+    log(json!({"event": "request", "id": id, "model": s.models[model].id, "stream": stream, "status": status,
+        "detail": detail, "wall_s": received.elapsed().as_secs_f64()}));
+}
+
+/// A non-streamed answer's client that leaves before the answer makes axum drop the handler: this guard, dropped
+/// with it, counts and logs that as cancelled (the engine drops the generation when the channel closes).
+struct LeftEarly {
+    s: Arc<AppState>,
+    model: usize,
+    id: String,
+    received: Instant,
+    armed: bool,
+}
+
+impl Drop for LeftEarly {
+    fn drop(&mut self) {
+        if self.armed {
+            log_end(&self.s, self.model, &self.id, self.received, Ended::Cancelled, "client disconnected", false);
+        }
+    }
 }
 
 /// The next piece of an answer.
@@ -581,9 +627,15 @@ async fn next_step(a: &mut Accepted) -> Step {
 
 async fn whole_answer(s: Arc<AppState>, mut a: Accepted) -> Response {
     let mut content = String::new();
+    let mut guard = LeftEarly { s: s.clone(), model: a.model, id: a.id.clone(), received: a.received, armed: true };
     loop {
-        match next_step(&mut a).await {
-            Step::Text(t) => content += &t,
+        let step = next_step(&mut a).await;
+        guard.armed = false;
+        match step {
+            Step::Text(t) => {
+                content += &t;
+                guard.armed = true;
+            }
             Step::End(t, f) => {
                 content += &t;
                 record(&s, &a, &f, false);
@@ -620,7 +672,16 @@ fn stream_answer(s: Arc<AppState>, req: ChatRequest, mut a: Accepted) -> impl In
             return;
         }
         loop {
-            match next_step(&mut a).await {
+            // The client may leave while the answer is queued or in its prefill (no text to send yet): notice it
+            // then too, so the engine drops the job instead of running it for nobody.
+            let step = tokio::select! {
+                step = next_step(&mut a) => step,
+                () = tx.closed() => {
+                    record_end(&s, &a, Ended::Cancelled, "client disconnected", true);
+                    return; // dropping `a` closes the engine channel
+                }
+            };
+            match step {
                 Step::Text(t) => {
                     if !t.is_empty() && tx.send(Ok(send(chunk(json!({"content": t}), None)))).await.is_err() {
                         record_end(&s, &a, Ended::Cancelled, "client disconnected", true);
@@ -628,21 +689,28 @@ fn stream_answer(s: Arc<AppState>, req: ChatRequest, mut a: Accepted) -> impl In
                     }
                 }
                 Step::End(t, f) => {
+                    let mut events = Vec::new();
                     if !t.is_empty() {
-                        let _ = tx.send(Ok(send(chunk(json!({"content": t}), None)))).await;
+                        events.push(send(chunk(json!({"content": t}), None)));
                     }
                     let mut last = chunk(json!({}), Some(f.finish_reason()));
                     let usage = usage(&s, &a, &f);
                     if req.include_usage {
-                        let _ = tx.send(Ok(send(last))).await;
+                        events.push(send(last));
                         last = json!({"id": a.id, "object": "chat.completion.chunk", "created": created,
                                       "model": model, "choices": [], "usage": usage});
                     } else {
                         // Not in OpenAI's format, but the page wants the metrics: an extra field on the last chunk.
                         last["usage"] = usage;
                     }
-                    let _ = tx.send(Ok(send(last))).await;
-                    let _ = tx.send(Ok(SseEvent::default().data("[DONE]"))).await;
+                    events.push(send(last));
+                    events.push(SseEvent::default().data("[DONE]"));
+                    for e in events {
+                        if tx.send(Ok(e)).await.is_err() {
+                            record_end(&s, &a, Ended::Cancelled, "client disconnected before the end", true);
+                            return;
+                        }
+                    }
                     record(&s, &a, &f, true);
                     return;
                 }
