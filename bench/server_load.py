@@ -150,7 +150,7 @@ class Spawned:
                 self.description = ev["description"]
             if ev.get("event") == "listening":
                 self.url = ev["url"].rstrip("/")
-        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
+        threading.Thread(target=self.proc.stderr.read, daemon=True).start()  # keep the log pipe from filling
 
     def stop(self):
         self.proc.terminate()

@@ -85,6 +85,13 @@ class Server:
         assert m, f"{name} not in /metrics:\n{text}"
         return float(m.group(1))
 
+    def wait_metric(self, name: str, ok, why: str, timeout: float = 30):
+        """Polls /metrics until `ok(value of name)` holds."""
+        deadline = time.time() + timeout
+        while not ok(self.metric(name)):
+            assert time.time() < deadline, why
+            time.sleep(0.05)
+
     def wait(self, timeout: float) -> int:
         """The exit status, once the log is read to its end."""
         code = self.proc.wait(timeout=timeout)
@@ -216,13 +223,8 @@ def test_client_disconnect_stops_generation(server):
         if i == 3:
             break
     stream.close()
-    deadline = time.time() + 30
-    while server.metric("nibble_requests_cancelled_total") <= before:
-        assert time.time() < deadline, "the disconnect was not noticed"
-        time.sleep(0.2)
-    while server.metric("nibble_active_generations") > 0:
-        assert time.time() < deadline, "the generation was not dropped"
-        time.sleep(0.2)
+    server.wait_metric("nibble_requests_cancelled_total", lambda v: v > before, "the disconnect was not noticed")
+    server.wait_metric("nibble_active_generations", lambda v: v == 0, "the generation was not dropped")
 
 
 def test_client_leaving_while_queued_is_dropped_before_it_runs():
@@ -232,17 +234,12 @@ def test_client_leaving_while_queued_is_dropped_before_it_runs():
                 "max_tokens": 120, "temperature": 0}
         first = threading.Thread(target=s.post, args=(long,))
         first.start()
-        deadline = time.time() + 30
-        while s.metric("nibble_active_generations") < 1:
-            assert time.time() < deadline
-            time.sleep(0.05)
+        s.wait_metric("nibble_active_generations", lambda v: v >= 1, "the long answer did not start")
         stream = s.client.chat.completions.create(model=MODEL, messages=Q, max_tokens=8, stream=True)
         next(iter(stream))  # the role chunk: the request is accepted and queued behind the long answer
         assert s.metric("nibble_queue_depth") == 1
         stream.close()
-        while s.metric("nibble_requests_cancelled_total") < 1:
-            assert time.time() < deadline, "leaving while queued was not noticed"
-            time.sleep(0.05)
+        s.wait_metric("nibble_requests_cancelled_total", lambda v: v >= 1, "leaving while queued was not noticed")
         first.join()
         assert s.metric("nibble_requests_ok_total") == 1, "the long answer only: the queued one never ran"
         time.sleep(0.5)

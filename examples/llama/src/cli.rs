@@ -135,6 +135,11 @@ pub struct Args {
 pub const DEFAULT_PROMPT: &str = "What is the capital of France, and why is it famous?";
 
 impl Args {
+    /// --repeat-penalty over --repeat-last-n.
+    pub fn penalty(&self) -> crate::sampling::RepeatPenalty {
+        crate::sampling::RepeatPenalty { penalty: self.repeat_penalty, last_n: self.repeat_last_n }
+    }
+
     /// --prompt, or the default question outside -i.
     pub fn prompt(&self) -> Option<&str> {
         match (&self.prompt, self.interactive) {

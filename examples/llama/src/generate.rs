@@ -39,8 +39,8 @@ pub enum Step {
 pub const PREFILL_CHUNK: usize = 512;
 
 /// One generation, one graph run at a time: the first [`Generator::step`]s run the prefill (one, or one per
-/// chunk), each later one a decode step. The state (KV cache, sampler, timings) lives here, the session in [`Llama`], so one session can
-/// advance several generations in turns (a server interleaving its users' answers) or one to the end
+/// chunk), each later one a decode step. The state (KV cache, sampler, timings) lives here, the session in
+/// [`Llama`], so one session can advance several generations in turns (a server interleaving its users' answers) or one to the end
 /// ([`generate`]). Timings are wall-clock from the first step: time spent between steps (streaming the text,
 /// other generations' steps) counts towards this generation's decode time, as the user waits through it.
 pub struct Generator {
@@ -56,8 +56,6 @@ pub struct Generator {
     prefill_chunk: usize,
     /// The caches of the next run (empty before the prefill: [1, kv_heads, 0, head_dim]).
     past: Vec<DynValue>,
-    /// The id the next decode run feeds (the last sampled token).
-    step_input: Vec<i64>,
     ids: Vec<u32>,
     timings: Timings,
     start: Option<Instant>,
@@ -97,7 +95,6 @@ impl Generator {
             prefilled: 0,
             prefill_chunk: PREFILL_CHUNK,
             past,
-            step_input: Vec::new(),
             ids: Vec::with_capacity(max_new_tokens),
             timings: Timings::default(),
             start: None,
@@ -134,7 +131,8 @@ impl Generator {
             let end = (self.prefilled + self.prefill_chunk).min(self.prompt_len);
             self.history[self.prefilled..end].iter().map(|&t| i64::from(t)).collect()
         } else {
-            std::mem::take(&mut self.step_input)
+            // a decode step feeds the last sampled token
+            self.history.last().map(|&t| i64::from(t)).into_iter().collect()
         };
         let s = feed.len();
         let mut inputs: Vec<(Cow<str>, SessionInputValue)> = Vec::with_capacity(1 + self.past.len());
@@ -190,7 +188,6 @@ impl Generator {
             // Feeding `next` would make the cache prompt + ids tokens long.
             Some(StopReason::ContextLength)
         } else {
-            self.step_input = vec![i64::from(next)];
             None
         };
         Ok(Step::Token(next))

@@ -20,7 +20,7 @@ use nibble_llama::frontend::Frontend;
 use nibble_llama::generate::{self, Step};
 use nibble_llama::metrics::{self, Metrics, Row, RunReport, Timings};
 use nibble_llama::model::{Llama, ModelDir, SessionOptions};
-use nibble_llama::sampling::{RepeatPenalty, Sampler, SamplingParams};
+use nibble_llama::sampling::{Sampler, SamplingParams};
 use nibble_llama::stream::StreamDecoder;
 use nibble_llama::{chat, frontend, paths, prompt};
 
@@ -51,7 +51,7 @@ fn install_ctrl_c() -> Result<()> {
 fn run(args: &Args) -> Result<()> {
     let params = SamplingParams { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p };
     params.validate()?;
-    RepeatPenalty { penalty: args.repeat_penalty, last_n: args.repeat_last_n }.validate()?;
+    args.penalty().validate()?;
     if let (Some(t), Ok(cores)) = (args.threads, std::thread::available_parallelism())
         && t as usize > cores.get()
     {
@@ -118,10 +118,11 @@ fn warn_room(args: &Args, cfg: &nibble_llama::model::ModelConfig, prompt_tokens:
 
 /// The question as the user gave it (before the chat template), for the log.
 fn asked(args: &Args) -> String {
+    let p = args.prompt().unwrap_or_default();
     match (&args.system, args.raw) {
-        (_, true) => format!("prompt (raw): {:?}", args.prompt().unwrap_or_default()),
-        (Some(sys), false) => format!("system: {sys:?}; question: {:?}", args.prompt().unwrap_or_default()),
-        (None, false) => format!("question: {:?}", args.prompt().unwrap_or_default()),
+        (_, true) => format!("prompt (raw): {p:?}"),
+        (Some(sys), false) => format!("system: {sys:?}; question: {p:?}"),
+        (None, false) => format!("question: {p:?}"),
     }
 }
 
@@ -162,8 +163,7 @@ fn answer(
     spec: &RunSpec,
 ) -> Result<RunReport> {
     let (params, seed) = (spec.params, spec.seed);
-    let penalty = RepeatPenalty { penalty: args.repeat_penalty, last_n: args.repeat_last_n };
-    let sampler = Sampler::new(params, seed)?.with_repeat_penalty(penalty)?;
+    let sampler = Sampler::new(params, seed)?.with_repeat_penalty(args.penalty())?;
     let mut dec = StreamDecoder::new();
     let mut stdout = std::io::stdout().lock();
     let tty = std::io::stderr().is_terminal();
@@ -267,7 +267,7 @@ fn single(args: &Args, params: SamplingParams, seed: u64) -> Result<()> {
     let nibble = lib.as_deref().zip(frontend);
     eprintln!(
         "[nibble-llama] {}, {} prompt tokens; ONNX Runtime {version} ({}); {}",
-        describe_model(&model),
+        model.config.describe(),
         prompt.ids.len(),
         ort_dylib.display(),
         describe_nibble(nibble)
@@ -281,10 +281,6 @@ fn single(args: &Args, params: SamplingParams, seed: u64) -> Result<()> {
         write_json(path, &serde_json::to_value(&report)?)?;
     }
     Ok(())
-}
-
-fn describe_model(model: &ModelDir) -> String {
-    format!("{} ({})", model.config.name.as_deref().unwrap_or("model"), model.config.describe_weights())
 }
 
 fn describe_nibble(nibble: Option<Nibble>) -> String {
@@ -311,7 +307,7 @@ fn interactive(args: &Args, params: SamplingParams, seed: u64) -> Result<()> {
     let nibble = lib.as_deref().zip(frontend);
     eprintln!(
         "[nibble-llama] {}; ONNX Runtime {version} ({}); {}",
-        describe_model(&model),
+        model.config.describe(),
         ort_dylib.display(),
         describe_nibble(nibble)
     );

@@ -82,6 +82,11 @@ impl ModelConfig {
         self.quantization.as_ref().is_some_and(|q| q.op_domain == "nibble")
     }
 
+    /// The model's name and its weights, e.g. `SmolLM2-135M-Instruct (int4 bs32 asym acc4 (com.microsoft))`.
+    pub fn describe(&self) -> String {
+        format!("{} ({})", self.name.as_deref().unwrap_or("model"), self.describe_weights())
+    }
+
     /// A one-line description of the weights, e.g. `int4 bs32 asym acc4 (com.microsoft)` or `fp32`.
     pub fn describe_weights(&self) -> String {
         match &self.quantization {

@@ -126,13 +126,7 @@ impl ChatRequest {
             "metadata" => true,
             _ => false,
         };
-        for (k, v) in obj {
-            if KNOWN.contains(&k.as_str()) {
-                continue;
-            }
-            if neutral(k, v) {
-                continue;
-            }
+        if let Some((k, v)) = obj.iter().find(|(k, v)| !KNOWN.contains(&k.as_str()) && !neutral(k, v)) {
             let why = if neutral(k, &Value::Null) {
                 format!("`{k}` = {v} is not supported by this server (only its default)")
             } else {

@@ -1,8 +1,9 @@
 //! One model's generation thread. It owns the ORT session (`ort`'s `Session::run` needs `&mut`), takes jobs from a
 //! bounded queue, and advances up to `parallel` generations in turns, one graph run each per turn. Every user's
 //! answer therefore progresses, and a second user does not wait for the first to finish before seeing a first
-//! token (a long prompt's prefill runs in chunks, `generate::PREFILL_CHUNK`, with the others' turns between). Tokens go to each job's channel as they are sampled. A job whose receiver is gone (the client
-//! disconnected or the handler saw a stop string) is dropped at its next turn, and its KV cache is freed.
+//! token (a long prompt's prefill runs in chunks, `generate::PREFILL_CHUNK`, with the others' turns between).
+//! Tokens go to each job's channel as they are sampled. A job whose receiver is gone (the client disconnected or
+//! the handler saw a stop string) is dropped at its next turn, and its KV cache is freed.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};

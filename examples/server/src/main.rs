@@ -183,9 +183,8 @@ fn run(args: Args) -> Result<()> {
         let llama = Llama::load(&env, &spec.dir, &SessionOptions { nibble, threads: args.threads })
             .with_context(|| format!("loading model `{}` from {}", spec.id, spec.dir.dir.display()))?;
         let description = format!(
-            "{} ({}), {}",
-            spec.dir.config.name.as_deref().unwrap_or("model"),
-            spec.dir.config.describe_weights(),
+            "{}, {}",
+            spec.dir.config.describe(),
             nibble.map_or("ORT's own kernels".to_string(), |(_, f)| format!("nibble ({})", f.name()))
         );
         log(json!({"event": "model_loaded", "model": spec.id, "description": description, "ort": version,
@@ -249,10 +248,8 @@ async fn serve(args: &Args, state: Arc<AppState>) -> Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Resolves at the next SIGINT or SIGTERM.
+async fn interrupt_or_terminate() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {
@@ -261,23 +258,17 @@ async fn shutdown_signal() {
             Err(_) => std::future::pending::<()>().await,
         }
     };
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tokio::select! { _ = tokio::signal::ctrl_c() => {}, () = term => {} }
+}
+
+/// The first signal starts the graceful shutdown; a second one, or the end of the grace period, ends the process.
+async fn shutdown_signal() {
+    interrupt_or_terminate().await;
     log(json!({"event": "shutting_down", "note": format!("in-flight answers finish (at most \
                {SHUTDOWN_GRACE_S} s); new connections are refused; a second Ctrl-C or SIGTERM ends the process now")}));
     tokio::spawn(async {
-        let again = async {
-            let _ = tokio::signal::ctrl_c().await;
-        };
-        let term = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(_) => std::future::pending::<()>().await,
-            }
-        };
         let grace = tokio::time::sleep(std::time::Duration::from_secs(SHUTDOWN_GRACE_S));
-        let why = tokio::select! { _ = again => "a second signal", _ = term => "a second signal", _ = grace => "the grace period ended" };
+        let why = tokio::select! { () = interrupt_or_terminate() => "a second signal", () = grace => "the grace period ended" };
         log(json!({"event": "stopped", "note": format!("{why}: answers still in flight were cut")}));
         std::process::exit(130);
     });
@@ -630,12 +621,10 @@ async fn whole_answer(s: Arc<AppState>, mut a: Accepted) -> Response {
     let mut guard = LeftEarly { s: s.clone(), model: a.model, id: a.id.clone(), received: a.received, armed: true };
     loop {
         let step = next_step(&mut a).await;
-        guard.armed = false;
+        // only a drop while waiting for the engine means the client left
+        guard.armed = matches!(step, Step::Text(_));
         match step {
-            Step::Text(t) => {
-                content += &t;
-                guard.armed = true;
-            }
+            Step::Text(t) => content += &t,
             Step::End(t, f) => {
                 content += &t;
                 record(&s, &a, &f, false);
