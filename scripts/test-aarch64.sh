@@ -46,6 +46,14 @@ declare -A families=(
 cpus=${AARCH64_CPUS:-"max max,sve=off max,sme=off neoverse-n1 cortex-a76 cortex-a72 a64fx"}
 
 bash scripts/aarch64/setup-aarch64.sh --no-ort --no-icount --cpus "$cpus"
+# The expectations above are qemu 7.2's CPU models (Debian bookworm's qemu-user): another qemu reports other
+# features for the same names, which would fail here as a surprise rather than say why.
+qver=$(qemu-aarch64 --version | sed -n '1s/.*version \([0-9][0-9.]*\).*/\1/p')
+case "$qver" in
+    7.2|7.2.*) ;;
+    *) echo "test-aarch64.sh: the CPU-model expectations are for qemu-user 7.2 (Debian bookworm); qemu-aarch64 is" \
+            "'${qver:-unknown}'" >&2; exit 1 ;;
+esac
 source scripts/aarch64/ort-aarch64.sh
 fetch_ort_a64
 # The setup script equips the stable/nightly toolchains; this repository pins its own (rust-toolchain.toml).

@@ -146,10 +146,9 @@ const MS: [usize; 11] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 64, 67];
 
 #[test]
 fn every_kernel_edge_taxonomy() {
-    let mut rng = Rng::new(1);
     let mut coverage = Coverage::new();
-    let mut mi = 0;
     for uk in kernels() {
+        let (mut rng, mut mi) = (Rng::for_kernel(1, uk.name()), 0);
         for layout in layouts_of(uk) {
             coverage.entry((uk.name(), layout.name())).or_default();
             for bits in [2u32, 4, 8] {
@@ -191,8 +190,8 @@ fn every_kernel_edge_taxonomy() {
 /// Every block size a kernel claims, 16 … 65536, with a K tail, on each of its layouts that holds it.
 #[test]
 fn every_claimed_block_size() {
-    let mut rng = Rng::new(2);
     for uk in kernels() {
+        let mut rng = Rng::for_kernel(2, uk.name());
         let layouts = layouts_of(uk);
         for log in 4..=16 {
             let bl = 1usize << log;
@@ -227,8 +226,8 @@ fn every_claimed_block_size() {
 /// layout.
 #[test]
 fn mlas_shapes() {
-    let mut rng = Rng::new(3);
     for uk in kernels() {
+        let mut rng = Rng::for_kernel(3, uk.name());
         let layout = layouts_of(uk)[0];
         let run = |rng: &mut Rng, m, n, k, bl, zp, bias| {
             let case = case_for(uk, &layout, Case::random(rng, k, n, 4, bl, zp, GIdx::None, bias));
@@ -438,7 +437,13 @@ fn pack_refuses_what_a_family_cannot_hold() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    // A fixed seed: the same 48 cases on every machine and run (PROPTEST_* in the environment cannot change them);
+    // change the seed here to explore others.
+    #![proptest_config(ProptestConfig {
+        cases: 48,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x6e69_6262_6c65),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn random_shapes_match_reference(

@@ -18,6 +18,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import nibble_ort
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -122,8 +123,20 @@ def _bench_memory():
     return mod
 
 
+def packed_bytes_4bit(k: int, n: int, block_size: int) -> int:
+    """Bytes nibble packs one 4-bit node with uint8 zero points into, on this CPU: the codes, and per column and
+    block the scale (f16 or f32, as the int8 family selected here stores them: `_sf16_` / `_sf32_` in its name) and
+    the 4-byte zero-point correction."""
+    row = next(r for r in nibble_ort.info()["selection"]
+               if r["path"] == "int8" and r["bits"] == 4 and r["block_size"] == block_size)
+    family = row["family"]
+    scale_bytes = 2 if "_sf16_" in family else 4 if "_sf32_" in family else None
+    assert scale_bytes, f"cannot tell the scale type of family {family!r}"
+    return k * n // 2 + n * (k // block_size) * (scale_bytes + 4)
+
+
 def test_weights_are_freed_and_shared(nibble_lib: Path, tmp_path: Path) -> None:
-    """8 MatMulNBits nodes, 4096x4096 bs32 4-bit (64 MiB of B, 80 MiB packed), each measured in a fresh process:
+    """8 MatMulNBits nodes, 4096x4096 bs32 4-bit (64 MiB of B; 88 MiB packed with f16 scales, 96 with f32), each measured in a fresh process:
     ORT frees the initializers the EP took over, so its weight memory stays below ORT's built-in op's and well
     below the custom-op frontend's (which keeps them); a second session of the model shares the packed weights."""
     bench = _bench_memory()
@@ -131,7 +144,7 @@ def test_weights_are_freed_and_shared(nibble_lib: Path, tmp_path: Path) -> None:
     bench.make_synthetic(model, nodes=8, k=4096, n=4096, block_size=32)
     m = {mode: bench.measure(model, mode, nibble_lib) for mode in bench.MODES}
     weights = {mode: r["after_run"] - r["before"] for mode, r in m.items()}
-    packed_mib = 8 * (4096 * 4096 / 2 + 2 * 4096 * 128 * 2) / 2**20
+    packed_mib = 8 * packed_bytes_4bit(k=4096, n=4096, block_size=32) / 2**20
     report = f"weight MiB {weights}, packed {packed_mib:.0f}; second session adds " \
              f"{ {k: round(r['second']) for k, r in m.items()} }"
     assert weights["ep"] < weights["ort"], report

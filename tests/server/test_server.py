@@ -92,6 +92,13 @@ class Server:
             assert time.time() < deadline, why
             time.sleep(0.05)
 
+    def wait_log(self, ok, why: str, timeout: float = 30):
+        """Polls the server's log until a line satisfies `ok` (a dict -> bool)."""
+        deadline = time.time() + timeout
+        while not any(ok(e) for e in list(self.log)):
+            assert time.time() < deadline and self.proc.poll() is None, why
+            time.sleep(0.05)
+
     def wait(self, timeout: float) -> int:
         """The exit status, once the log is read to its end."""
         code = self.proc.wait(timeout=timeout)
@@ -242,8 +249,8 @@ def test_client_leaving_while_queued_is_dropped_before_it_runs():
         s.wait_metric("nibble_requests_cancelled_total", lambda v: v >= 1, "leaving while queued was not noticed")
         first.join()
         assert s.metric("nibble_requests_ok_total") == 1, "the long answer only: the queued one never ran"
-        time.sleep(0.5)
-        assert s.metric("nibble_active_generations") == 0 and s.metric("nibble_queue_depth") == 0
+        s.wait_metric("nibble_active_generations", lambda v: v == 0, "a generation is still active")
+        s.wait_metric("nibble_queue_depth", lambda v: v == 0, "a request is still queued")
     finally:
         s.stop()
 
@@ -285,7 +292,7 @@ def test_a_second_sigterm_ends_the_process_at_once():
             temperature=0.8, seed=3, stream=True)
         next(iter(stream))
         s.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        s.wait_log(lambda e: e.get("event") == "shutting_down", "the first SIGTERM did not start the shutdown")
         s.proc.send_signal(signal.SIGTERM)
         assert s.wait(timeout=10) == 130
         assert any("second signal" in str(e.get("note", "")) for e in s.log), s.log[-3:]

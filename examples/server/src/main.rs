@@ -34,6 +34,7 @@ use nibble_llama::sampling::{Sampler, SamplingParams};
 use nibble_llama::{paths, prompt};
 use serde_json::{Value, json};
 use tokenizers::Tokenizer;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use api::{ApiError, ChatRequest};
@@ -244,31 +245,45 @@ async fn serve(args: &Args, state: Arc<AppState>) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
     let local = listener.local_addr()?;
     log(json!({"event": "listening", "addr": local.to_string(), "url": format!("http://{local}/")}));
-    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("serving")?;
+    let signals = Signals::new();
+    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal(signals)).await.context("serving")?;
     Ok(())
 }
 
-/// Resolves at the next SIGINT or SIGTERM.
-async fn interrupt_or_terminate() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+/// SIGINT and SIGTERM, each listened to once from the start: a signal is never lost between the first and the
+/// second (a listener made after the first signal would miss a second one that came before it existed).
+struct Signals {
+    interrupt: Option<Signal>,
+    terminate: Option<Signal>,
+}
+
+impl Signals {
+    fn new() -> Self {
+        Signals { interrupt: signal(SignalKind::interrupt()).ok(), terminate: signal(SignalKind::terminate()).ok() }
+    }
+
+    /// Resolves at the next SIGINT or SIGTERM.
+    async fn next(&mut self) {
+        async fn recv(s: &mut Option<Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
-    tokio::select! { _ = tokio::signal::ctrl_c() => {}, () = term => {} }
+        tokio::select! { () = recv(&mut self.interrupt) => {}, () = recv(&mut self.terminate) => {} }
+    }
 }
 
 /// The first signal starts the graceful shutdown; a second one, or the end of the grace period, ends the process.
-async fn shutdown_signal() {
-    interrupt_or_terminate().await;
+async fn shutdown_signal(mut signals: Signals) {
+    signals.next().await;
     log(json!({"event": "shutting_down", "note": format!("in-flight answers finish (at most \
                {SHUTDOWN_GRACE_S} s); new connections are refused; a second Ctrl-C or SIGTERM ends the process now")}));
-    tokio::spawn(async {
+    tokio::spawn(async move {
         let grace = tokio::time::sleep(std::time::Duration::from_secs(SHUTDOWN_GRACE_S));
-        let why = tokio::select! { () = interrupt_or_terminate() => "a second signal", () = grace => "the grace period ended" };
+        let why = tokio::select! { () = signals.next() => "a second signal", () = grace => "the grace period ended" };
         log(json!({"event": "stopped", "note": format!("{why}: answers still in flight were cut")}));
         std::process::exit(130);
     });

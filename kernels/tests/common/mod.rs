@@ -12,6 +12,12 @@ impl Rng {
     pub fn new(seed: u64) -> Self {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
+    /// A generator for one kernel: seeded from `seed` and the kernel's name, so each kernel gets the same cases on
+    /// every machine, whichever other kernels that machine's CPU runs (the list differs by CPU).
+    pub fn for_kernel(seed: u64, name: &str) -> Self {
+        let fnv = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        Rng::new(seed ^ fnv)
+    }
     pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
