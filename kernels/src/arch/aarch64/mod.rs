@@ -15,7 +15,7 @@ mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_2x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_4x8_neon_dotprod;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x8_neon_dotprod;
-mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x8_neon_i8mm;
+mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_4x8_neon_i8mm;
 mod ops;
 mod qsnbp8x4_fp32;
 mod qsnbp8x4_int8;
@@ -106,17 +106,17 @@ pub static INT8_GEMV_DOTPROD_P8X8: UKernel = UKernel {
     ..INT8_GEMV_DOTPROD
 };
 
-/// int8 GEMM, i8mm (SMMLA): 8 rows × 8 columns per register tile.
+/// int8 GEMM, i8mm (SMMLA): 4 rows × 8 columns per register tile, all accumulators in registers.
 pub static INT8_GEMM_I8MM: UKernel = UKernel {
-    name: "matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x8_neon_i8mm",
+    name: "matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_4x8_neon_i8mm",
     isa: Isa::I8mm,
     requires: I8MM,
     path: ComputePath::Int8,
     lhs: LhsFormat::Qsi8DbP { mr: qsnbp8x8_int8::MR, kr: qsnbp8x8_int8::KR },
     rhs: RhsReads::Only(|_: &Cpu| QSNBP8X8_SF16_ZPC),
     supports: supports_p8x8,
-    geometry: |_, _| Geometry::new(2 * qsnbp8x8_int8::MR, qsnbp8x8_int8::NR, usize::MAX),
-    run: matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x8_neon_i8mm::run,
+    geometry: |_, _| Geometry::new(qsnbp8x8_int8::MR, qsnbp8x8_int8::NR, usize::MAX),
+    run: matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_4x8_neon_i8mm::run,
 };
 
 /// fp32-path GEMV, NEON: up to 3 rows × 4 columns per unit (codes widened to f32 in registers).

@@ -5,10 +5,10 @@
 //! 16-byte vectors, column pairs (0,1) … (6,7), each column's 64-bit half holding 8 consecutive K of each of the
 //! `cpb = 8/bits` fields (field l at K offset l·C/cpb). [`super::ops::field`] turns a vector into the int8
 //! operand of one field (value × 2^(8−bits)): a 2 × 8 matrix of two columns.
-//! - GEMM ([`gemm_unit`]): `qsi8dbp4x8` activations (rows in groups of 4, each run of 8 K as row 0..3's 8
-//!   bytes), so one 16-byte load is a 2 × 8 matrix of two rows: `smmla` makes the 2 × 2 (rows × columns) int32
-//!   tile, 8 of them per group of 4 rows × 8 columns (two groups per unit: 8 × 8); the per-block scales are
-//!   applied in that interleaved order and the rows separated once, at the store.
+//! - GEMM ([`gemm_pairs`]): `qsi8dbp4x8` activations (rows in groups of 4, each run of 8 K as row 0..3's 8
+//!   bytes), so one 16-byte load is a 2 × 8 matrix of two rows (a row pair): `smmla` makes the 2 × 2 (rows ×
+//!   columns) int32 tile, 4 of them per row pair × 8 columns; the per-block scales are applied in that
+//!   interleaved order and the rows separated once, at the store.
 //! - GEMV ([`gemv_unit`]): row-major `qsi8db` activations, 8 of them duplicated into both 64-bit halves
 //!   (`dup .2d`): vector `sdot` against a column pair gives (column, K half) int32 lanes, folded with `addp` once
 //!   per block; one row walks two panels per pass (activation loads and per-block work shared by 16 columns).
@@ -155,77 +155,69 @@ unsafe fn gemv_c<
     }
 }
 
-/// `G` (1 or 2) groups of 4 rows of a `qsi8dbp4x8` tile (the first `rows` of them real, the rest zero padding)
-/// × the 8 columns of `panel`, over all K (see the module doc). Two groups share every code vector's unpacking
-/// (64 SMMLA per 32 K of 4-bit codes against 16 field extractions); their 16 f32 accumulators live in memory.
+/// Row pairs `p0..p0 + RP` (RP ≤ 3: rows 2·p0 .. 2·p0 + 2·RP of the tile, the first `rows` of them real) of a
+/// `qsi8dbp4x8` tile × the 8 columns of `panel`, over all K, with every accumulator meant for a register: 4·RP
+/// int32 2 × 2 tiles for the current block and 4·RP f32 2 × 2 tiles for the sums (the rest of the 32 vector
+/// registers hold the 4 code vectors, one field at a time and the RP activation operands). RP = 2 (4 × 8) keeps
+/// them there; at RP = 3 (12 + 12) LLVM spills around the epilogue.
+///
+/// Row pair P of a `qsi8dbp4x8` tile is half P % 2 of row group P / 2 (each 32-byte run of 8 K holds rows 0, 1
+/// then 2, 3 of the group), so a 6-row unit can start at any even row; its scales and sums are 2 consecutive
+/// values of the group's 4 per block.
 ///
 /// # Safety
-/// The CPU has i8mm. `args` satisfies the `RunArgs` contract for a `qsi8dbp4x8` LHS and a `qsnbp8x8` RHS of
-/// `BITS` bits; `lhs` is the start of one of the tile's row groups, `lhs_scale`/`lhs_sum`/`dst` its first row,
-/// with `rows` (1..=4G) rows of the tile from there; `panel` is one of the tile's panels.
+/// The CPU has i8mm. `a` satisfies the `RunArgs` contract for a `qsi8dbp4x8` LHS (the tile starts at a row
+/// group) and a `qsnbp8x8` RHS of `BITS` bits; row pairs `p0..p0 + RP` hold rows of the tile (the last pair's
+/// second row may be group padding: `rows` ≤ 2·RP says how many are real); `panel` is one of the tile's panels.
 #[target_feature(enable = "neon")]
 #[inline]
-pub(crate) unsafe fn gemm_unit<const G: usize, const BITS: usize>(
-    a: &RunArgs,
-    panel: usize,
-    rows: usize,
-    lhs: *const i8,
-    lhs_scale: *const f32,
-    lhs_sum: *const i32,
-    dst: *mut f32,
-) {
+pub(crate) unsafe fn gemm_pairs<const RP: usize, const BITS: usize>(a: &RunArgs, panel: usize, p0: usize, rows: usize) {
     // SAFETY: forwarded.
     unsafe {
         // Blocks of one chunk (16 or 32 K) get a block loop without a chunk loop inside.
         match (a.bl, a.has_zp != 0) {
-            (16, false) => gemm_c::<G, BITS, 16, true, false>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
-            (16, true) => gemm_c::<G, BITS, 16, true, true>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
-            (32, false) => gemm_c::<G, BITS, 32, true, false>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
-            (32, true) => gemm_c::<G, BITS, 32, true, true>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
-            (_, false) => gemm_c::<G, BITS, 32, false, false>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
-            (_, true) => gemm_c::<G, BITS, 32, false, true>(a, panel, rows, lhs, lhs_scale, lhs_sum, dst),
+            (16, false) => gemm_pairs_c::<RP, BITS, 16, true, false>(a, panel, p0, rows),
+            (16, true) => gemm_pairs_c::<RP, BITS, 16, true, true>(a, panel, p0, rows),
+            (32, false) => gemm_pairs_c::<RP, BITS, 32, true, false>(a, panel, p0, rows),
+            (32, true) => gemm_pairs_c::<RP, BITS, 32, true, true>(a, panel, p0, rows),
+            (_, false) => gemm_pairs_c::<RP, BITS, 32, false, false>(a, panel, p0, rows),
+            (_, true) => gemm_pairs_c::<RP, BITS, 32, false, true>(a, panel, p0, rows),
         }
     }
 }
 
-/// `[x[2H], x[2H+1], x[2H], x[2H+1]]`: one 64-bit half duplicated (`dup .2d`).
 #[target_feature(enable = "neon")]
 #[inline]
-fn dup_pair<const H: i32>(x: float32x4_t) -> float32x4_t {
-    vreinterpretq_f32_f64(vdupq_laneq_f64::<H>(vreinterpretq_f64_f32(x)))
-}
-
-#[target_feature(enable = "neon")]
-#[inline]
-unsafe fn gemm_c<const G: usize, const BITS: usize, const CHUNK: usize, const ONE: bool, const ZP: bool>(
+unsafe fn gemm_pairs_c<const RP: usize, const BITS: usize, const CHUNK: usize, const ONE: bool, const ZP: bool>(
     a: &RunArgs,
     panel: usize,
+    p0: usize,
     rows: usize,
-    lhs: *const i8,
-    lhs_scale: *const f32,
-    lhs_sum: *const i32,
-    dst: *mut f32,
 ) {
     let cpb = 8 / BITS;
     let lane_len = CHUNK / cpb;
     let groups = lane_len / KR;
     let chunk_bytes = CHUNK * NR * BITS / 8;
+    let chunks = if ONE { 1 } else { a.bl / CHUNK };
     debug_assert_eq!(a.layout.scales, ScaleType::F16);
-    debug_assert!(a.bl.min(32) == CHUNK && (1..=MR * G).contains(&rows) && groups >= 1 && G <= 2);
+    debug_assert!(a.bl.min(32) == CHUNK && (1..=3).contains(&RP) && rows <= 2 * RP && rows > 2 * RP - 2);
+    debug_assert!(!ONE || a.bl == CHUNK);
     debug_assert_eq!(ZP, a.has_zp != 0);
     // SAFETY: panel is one of the tile's, inside the packed weights (RunArgs contract).
     let prec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
+    // Row pair p0 + i: its half of its group's runs, and the index of its 2 scales / sums in block 0.
+    let lhs: [*const i8; RP] = core::array::from_fn(|i| {
+        let p = p0 + i;
+        a.lhs.cast::<i8>().wrapping_add((p / 2) * MR * a.lhs_stride + 16 * (p % 2))
+    });
+    let at: [usize; RP] = core::array::from_fn(|i| ((p0 + i) / 2) * MR * a.blocks + 2 * ((p0 + i) % 2));
     let zero = vdupq_n_s32(0);
-    // [row pair][column pair]: lanes (r0 c0, r0 c1, r1 c0, r1 c1); row pairs 2G (arrays sized for G = 2).
-    let mut y = [[vdupq_n_f32(0.0); 4]; 4];
-    // The groups' activations: group g starts MR·lhs_stride bytes after group g − 1.
-    let glhs: [*const i8; 2] = core::array::from_fn(|g| lhs.wrapping_add(g * MR * a.lhs_stride));
-    let chunks = if ONE { 1 } else { a.bl / CHUNK };
-    debug_assert!(!ONE || a.bl == CHUNK);
+    // [row pair][column pair]: lanes (r0 c0, r0 c1, r1 c0, r1 c1).
+    let mut y = [[vdupq_n_f32(0.0); 4]; RP];
     for b in 0..a.blocks {
         // SAFETY: block b's record of this panel.
         let rec = unsafe { prec.add(b * a.rhs_record) };
-        let mut acc = [[zero; 4]; 4];
+        let mut acc = [[zero; 4]; RP];
         for c in 0..chunks {
             // SAFETY: chunk c of the record's codes.
             let codes = unsafe { rec.add(c * chunk_bytes) };
@@ -234,16 +226,14 @@ unsafe fn gemm_c<const G: usize, const BITS: usize, const CHUNK: usize, const ON
                 let w: [int8x16_t; 4] =
                     core::array::from_fn(|j| unsafe { vld1q_s8(codes.add(64 * grp + 16 * j).cast()) });
                 for l in 0..cpb {
-                    // The run of 8 K this field covers: 4 rows × 8 bytes of each row group.
+                    // The run of 8 K this field covers.
                     let run = (b * a.bl + c * CHUNK + l * lane_len + KR * grp) / KR;
-                    let x: [int8x16_t; 4] = core::array::from_fn(|j| field::<BITS>(w[j], l));
-                    for g in 0..G {
-                        // SAFETY: run < k_packed / 8, inside group g's 4 · k_packed bytes (a group of the tile).
-                        let (a01, a23) =
-                            unsafe { (vld1q_s8(glhs[g].add(run * 32)), vld1q_s8(glhs[g].add(run * 32 + 16))) };
-                        for j in 0..4 {
-                            acc[2 * g][j] = smmla(acc[2 * g][j], a01, x[j]);
-                            acc[2 * g + 1][j] = smmla(acc[2 * g + 1][j], a23, x[j]);
+                    // SAFETY: run < k_packed / 8: 16 bytes of row pair p0 + i's group, inside the tile's groups.
+                    let x: [int8x16_t; RP] = core::array::from_fn(|i| unsafe { vld1q_s8(lhs[i].add(run * 32)) });
+                    for j in 0..4 {
+                        let wj = field::<BITS>(w[j], l);
+                        for i in 0..RP {
+                            acc[i][j] = smmla(acc[i][j], x[i], wj);
                         }
                     }
                 }
@@ -251,8 +241,7 @@ unsafe fn gemm_c<const G: usize, const BITS: usize, const CHUNK: usize, const ON
         }
         // SAFETY: the record's 8 scales.
         let s = unsafe { scales8(rec.add(a.rhs_scales)) };
-        // Column scales in the tiles' order (c0, c1, c0, c1) per column pair, row scales (r0, r0, r1, r1) per row
-        // pair (padding rows hold 0).
+        // Column scales in the tiles' order (c0, c1, c0, c1) per column pair.
         let cols =
             |v: [float32x4_t; 2]| [dup_pair::<0>(v[0]), dup_pair::<1>(v[0]), dup_pair::<0>(v[1]), dup_pair::<1>(v[1])];
         let sp = cols(s);
@@ -262,38 +251,47 @@ unsafe fn gemm_c<const G: usize, const BITS: usize, const CHUNK: usize, const ON
         } else {
             [vdupq_n_f32(0.0); 4]
         };
-        for g in 0..G {
-            // SAFETY: group g's 4 scales and Σq of block b (group-major in qsi8dbp4x8; padding rows hold 0).
-            let (sa4, q4) = unsafe {
-                let at = g * MR * a.blocks + b * MR;
-                (vld1q_f32(lhs_scale.add(at)), vld1q_s32(lhs_sum.add(at)))
+        for i in 0..RP {
+            // SAFETY: row pair p0 + i's 2 scales (and Σq) of block b (group-major; padding rows hold 0).
+            let sa2 = unsafe { vld1_f32(a.lhs_scale.add(at[i] + b * MR)) };
+            // (r0, r0, r1, r1)
+            let rows2 = |v: float32x2_t| vzip1q_f32(vcombine_f32(v, v), vcombine_f32(v, v));
+            let sa = rows2(sa2);
+            let sq = if ZP {
+                // SAFETY: as above.
+                let q2 = unsafe { vld1_s32(a.lhs_sum.add(at[i] + b * MR)) };
+                rows2(vmul_f32(sa2, vcvt_f32_s32(q2)))
+            } else {
+                vdupq_n_f32(0.0)
             };
-            let sa = [vzip1q_f32(sa4, sa4), vzip2q_f32(sa4, sa4)];
-            let sq4 = vmulq_f32(sa4, vcvtq_f32_s32(q4));
-            let sq = [vzip1q_f32(sq4, sq4), vzip2q_f32(sq4, sq4)];
-            for h in 0..2 {
-                let p = 2 * g + h;
-                for j in 0..4 {
-                    y[p][j] = vfmaq_f32(y[p][j], to_f32_scaled::<BITS>(acc[p][j]), vmulq_f32(sp[j], sa[h]));
-                    if ZP {
-                        y[p][j] = vfmaq_f32(y[p][j], z[j], sq[h]);
-                    }
+            for j in 0..4 {
+                y[i][j] = vfmaq_f32(y[i][j], to_f32_scaled::<BITS>(acc[i][j]), vmulq_f32(sp[j], sa));
+                if ZP {
+                    y[i][j] = vfmaq_f32(y[i][j], z[j], sq);
                 }
             }
         }
     }
-    // Separate the rows: row 2p + i, columns 4q..4q+3 = halves i of column pairs 2q, 2q + 1.
+    // Separate the rows: row 2i + h, columns 4q..4q+3 = halves h of column pairs 2q, 2q + 1.
     for r in 0..rows {
-        let (p, i) = (r / 2, r % 2);
+        let (i, h) = (r / 2, r % 2);
         for q in 0..2 {
             let col = panel * NR + 4 * q;
             if col >= a.cols {
                 break;
             }
-            let half = |x: float32x4_t| if i == 0 { vget_low_f32(x) } else { vget_high_f32(x) };
-            let v = vcombine_f32(half(y[p][2 * q]), half(y[p][2 * q + 1]));
-            // SAFETY: row r < rows of the tile; columns below cols are inside dst and bias.
-            unsafe { store4(dst.add(r * a.dst_stride), a.bias, col, a.cols, v) };
+            let half = |x: float32x4_t| if h == 0 { vget_low_f32(x) } else { vget_high_f32(x) };
+            let v = vcombine_f32(half(y[i][2 * q]), half(y[i][2 * q + 1]));
+            // SAFETY: row 2·(p0 + i) + h of the tile is below its `rows` (real rows); columns below cols are
+            // inside dst and bias.
+            unsafe { store4(a.dst.add((2 * (p0 + i) + h) * a.dst_stride), a.bias, col, a.cols, v) };
         }
     }
+}
+
+/// `[x[2H], x[2H+1], x[2H], x[2H+1]]`: one 64-bit half duplicated (`dup .2d`).
+#[target_feature(enable = "neon")]
+#[inline]
+fn dup_pair<const H: i32>(x: float32x4_t) -> float32x4_t {
+    vreinterpretq_f32_f64(vdupq_laneq_f64::<H>(vreinterpretq_f64_f32(x)))
 }
