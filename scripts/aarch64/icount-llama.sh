@@ -9,12 +9,15 @@
 #   decode step  = [count(64-token prompt, 1 + S new tokens) − count(64-token prompt, 1 new token)] / S
 #   prefill(64)  = count(64-token prompt, 1 new token) − count(1-token prompt, 1 new token) + decode step
 #                  (a 1-token prefill is a decode step)
-# Session creation, weight packing and tokenizer loading cancel out. They are ~15 G instructions per process and
-# not exactly repeatable (±30 M between identical runs: hash seeds, allocation addresses), so one decode step
-# (~60 M) is measured over S = 16 steps. One intra-op thread, greedy sampling.
+# Session creation, weight packing and tokenizer loading cancel out (~15 G instructions per process), so one
+# decode step (~60 M) is measured over S = 16 steps. One intra-op thread, greedy sampling, ORT's telemetry off
+# (aarch64-icount.sh: with it on, a telemetry thread's SQLite logging and timed upload attempts moved identical
+# processes by tens of M instructions). Every figure is measured --repeat times (default 3: each of its process
+# counts taken anew); the table shows the median and the spread (max − min) / median, and the script exits 1
+# (after the table) if any spread is >= 1%.
 #
 # Usage: scripts/aarch64/icount-llama.sh [--cpus "neoverse-n1 max,sve=off"] [--model q4|q4-sym] [--steps S]
-#                                        [--out FILE.md]
+#                                        [--repeat 3] [--out FILE.md]
 #   q4      the demo model (scripts/convert-smollm2.sh: 4-bit asymmetric, block 32, accuracy_level 4; ORT: MLAS)
 #   q4-sym  the same, symmetric (ORT: KleidiAI on dotprod/i8mm CPUs)
 # `max` itself is left out by default: ORT's SVE fp32 kernels (attention, LM head) take ~10x longer under qemu.
@@ -23,18 +26,20 @@ set -euo pipefail
 shopt -s inherit_errexit
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
-cpus="neoverse-n1 max,sve=off"; which=q4; steps=16; out=""
+cpus="neoverse-n1 max,sve=off"; which=q4; steps=16; out=""; repeat=3
 while [ $# -gt 0 ]; do
     case "$1" in
         --cpus) cpus=$2; shift 2 ;;
         --model) which=$2; shift 2 ;;
         --steps) steps=$2; shift 2 ;;
+        --repeat) repeat=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
         *) echo "icount-llama: unknown argument $1" >&2; exit 2 ;;
     esac
 done
 [[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "icount-llama: --steps must be a positive integer, not $steps" >&2; exit 2; }
+[[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "icount-llama: --repeat must be a positive integer, not $repeat" >&2; exit 2; }
 export A64ENV=${A64ENV:-$root/.cache/a64env}
 source scripts/aarch64/ort-aarch64.sh
 bash scripts/aarch64/setup-aarch64.sh --no-ort --cpus "$cpus" >&2
@@ -79,21 +84,41 @@ count() {
     [ "${got#* }" = "$new" ] || { echo "icount-llama: $side on $cpu generated ${got#* } tokens, not $new" >&2; exit 1; }
 }
 
-table="| CPU (qemu -cpu) | model | ORT decode step | nibble decode step | nibble / ORT | ORT prefill 64 | nibble prefill 64 | nibble / ORT |
-|---|---|---:|---:|---:|---:|---:|---:|"
+# median_spread N...: "median spread%" of the numbers (spread = (max − min) / median).
+median_spread() {
+    printf '%s\n' "$@" | sort -n | awk '{ x[NR] = $1 } END { m = x[int((NR + 1) / 2)]
+        printf "%s %.3f\n", m, m ? (x[NR] - x[1]) * 100 / m : 0 }'
+}
+
+table="| CPU (qemu -cpu) | model | ORT decode step | nibble decode step | nibble / ORT | ORT prefill 64 | nibble prefill 64 | nibble / ORT | spread of $repeat ORT, nibble (decode; prefill) |
+|---|---|---:|---:|---:|---:|---:|---:|---|"
 echo "$table"
+over=()   # "what spread" of each figure whose spread is >= 1%
 for cpu in $cpus; do
-    declare -A d=() p=()
+    declare -A d=() p=() ds=() ps=()
     for side in ort nibble; do
-        a=$(count "$cpu" $side "$p64" 1); b=$(count "$cpu" $side "$p64" $((1 + steps)))
-        c=$(count "$cpu" $side "$p1" 1)
-        d[$side]=$(((b - a) / steps)); p[$side]=$((a - c + d[$side]))
+        dl=(); pl=()
+        for ((i = 0; i < repeat; i++)); do
+            a=$(count "$cpu" $side "$p64" 1); b=$(count "$cpu" $side "$p64" $((1 + steps)))
+            c=$(count "$cpu" $side "$p1" 1)
+            dl+=($(((b - a) / steps))); pl+=($((a - c + (b - a) / steps)))
+            echo "icount-llama: $cpu $side: decode step ${dl[-1]}, prefill 64 ${pl[-1]} (process counts $a $b $c)" >&2
+        done
+        r=($(median_spread "${dl[@]}")); d[$side]=${r[0]}; ds[$side]=${r[1]}
+        r=($(median_spread "${pl[@]}")); p[$side]=${r[0]}; ps[$side]=${r[1]}
+        for f in "decode ${ds[$side]}" "prefill ${ps[$side]}"; do
+            awk -v s="${f#* }" 'BEGIN{exit !(s >= 1)}' && over+=("$cpu $side ${f% *} ${f#* }%")
+        done
     done
     # Counts printed by bash (awk's %d stops at 2^31 in mawk), ratios by awk.
     ratios=($(awk -v od="${d[ort]}" -v nd="${d[nibble]}" -v op="${p[ort]}" -v np="${p[nibble]}" \
         'BEGIN{printf "%.2f %.2f", nd / od, np / op}'))
-    row="| $cpu | smollm2-$which | ${d[ort]} | ${d[nibble]} | ${ratios[0]} | ${p[ort]} | ${p[nibble]} | ${ratios[1]} |"
+    row="| $cpu | smollm2-$which | ${d[ort]} | ${d[nibble]} | ${ratios[0]} | ${p[ort]} | ${p[nibble]} | ${ratios[1]} | ${ds[ort]}%, ${ds[nibble]}%; ${ps[ort]}%, ${ps[nibble]}% |"
     echo "$row"
     table+=$'\n'"$row"
 done
 [ -z "$out" ] || { printf '%s\n' "$table" > "$out"; echo "icount-llama: wrote $out" >&2; }
+if [ ${#over[@]} -gt 0 ]; then
+    printf 'icount-llama: FAILED: spread >= 1%% over %s measurements: %s\n' "$repeat" "$(IFS=';'; echo "${over[*]}")" >&2
+    exit 1
+fi
