@@ -1,6 +1,57 @@
 //! Architecture-specific code: feature detection and the kernels. The only place in this crate with
 //! intrinsics, `asm!` or raw-pointer kernels.
 
+/// The one const dispatch of the SIMD bodies: calls `f::<G.., D..>(args)` with the run-time values of the listed
+/// dimensions turned into const generic arguments appended after the given ones, in order, so every loop of a
+/// body unrolls for them and its epilogue has no branch:
+/// - `bits(b)`: the code width, 2, 4 or 8 (anything else is 8: the format admits only these);
+/// - `chunk(bl)`: the chunk length min(bl, 32), 16 or 32 (bl is a power of two ≥ 16);
+/// - `chunk_one(bl)`: the chunk length and whether a block is one chunk (16 → 16, true; 32 → 32, true; larger →
+///   32, false), two arguments;
+/// - `zp(has)`: whether the weights have zero points.
+///
+/// `dispatch!(unit_c::<R, P>(args, panel); bits(a.bits) chunk_one(a.bl) zp(a.has_zp != 0))` calls
+/// `unit_c::<R, P, 4, 32, true, false>(args, panel)` for 4-bit symmetric weights in blocks of 32. Expands to
+/// calls only (the caller's `unsafe` block covers them).
+macro_rules! dispatch {
+    ($f:ident::<$($g:tt),* $(,)?>($($arg:expr),* $(,)?); $($dims:tt)*) => {
+        $crate::arch::dispatch!(@go $f [$($g,)*] ($($arg),*) $($dims)*)
+    };
+    (@go $f:ident [$($g:tt)*] ($($arg:expr),*) bits($b:expr) $($rest:tt)*) => {
+        match $b {
+            2 => $crate::arch::dispatch!(@go $f [$($g)* 2,] ($($arg),*) $($rest)*),
+            4 => $crate::arch::dispatch!(@go $f [$($g)* 4,] ($($arg),*) $($rest)*),
+            _ => $crate::arch::dispatch!(@go $f [$($g)* 8,] ($($arg),*) $($rest)*),
+        }
+    };
+    (@go $f:ident [$($g:tt)*] ($($arg:expr),*) chunk($bl:expr) $($rest:tt)*) => {
+        if $bl >= 32 {
+            $crate::arch::dispatch!(@go $f [$($g)* 32,] ($($arg),*) $($rest)*)
+        } else {
+            $crate::arch::dispatch!(@go $f [$($g)* 16,] ($($arg),*) $($rest)*)
+        }
+    };
+    (@go $f:ident [$($g:tt)*] ($($arg:expr),*) chunk_one($bl:expr) $($rest:tt)*) => {
+        match $bl {
+            16 => $crate::arch::dispatch!(@go $f [$($g)* 16, true,] ($($arg),*) $($rest)*),
+            32 => $crate::arch::dispatch!(@go $f [$($g)* 32, true,] ($($arg),*) $($rest)*),
+            _ => $crate::arch::dispatch!(@go $f [$($g)* 32, false,] ($($arg),*) $($rest)*),
+        }
+    };
+    (@go $f:ident [$($g:tt)*] ($($arg:expr),*) zp($z:expr) $($rest:tt)*) => {
+        if $z {
+            $crate::arch::dispatch!(@go $f [$($g)* true,] ($($arg),*) $($rest)*)
+        } else {
+            $crate::arch::dispatch!(@go $f [$($g)* false,] ($($arg),*) $($rest)*)
+        }
+    };
+    (@go $f:ident [$($g:tt)*] ($($arg:expr),*)) => {
+        $f::<$($g)*>($($arg),*)
+    };
+}
+#[allow(unused_imports)] // used (as crate::arch::dispatch!) by the x86_64 and aarch64 kernels only
+pub(crate) use dispatch;
+
 #[cfg(target_arch = "aarch64")]
 pub mod aarch64;
 pub mod portable;

@@ -31,13 +31,10 @@ pub(crate) unsafe fn run(args: &RunArgs) {
             // SAFETY: row group g is the tile's (whole, padding rows zero), so are its scales, sums and the output
             // rows of its `rows` real rows (RunArgs contract); panel is the tile's; the CPU has i8mm.
             unsafe {
-                match (rows > 2, a.bits) {
-                    (true, 2) => gemm_pairs::<2, 2>(a, panel, 2 * g, rows),
-                    (true, 4) => gemm_pairs::<2, 4>(a, panel, 2 * g, rows),
-                    (true, _) => gemm_pairs::<2, 8>(a, panel, 2 * g, rows),
-                    (false, 2) => gemm_pairs::<1, 2>(a, panel, 2 * g, rows),
-                    (false, 4) => gemm_pairs::<1, 4>(a, panel, 2 * g, rows),
-                    (false, _) => gemm_pairs::<1, 8>(a, panel, 2 * g, rows),
+                if rows > 2 {
+                    crate::arch::dispatch!(gemm_pairs::<2>(a, panel, 2 * g, rows); bits(a.bits))
+                } else {
+                    crate::arch::dispatch!(gemm_pairs::<1>(a, panel, 2 * g, rows); bits(a.bits))
                 }
             }
         }

@@ -163,14 +163,10 @@ macro_rules! walk_panels {
                     let lhs = a.lhs.cast::<i8>().add(r0 * a.lhs_stride);
                     let (sc, sm) = (a.lhs_scale.add(r0 * a.blocks), a.lhs_sum.add(r0 * a.blocks));
                     let dst = a.dst.add(r0 * a.dst_stride);
-                    match (rows, pp, a.bits) {
-                        (1, 2, 2) => $body::<$op, 1, 2, 2>(a, panel, lhs, sc, sm, dst),
-                        (1, 2, 4) => $body::<$op, 1, 2, 4>(a, panel, lhs, sc, sm, dst),
-                        (1, 2, _) => $body::<$op, 1, 2, 8>(a, panel, lhs, sc, sm, dst),
+                    match (rows, pp) {
+                        (1, 2) => $crate::arch::dispatch!($body::<$op, 1, 2>(a, panel, lhs, sc, sm, dst); bits(a.bits)),
                         $(
-                            ($r, _, 2) => $body::<$op, $r, 1, 2>(a, panel, lhs, sc, sm, dst),
-                            ($r, _, 4) => $body::<$op, $r, 1, 4>(a, panel, lhs, sc, sm, dst),
-                            ($r, _, _) => $body::<$op, $r, 1, 8>(a, panel, lhs, sc, sm, dst),
+                            ($r, _) => $crate::arch::dispatch!($body::<$op, $r, 1>(a, panel, lhs, sc, sm, dst); bits(a.bits)),
                         )+
                         _ => unreachable!("row blocks are at most the first listed size"),
                     }
@@ -202,11 +198,9 @@ macro_rules! walk_quads {
                     unsafe {
                         let lhs = a.lhs.cast::<f32>().add(r0 * a.lhs_stride);
                         let dst = a.dst.add(r0 * a.dst_stride);
-                        match (rows, a.bits) {
+                        match rows {
                             $(
-                                ($r, 2) => $body::<$r, 2>(a, panel, quad, lhs, dst),
-                                ($r, 4) => $body::<$r, 4>(a, panel, quad, lhs, dst),
-                                ($r, _) => $body::<$r, 8>(a, panel, quad, lhs, dst),
+                                $r => $crate::arch::dispatch!($body::<$r>(a, panel, quad, lhs, dst); bits(a.bits)),
                             )+
                             _ => unreachable!("row blocks are at most the first listed size"),
                         }

@@ -79,14 +79,8 @@ pub(crate) unsafe fn unit<const OP: u8, const R: usize, const P: usize, const BI
     // SAFETY: forwarded.
     unsafe {
         // Blocks of one chunk (16 or 32 K) get a loop without chunk bookkeeping.
-        match (args.bl, args.has_zp != 0) {
-            (16, false) => unit_c::<OP, R, P, BITS, 16, true, false>(args, panel, lhs, lhs_scale, lhs_sum, dst),
-            (16, true) => unit_c::<OP, R, P, BITS, 16, true, true>(args, panel, lhs, lhs_scale, lhs_sum, dst),
-            (32, false) => unit_c::<OP, R, P, BITS, 32, true, false>(args, panel, lhs, lhs_scale, lhs_sum, dst),
-            (32, true) => unit_c::<OP, R, P, BITS, 32, true, true>(args, panel, lhs, lhs_scale, lhs_sum, dst),
-            (_, false) => unit_c::<OP, R, P, BITS, 32, false, false>(args, panel, lhs, lhs_scale, lhs_sum, dst),
-            (_, true) => unit_c::<OP, R, P, BITS, 32, false, true>(args, panel, lhs, lhs_scale, lhs_sum, dst),
-        }
+        crate::arch::dispatch!(unit_c::<OP, R, P, BITS>(args, panel, lhs, lhs_scale, lhs_sum, dst);
+                  chunk_one(args.bl) zp(args.has_zp != 0))
     }
 }
 

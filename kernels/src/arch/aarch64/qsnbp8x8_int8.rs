@@ -48,14 +48,7 @@ pub(crate) unsafe fn gemv_unit<const R: usize, const P: usize, const BITS: usize
     // SAFETY: forwarded.
     unsafe {
         // Blocks of one chunk (16 or 32 K) get a loop without chunk bookkeeping.
-        match (a.bl, a.has_zp != 0) {
-            (16, false) => gemv_c::<R, P, BITS, 16, true, false>(a, panel, lhs, lhs_scale, lhs_sum, dst),
-            (16, true) => gemv_c::<R, P, BITS, 16, true, true>(a, panel, lhs, lhs_scale, lhs_sum, dst),
-            (32, false) => gemv_c::<R, P, BITS, 32, true, false>(a, panel, lhs, lhs_scale, lhs_sum, dst),
-            (32, true) => gemv_c::<R, P, BITS, 32, true, true>(a, panel, lhs, lhs_scale, lhs_sum, dst),
-            (_, false) => gemv_c::<R, P, BITS, 32, false, false>(a, panel, lhs, lhs_scale, lhs_sum, dst),
-            (_, true) => gemv_c::<R, P, BITS, 32, false, true>(a, panel, lhs, lhs_scale, lhs_sum, dst),
-        }
+        crate::arch::dispatch!(gemv_c::<R, P, BITS>(a, panel, lhs, lhs_scale, lhs_sum, dst); chunk_one(a.bl) zp(a.has_zp != 0))
     }
 }
 
@@ -175,14 +168,7 @@ pub(crate) unsafe fn gemm_pairs<const RP: usize, const BITS: usize>(a: &RunArgs,
     // SAFETY: forwarded.
     unsafe {
         // Blocks of one chunk (16 or 32 K) get a block loop without a chunk loop inside.
-        match (a.bl, a.has_zp != 0) {
-            (16, false) => gemm_pairs_c::<RP, BITS, 16, true, false>(a, panel, p0, rows),
-            (16, true) => gemm_pairs_c::<RP, BITS, 16, true, true>(a, panel, p0, rows),
-            (32, false) => gemm_pairs_c::<RP, BITS, 32, true, false>(a, panel, p0, rows),
-            (32, true) => gemm_pairs_c::<RP, BITS, 32, true, true>(a, panel, p0, rows),
-            (_, false) => gemm_pairs_c::<RP, BITS, 32, false, false>(a, panel, p0, rows),
-            (_, true) => gemm_pairs_c::<RP, BITS, 32, false, true>(a, panel, p0, rows),
-        }
+        crate::arch::dispatch!(gemm_pairs_c::<RP, BITS>(a, panel, p0, rows); chunk_one(a.bl) zp(a.has_zp != 0))
     }
 }
 

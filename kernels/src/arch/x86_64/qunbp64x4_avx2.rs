@@ -142,11 +142,7 @@ macro_rules! int8_unit {
         ) {
             // SAFETY: forwarded.
             unsafe {
-                if args.bl >= 32 {
-                    $inner::<R, G, BITS, 32>(args, panel, unit, lhs, lhs_scale, lhs_sum, dst)
-                } else {
-                    $inner::<R, G, BITS, 16>(args, panel, unit, lhs, lhs_scale, lhs_sum, dst)
-                }
+                $crate::arch::dispatch!($inner::<R, G, BITS>(args, panel, unit, lhs, lhs_scale, lhs_sum, dst); chunk(args.bl))
             }
         }
     };
@@ -192,13 +188,7 @@ pub(crate) unsafe fn unit_fma<const R: usize, const G: usize, const BITS: usize>
     dst: *mut f32,
 ) {
     // SAFETY: forwarded.
-    unsafe {
-        if args.bl >= 32 {
-            unit_fma_c::<R, G, BITS, 32>(args, panel, unit, lhs, dst)
-        } else {
-            unit_fma_c::<R, G, BITS, 16>(args, panel, unit, lhs, dst)
-        }
-    }
+    unsafe { crate::arch::dispatch!(unit_fma_c::<R, G, BITS>(args, panel, unit, lhs, dst); chunk(args.bl)) }
 }
 
 /// fp32 path: one unit of a tile (rows `0..R` × `G` groups of 8 columns of `panel` from group `unit·G`), f32

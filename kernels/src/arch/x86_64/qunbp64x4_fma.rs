@@ -24,13 +24,7 @@ pub(crate) unsafe fn unit<const R: usize, const G: usize, const BITS: usize>(
     dst: *mut f32,
 ) {
     // SAFETY: forwarded.
-    unsafe {
-        if args.bl >= 32 {
-            unit_c::<R, G, BITS, 32>(args, panel, unit, lhs, dst)
-        } else {
-            unit_c::<R, G, BITS, 16>(args, panel, unit, lhs, dst)
-        }
-    }
+    unsafe { crate::arch::dispatch!(unit_c::<R, G, BITS>(args, panel, unit, lhs, dst); chunk(args.bl)) }
 }
 
 /// One unit of a tile: rows `0..R` (R ≤ 6) × the `G` groups of 16 columns of `panel` starting at group

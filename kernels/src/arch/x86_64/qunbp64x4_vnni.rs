@@ -41,11 +41,7 @@ pub(crate) unsafe fn unit<const R: usize, const G: usize, const BITS: usize>(
 ) {
     // SAFETY: forwarded.
     unsafe {
-        if args.bl >= 32 {
-            unit_c::<R, G, BITS, 32>(args, panel, half, lhs, lhs_scale, lhs_sum, dst)
-        } else {
-            unit_c::<R, G, BITS, 16>(args, panel, half, lhs, lhs_scale, lhs_sum, dst)
-        }
+        crate::arch::dispatch!(unit_c::<R, G, BITS>(args, panel, half, lhs, lhs_scale, lhs_sum, dst); chunk(args.bl))
     }
 }
 

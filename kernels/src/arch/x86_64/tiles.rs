@@ -34,7 +34,7 @@ pub(crate) fn gemm(args: &RunArgs, unit_cols: usize, mr: usize, mut f: impl FnMu
 /// The body of a kernel's `run` on `qunbp64x4` panels: walks the tile (GEMV: each row, each panel, `$units`
 /// units of `$unit_cols` columns; GEMM: `$unit_cols`-column units, rows in blocks of up to `$mr`) and calls the
 /// shared body `$body::<R, G, BITS>` with the unit's row pointers, dispatching the row count (GEMM) and the bit
-/// width (2, 4, 8) to constants. `$lhs` is `int8` (LHS, scales, sums, output) or `f32` (LHS, output).
+/// width (2, 4, 8: `crate::arch::dispatch!`) to constants. `$lhs` is `int8` (LHS, scales, sums, output) or `f32` (LHS, output).
 macro_rules! run_units {
     (gemv, $lhs:ident, $args:ident, $body:ident, g = $g:literal, units = $units:literal, unit_cols = $unit_cols:literal) => {
         $crate::arch::x86_64::tiles::gemv($args, |r, panel| {
@@ -58,16 +58,10 @@ macro_rules! run_units {
         // SAFETY: row `$row` and the rows after it up to the block size are inside the tile: their LHS rows (and
         // scales, sums) and output rows are inside the buffers the RunArgs contract describes; the CPU has the
         // kernel's features (the caller's guarantee).
-        unsafe {
-            match $args.bits {
-                2 => $crate::arch::x86_64::tiles::run_units!(@call $lhs, $args, $body, $r, $g, 2, $panel, $unit, $row),
-                4 => $crate::arch::x86_64::tiles::run_units!(@call $lhs, $args, $body, $r, $g, 4, $panel, $unit, $row),
-                _ => $crate::arch::x86_64::tiles::run_units!(@call $lhs, $args, $body, $r, $g, 8, $panel, $unit, $row),
-            }
-        }
+        unsafe { $crate::arch::x86_64::tiles::run_units!(@call $lhs, $args, $body, $r, $g, $panel, $unit, $row) }
     };
-    (@call int8, $args:ident, $body:ident, $r:literal, $g:literal, $bits:literal, $panel:ident, $unit:ident, $row:ident) => {
-        $body::<$r, $g, $bits>(
+    (@call int8, $args:ident, $body:ident, $r:literal, $g:literal, $panel:ident, $unit:ident, $row:ident) => {
+        $crate::arch::dispatch!($body::<$r, $g>(
             $args,
             $panel,
             $unit,
@@ -75,16 +69,16 @@ macro_rules! run_units {
             $args.lhs_scale.add($row * $args.blocks),
             $args.lhs_sum.add($row * $args.blocks),
             $args.dst.add($row * $args.dst_stride),
-        )
+        ); bits($args.bits))
     };
-    (@call f32, $args:ident, $body:ident, $r:literal, $g:literal, $bits:literal, $panel:ident, $unit:ident, $row:ident) => {
-        $body::<$r, $g, $bits>(
+    (@call f32, $args:ident, $body:ident, $r:literal, $g:literal, $panel:ident, $unit:ident, $row:ident) => {
+        $crate::arch::dispatch!($body::<$r, $g>(
             $args,
             $panel,
             $unit,
             $args.lhs.cast::<f32>().add($row * $args.lhs_stride),
             $args.dst.add($row * $args.dst_stride),
-        )
+        ); bits($args.bits))
     };
 }
 pub(crate) use run_units;
