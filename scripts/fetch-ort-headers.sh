@@ -18,11 +18,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/parts" "$tmp/lists/partial" "$tmp/cache/archives/partial"
 : > "$tmp/empty.list"
-printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-    "$SUITE" > "$tmp/parts/ort.sources"
+# The Debian mirror this machine's apt already uses (never a host written here).
+mirror=$(bash "$(dirname "${BASH_SOURCE[0]}")/debian-mirror.sh") || { say "cannot tell the Debian mirror"; exit 1; }
+printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+    "$mirror" "$SUITE" > "$tmp/parts/ort.sources"
 O=(-o "Dir::Etc::SourceList=$tmp/empty.list" -o "Dir::Etc::SourceParts=$tmp/parts" -o "Dir::State::Lists=$tmp/lists"
    -o "Dir::Cache=$tmp/cache")
-say "apt-get download libonnxruntime-dev (Debian $SUITE; extracted only, not installed)"
+say "apt-get download libonnxruntime-dev (Debian $SUITE from $mirror; extracted only, not installed)"
 apt-get "${O[@]}" update >/dev/null
 (cd "$tmp" && apt-get "${O[@]}" download libonnxruntime-dev >/dev/null)
 dpkg-deb -x "$tmp"/libonnxruntime-dev_*.deb "$tmp/x"
