@@ -34,14 +34,17 @@ target=aarch64-unknown-linux-gnu
 locked=(); [ -f Cargo.lock ] && locked=(--locked)
 cargo build -q "${locked[@]}" --release -p nibble-kernels --target $target --example kernel_icount >&2
 bin=${CARGO_TARGET_DIR:-$root/target}/$target/release/examples/kernel_icount
-# The kernel's `run` is its own symbol (called through the registry's fn pointer); the quantizers are named
-# quantize_block (portable and NEON).
-bash scripts/aarch64/aarch64-icount.sh -q -c "$cpu" -p "sym=${kernel}3run" -p sym=quantize_block \
-    -p enc=smmla -p enc=sdot -p enc=sdot_idx -- "$bin" "${args[@]}" |
+# The kernel's instructions: everything in nibble_kernels::arch (its `run` and the bodies it calls, inlined or
+# not; only the named kernel runs) but the NEON quantizer (arch::aarch64::quantize_block_neon); the quantizer:
+# quantize_block (portable or NEON).
+bash scripts/aarch64/aarch64-icount.sh -q -c "$cpu" -p sym=14nibble_kernels4arch -p sym=quantize_block_neon \
+    -p sym=quantize_block -p enc=smmla -p enc=sdot -p enc=sdot_idx -- "$bin" "${args[@]}" |
     awk -v name="$kernel" -v cpu="$cpu" -v shape="M=$m ${k}x$n bits=$bits bs=$bs zp=$zp" '
-        /^icount sym .*3run/ {kern=$4} /^icount sym quantize_block/ {q=$4}
+        /^icount sym 14nibble_kernels4arch / {arch=$4} /^icount sym quantize_block_neon / {qn=$4}
+        /^icount sym quantize_block / {q=$4}
         /^icount enc smmla/ {mm=$4} /^icount enc sdot / {sd=$4} /^icount enc sdot_idx/ {sd+=$4}
         END {
+            kern = arch - qn
             dots = mm + sd
             printf "%s on %s, %s: %d insns/call, %d SMMLA, %d SDOT, %.2f insns per SMMLA|SDOT, quantizer %d insns/call\n",
                 name, cpu, shape, kern, mm, sd, dots ? kern / dots : 0, q

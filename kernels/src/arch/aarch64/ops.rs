@@ -164,6 +164,43 @@ pub(crate) unsafe fn store4(dst: *mut f32, bias: *const f32, col: usize, cols: u
     }
 }
 
+/// The block epilogue of the per-block int8 numerics, one vector of 4 outputs (every int8 body, GEMV and GEMM,
+/// ends each block with it): lane-wise `y + f(acc)·(s·sa) [+ c·sq]`, where `acc` holds the block's int32 sums
+/// (times 2^(8−BITS): `f` divides that out exactly), `s` / `c` the weight scale / zero-point correction of each
+/// lane's column, and `sa` / `sq` the activation scale / sa·Σq of each lane's row (how lanes map to rows and
+/// columns is the body's: one row × 4 columns for SDOT, 2 × 2 for SMMLA). One FMUL and one FMLA, and one more
+/// FMLA with zero points (`ZP`). [`block_epilogue_ref`] is its scalar reference.
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) fn block_epilogue<const BITS: usize, const ZP: bool>(
+    y: float32x4_t,
+    acc: int32x4_t,
+    s: float32x4_t,
+    sa: float32x4_t,
+    c: float32x4_t,
+    sq: float32x4_t,
+) -> float32x4_t {
+    let y = vfmaq_f32(y, to_f32_scaled::<BITS>(acc), vmulq_f32(s, sa));
+    if ZP { vfmaq_f32(y, c, sq) } else { y }
+}
+
+/// [`block_epilogue`] for one lane, in scalar f32 with the same roundings (the conversion divides by a power of
+/// two, exact; the products and fused multiply-adds in the same order): the kernels' epilogue must equal it bit
+/// for bit.
+#[cfg(test)]
+pub(crate) fn block_epilogue_ref<const BITS: usize, const ZP: bool>(
+    y: f32,
+    acc: i32,
+    s: f32,
+    sa: f32,
+    c: f32,
+    sq: f32,
+) -> f32 {
+    let v = acc as f32 / (1u32 << (8 - BITS)) as f32;
+    let y = v.mul_add(s * sa, y);
+    if ZP { c.mul_add(sq, y) } else { y }
+}
+
 /// One block's contribution for rows `0..R` × 8 columns: `y += sa·(s·acc + c·Σq)` per (row, column), from the
 /// int32 sums `acc` (columns 0..3, 4..7; times 2^(8−BITS)), the record's f16 scales and, when the
 /// weights have zero points (`ZP`, = `a.has_zp != 0`), its f32 corrections c.
@@ -195,12 +232,9 @@ pub(crate) unsafe fn accumulate_block<const R: usize, const BITS: usize, const Z
     for r in 0..R {
         // SAFETY: row r's scale and Σq of block b.
         let (sa, qs) = unsafe { (*lhs_scale.add(r * a.blocks + b), *lhs_sum.add(r * a.blocks + b)) };
+        let (sa, sq) = (vdupq_n_f32(sa), vdupq_n_f32(sa * qs as f32));
         for q in 0..2 {
-            let v = to_f32_scaled::<BITS>(acc[r][q]);
-            y[r][q] = vfmaq_f32(y[r][q], v, vmulq_n_f32(s[q], sa));
-            if ZP {
-                y[r][q] = vfmaq_n_f32(y[r][q], c[q], sa * qs as f32);
-            }
+            y[r][q] = block_epilogue::<BITS, ZP>(y[r][q], acc[r][q], s[q], sa, c[q], sq);
         }
     }
 }
@@ -221,6 +255,72 @@ pub(crate) unsafe fn store_rows<const R: usize>(y: [[float32x4_t; 2]; R], a: &Ru
                 // SAFETY: row r of the tile; columns below cols are inside dst and bias.
                 unsafe { store4(dst.add(r * a.dst_stride), a.bias, col, a.cols, y[r][q]) };
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The vector epilogue equals its scalar reference bit for bit, over bit widths, zero points and values from
+    /// tiny to large (int32 sums up to the largest block's bound, scales across f16's range).
+    #[test]
+    fn block_epilogue_matches_its_scalar_reference() {
+        if !std::arch::is_aarch64_feature_detected!("neon") {
+            return;
+        }
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut f = |lo: f32, hi: f32| lo + (hi - lo) * ((next() >> 40) as f32 / (1u64 << 24) as f32);
+        for _ in 0..2000 {
+            let lanes: [[f32; 6]; 4] = core::array::from_fn(|_| {
+                [f(-1e3, 1e3), f(-2e9, 2e9), f(-65504.0, 65504.0), f(0.0, 1e-2), f(-1e2, 1e2), f(-1e4, 1e4)]
+            });
+            let v = |i: usize| lanes.map(|l| l[i]);
+            let acc: [i32; 4] = lanes.map(|l| l[1] as i32);
+            // SAFETY: 4-lane arrays for the loads.
+            let (y, a, s, sa, c, sq) = unsafe {
+                (
+                    vld1q_f32(v(0).as_ptr()),
+                    vld1q_s32(acc.as_ptr()),
+                    vld1q_f32(v(2).as_ptr()),
+                    vld1q_f32(v(3).as_ptr()),
+                    vld1q_f32(v(4).as_ptr()),
+                    vld1q_f32(v(5).as_ptr()),
+                )
+            };
+            let check = |got: float32x4_t, reference: fn(f32, i32, f32, f32, f32, f32) -> f32, what: &str| {
+                let mut o = [0f32; 4];
+                // SAFETY: 4 lanes into a 4-value array.
+                unsafe { vst1q_f32(o.as_mut_ptr(), got) };
+                for (i, l) in lanes.iter().enumerate() {
+                    let want = reference(l[0], acc[i], l[2], l[3], l[4], l[5]);
+                    assert_eq!(o[i].to_bits(), want.to_bits(), "{what}, lane {l:?}: {} vs {want}", o[i]);
+                }
+            };
+            // SAFETY: the CPU has NEON (checked above; every aarch64 Linux CPU has it).
+            let got = unsafe {
+                [
+                    block_epilogue::<2, false>(y, a, s, sa, c, sq),
+                    block_epilogue::<2, true>(y, a, s, sa, c, sq),
+                    block_epilogue::<4, false>(y, a, s, sa, c, sq),
+                    block_epilogue::<4, true>(y, a, s, sa, c, sq),
+                    block_epilogue::<8, false>(y, a, s, sa, c, sq),
+                    block_epilogue::<8, true>(y, a, s, sa, c, sq),
+                ]
+            };
+            check(got[0], block_epilogue_ref::<2, false>, "2-bit");
+            check(got[1], block_epilogue_ref::<2, true>, "2-bit zp");
+            check(got[2], block_epilogue_ref::<4, false>, "4-bit");
+            check(got[3], block_epilogue_ref::<4, true>, "4-bit zp");
+            check(got[4], block_epilogue_ref::<8, false>, "8-bit");
+            check(got[5], block_epilogue_ref::<8, true>, "8-bit zp");
         }
     }
 }

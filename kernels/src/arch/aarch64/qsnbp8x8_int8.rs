@@ -17,7 +17,7 @@
 
 // Register tiles are indexed [row pair][column pair]: index loops read like the algebra.
 #![allow(clippy::needless_range_loop)]
-use super::ops::{accumulate_block, field, scales8, sdot, smmla, store_rows, store4, to_f32_scaled};
+use super::ops::{accumulate_block, block_epilogue, field, scales8, sdot, smmla, store_rows, store4};
 use crate::pack::ScaleType;
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
@@ -251,10 +251,7 @@ unsafe fn gemm_pairs_c<const RP: usize, const BITS: usize, const CHUNK: usize, c
                 vdupq_n_f32(0.0)
             };
             for j in 0..4 {
-                y[i][j] = vfmaq_f32(y[i][j], to_f32_scaled::<BITS>(acc[i][j]), vmulq_f32(sp[j], sa));
-                if ZP {
-                    y[i][j] = vfmaq_f32(y[i][j], z[j], sq);
-                }
+                y[i][j] = block_epilogue::<BITS, ZP>(y[i][j], acc[i][j], sp[j], sa, z[j], sq);
             }
         }
     }
