@@ -164,6 +164,23 @@ pub(crate) unsafe fn store4(dst: *mut f32, bias: *const f32, col: usize, cols: u
     }
 }
 
+/// The chunk walk of every int8 body, GEMV and GEMM: `blocks` blocks of `chunks` chunks each (one with `ONE`:
+/// blocks of 16 or 32 K, a loop without chunk bookkeeping), in K order, as one loop: `step(b, last)` accumulates
+/// the next chunk (of block `b`) and, when `last` (the block's last chunk), runs the block's epilogue
+/// ([`block_epilogue`]) and resets the block's accumulators. The body keeps its own pointers, advanced per chunk
+/// and per block inside `step`.
+#[inline(always)]
+pub(crate) fn walk_chunks<const ONE: bool>(blocks: usize, chunks: usize, mut step: impl FnMut(usize, bool)) {
+    for b in 0..blocks {
+        if ONE {
+            step(b, true);
+        } else {
+            for c in 0..chunks {
+                step(b, c + 1 == chunks);
+            }
+        }
+    }
+}
 /// The block epilogue of the per-block int8 numerics, one vector of 4 outputs (every int8 body, GEMV and GEMM,
 /// ends each block with it): lane-wise `y + f(acc)·(s·sa) [+ c·sq]`, where `acc` holds the block's int32 sums
 /// (times 2^(8−BITS): `f` divides that out exactly), `s` / `c` the weight scale / zero-point correction of each

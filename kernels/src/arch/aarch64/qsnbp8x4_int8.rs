@@ -16,7 +16,7 @@
 
 // Register tiles are indexed [row][column quad]: index loops read like the algebra.
 #![allow(clippy::needless_range_loop)]
-use super::ops::{accumulate_block, field, sdot_elem, store_rows};
+use super::ops::{accumulate_block, field, sdot_elem, store_rows, walk_chunks};
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
 
@@ -85,8 +85,8 @@ pub(crate) unsafe fn unit<const OP: u8, const R: usize, const P: usize, const BI
 }
 
 /// [`unit`] with the chunk length (16 or 32), whether a block is one chunk (`ONE`) and the presence of zero
-/// points as constants, so that every loop inside a chunk unrolls and the block epilogue has no branch. One loop
-/// walks all chunks of K, running the epilogue after each block's last chunk (with `ONE`: every iteration).
+/// points as constants, so that every loop inside a chunk unrolls and the block epilogue has no branch. The shared
+/// walk ([`walk_chunks`]) goes over all chunks of K, the epilogue after each block's last chunk.
 #[target_feature(enable = "neon")]
 #[inline]
 unsafe fn unit_c<
@@ -117,8 +117,7 @@ unsafe fn unit_c<
     let zero = vdupq_n_s32(0);
     let mut y = [[[vdupq_n_f32(0.0); 2]; R]; P];
     let mut acc = [[[[zero; 2]; 2]; R]; P];
-    let (mut b, mut left) = (0, chunks);
-    for _ in 0..a.blocks * chunks {
+    walk_chunks::<ONE>(a.blocks, chunks, |b, last| {
         // Row r's activations of this chunk (block b, K from `act`): CHUNK/16 vectors.
         let av: [[int8x16_t; 2]; R] = core::array::from_fn(|r| {
             core::array::from_fn(|j| {
@@ -146,8 +145,7 @@ unsafe fn unit_c<
         for p in 0..P {
             codes[p] = codes[p].wrapping_add(chunk_bytes);
         }
-        left -= 1;
-        if left == 0 {
+        if last {
             for p in 0..P {
                 let folded: [[int32x4_t; 2]; R] =
                     core::array::from_fn(|r| [fold::<OP>(acc[p][r][0]), fold::<OP>(acc[p][r][1])]);
@@ -157,10 +155,8 @@ unsafe fn unit_c<
                 codes[p] = rec[p];
             }
             acc = [[[[zero; 2]; 2]; R]; P];
-            b += 1;
-            left = chunks;
         }
-    }
+    });
     for p in 0..P {
         // SAFETY: rows 0..R of the tile's output.
         unsafe { store_rows(y[p], a, panel + p, dst) };

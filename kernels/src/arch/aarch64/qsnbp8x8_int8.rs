@@ -17,7 +17,7 @@
 
 // Register tiles are indexed [row pair][column pair]: index loops read like the algebra.
 #![allow(clippy::needless_range_loop)]
-use super::ops::{accumulate_block, block_epilogue, field, scales8, sdot, smmla, store_rows, store4};
+use super::ops::{accumulate_block, block_epilogue, field, scales8, sdot, smmla, store_rows, store4, walk_chunks};
 use crate::pack::ScaleType;
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
@@ -86,8 +86,7 @@ unsafe fn gemv_c<
     let zero = vdupq_n_s32(0);
     let mut y = [[[vdupq_n_f32(0.0); 2]; R]; P];
     let mut acc = [[[zero; 4]; R]; P];
-    let (mut b, mut left) = (0, chunks);
-    for _ in 0..a.blocks * chunks {
+    walk_chunks::<ONE>(a.blocks, chunks, |b, last| {
         let av: [[int64x2_t; 2]; R] = core::array::from_fn(|r| {
             core::array::from_fn(|j| {
                 if 16 * j < CHUNK {
@@ -126,8 +125,7 @@ unsafe fn gemv_c<
         for p in 0..P {
             codes[p] = codes[p].wrapping_add(chunk_bytes);
         }
-        left -= 1;
-        if left == 0 {
+        if last {
             for p in 0..P {
                 let folded: [[int32x4_t; 2]; R] = core::array::from_fn(|r| {
                     [vpaddq_s32(acc[p][r][0], acc[p][r][1]), vpaddq_s32(acc[p][r][2], acc[p][r][3])]
@@ -138,10 +136,8 @@ unsafe fn gemv_c<
                 codes[p] = rec[p];
             }
             acc = [[[zero; 4]; R]; P];
-            b += 1;
-            left = chunks;
         }
-    }
+    });
     for p in 0..P {
         // SAFETY: rows 0..R of the tile's output.
         unsafe { store_rows(y[p], a, panel + p, dst) };
@@ -200,40 +196,43 @@ unsafe fn gemm_pairs_c<const RP: usize, const BITS: usize, const CHUNK: usize, c
     let zero = vdupq_n_s32(0);
     // [row pair][column pair]: lanes (r0 c0, r0 c1, r1 c0, r1 c1).
     let mut y = [[vdupq_n_f32(0.0); 4]; RP];
-    for b in 0..a.blocks {
-        // SAFETY: block b's record of this panel.
-        let rec = unsafe { prec.add(b * a.rhs_record) };
-        let mut acc = [[zero; 4]; RP];
-        for c in 0..chunks {
-            // SAFETY: chunk c of the record's codes.
-            let codes = unsafe { rec.add(c * chunk_bytes) };
-            for grp in 0..groups {
-                // SAFETY: group grp: 64 bytes inside the chunk.
-                let w: [int8x16_t; 4] =
-                    core::array::from_fn(|j| unsafe { vld1q_s8(codes.add(64 * grp + 16 * j).cast()) });
-                for l in 0..cpb {
-                    // The run of 8 K this field covers.
-                    let run = (b * a.bl + c * CHUNK + l * lane_len + KR * grp) / KR;
-                    // SAFETY: run < k_packed / 8: 16 bytes of row pair p0 + i's group, inside the tile's groups.
-                    let x: [int8x16_t; RP] = core::array::from_fn(|i| unsafe { vld1q_s8(lhs[i].add(run * 32)) });
-                    for j in 0..4 {
-                        let wj = field::<BITS>(w[j], l);
-                        for i in 0..RP {
-                            acc[i][j] = smmla(acc[i][j], x[i], wj);
-                        }
+    let mut acc = [[zero; 4]; RP];
+    // The current block's record, and the current chunk: its codes and its first run of 8 K.
+    let (mut rec, mut codes, mut run0) = (prec, prec, 0);
+    walk_chunks::<ONE>(a.blocks, chunks, |b, last| {
+        let (cur_rec, cur_codes) = (rec, codes);
+        for grp in 0..groups {
+            // SAFETY: group grp of the current chunk: 64 bytes inside the record.
+            let w: [int8x16_t; 4] =
+                core::array::from_fn(|j| unsafe { vld1q_s8(cur_codes.add(64 * grp + 16 * j).cast()) });
+            for l in 0..cpb {
+                // The run of 8 K this field covers.
+                let run = run0 + (l * lane_len + KR * grp) / KR;
+                // SAFETY: run < k_packed / 8: 16 bytes of row pair p0 + i's group, inside the tile's groups.
+                let x: [int8x16_t; RP] = core::array::from_fn(|i| unsafe { vld1q_s8(lhs[i].add(run * 32)) });
+                for j in 0..4 {
+                    let wj = field::<BITS>(w[j], l);
+                    for i in 0..RP {
+                        acc[i][j] = smmla(acc[i][j], x[i], wj);
                     }
                 }
             }
         }
+        // The next chunk (past the last block: never read).
+        codes = codes.wrapping_add(chunk_bytes);
+        run0 += CHUNK / KR;
+        if !last {
+            return;
+        }
         // SAFETY: the record's 8 scales.
-        let s = unsafe { scales8(rec.add(a.rhs_scales)) };
+        let s = unsafe { scales8(cur_rec.add(a.rhs_scales)) };
         // Column scales in the tiles' order (c0, c1, c0, c1) per column pair.
         let cols =
             |v: [float32x4_t; 2]| [dup_pair::<0>(v[0]), dup_pair::<1>(v[0]), dup_pair::<0>(v[1]), dup_pair::<1>(v[1])];
         let sp = cols(s);
         let z = if ZP {
             // SAFETY: the record's 8 f32 corrections (present with zero points).
-            cols(unsafe { [vld1q_f32(rec.add(a.rhs_zp).cast()), vld1q_f32(rec.add(a.rhs_zp + 16).cast())] })
+            cols(unsafe { [vld1q_f32(cur_rec.add(a.rhs_zp).cast()), vld1q_f32(cur_rec.add(a.rhs_zp + 16).cast())] })
         } else {
             [vdupq_n_f32(0.0); 4]
         };
@@ -254,7 +253,10 @@ unsafe fn gemm_pairs_c<const RP: usize, const BITS: usize, const CHUNK: usize, c
                 y[i][j] = block_epilogue::<BITS, ZP>(y[i][j], acc[i][j], sp[j], sa, z[j], sq);
             }
         }
-    }
+        acc = [[zero; 4]; RP];
+        rec = rec.wrapping_add(a.rhs_record);
+        codes = rec;
+    });
     // Separate the rows: row 2i + h, columns 4q..4q+3 = halves h of column pairs 2q, 2q + 1.
     for r in 0..rows {
         let (i, h) = (r / 2, r % 2);
