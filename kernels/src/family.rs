@@ -203,9 +203,33 @@ impl Selected {
         Ok(())
     }
 
-    /// Packs one call's activations in the format of the kernel that runs for `m` rows.
+    /// Packs one call's activations in the format of the kernel that runs for `m` rows, on this thread.
     pub fn pack_lhs(&self, a: LhsSource<'_>, m: usize, rhs: &PackedRhs) -> PackedLhs {
         PackedLhs::pack_with(a, m, rhs, self.kernel_for(m).0.lhs, self.quantize)
+    }
+
+    /// [`Selected::pack_lhs`] through the parallel-for `par` (as in [`Selected::matmul`]) when M·K is large enough
+    /// to pay for it ([`LHS_PACK_PARALLEL_MIN`]), else on this thread without calling `par`. The same result.
+    pub fn pack_lhs_par<E>(
+        &self,
+        a: LhsSource<'_>,
+        m: usize,
+        rhs: &PackedRhs,
+        par: impl FnOnce(usize, &(dyn Fn(usize) + Sync)) -> Result<(), E>,
+    ) -> Result<PackedLhs, E> {
+        self.pack_lhs_tasks(a, m, rhs, lhs_pack_tasks(m, rhs.params.k), par)
+    }
+
+    /// [`Selected::pack_lhs`] in up to `tasks` chunks of whole row groups through `par` (benchmarks, tests).
+    pub fn pack_lhs_tasks<E>(
+        &self,
+        a: LhsSource<'_>,
+        m: usize,
+        rhs: &PackedRhs,
+        tasks: usize,
+        par: impl FnOnce(usize, &(dyn Fn(usize) + Sync)) -> Result<(), E>,
+    ) -> Result<PackedLhs, E> {
+        PackedLhs::pack_par(a, m, rhs, self.kernel_for(m).0.lhs, self.quantize, tasks, par)
     }
 
     /// The tile grid for an M×N output.
@@ -213,9 +237,10 @@ impl Selected {
         TilePlan::new(m, rhs.params.n, rhs.k_packed(), &self.kernel_for(m).1)
     }
 
-    /// One whole call: Y = A·Bᵀ (+ bias) into `out` (M×N). A is packed once; the tiles run through `par`, a
-    /// parallel-for (`par(tasks, f)` must call `f(t)` exactly once for each `t < tasks`, on any threads, and
-    /// return when all are done; it may stop early with an error, which is returned).
+    /// One whole call: Y = A·Bᵀ (+ bias) into `out` (M×N). A is packed once (in chunks of rows through `par` when
+    /// M·K is large enough, see [`LHS_PACK_PARALLEL_MIN`]); then the tiles run through `par`, a parallel-for
+    /// (`par(tasks, f)` must call `f(t)` exactly once for each `t < tasks`, on any threads, and return when all
+    /// are done; it may stop early with an error, which is returned).
     ///
     /// # Panics
     /// If `a` is not M·K values, `out` not M·N, `bias` not N, or `rhs` was packed for another family.
@@ -226,13 +251,13 @@ impl Selected {
         m: usize,
         bias: Option<&[f32]>,
         out: &mut [f32],
-        par: impl FnOnce(usize, &(dyn Fn(usize) + Sync)) -> Result<(), E>,
+        mut par: impl FnMut(usize, &(dyn Fn(usize) + Sync)) -> Result<(), E>,
     ) -> Result<(), E> {
         assert_eq!(rhs.layout, self.layout, "weights were packed for another kernel family");
         if m == 0 {
             return Ok(());
         }
-        let lhs = self.pack_lhs(a, m, rhs);
+        let lhs = self.pack_lhs_par(a, m, rhs, &mut par)?;
         let plan = self.plan(m, rhs);
         let tiles = OutTiles::new(out, plan);
         par(plan.count(), &|t| self.run_tile(&lhs, rhs, bias, &tiles, t))
@@ -338,6 +363,21 @@ impl Selected {
         // `out` holds the exclusive borrow of the output.
         unsafe { (uk.run)(&args) }
     }
+}
+
+/// M·K (activation values) from which [`Selected::matmul`] packs A in parallel: measured on this repository's x86
+/// machine (2 cores, AVX-512 quantizer; `cargo run --release -p nibble-kernels --example lhs_pack_time`), TODO.
+pub const LHS_PACK_PARALLEL_MIN: usize = 1 << 16;
+
+/// How many tasks to pack M rows of K values in: 1 below [`LHS_PACK_PARALLEL_MIN`], else one per
+/// LHS_PACK_PARALLEL_MIN / 2 values (so the smallest parallel pack has two), at most 4 per core.
+fn lhs_pack_tasks(m: usize, k: usize) -> usize {
+    let values = m.saturating_mul(k);
+    if values < LHS_PACK_PARALLEL_MIN {
+        return 1;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (values / (LHS_PACK_PARALLEL_MIN / 2)).clamp(1, 4 * cores)
 }
 
 /// [`Selected::matmul`] on the calling thread (tests, benchmarks, callers without a thread pool).
