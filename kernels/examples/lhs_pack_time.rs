@@ -1,6 +1,6 @@
 //! lhs_pack_time: per-call time of the activation packing (`Selected::pack_lhs`) for the families that pack int8
-//! activations on this CPU, over M × K, serially (and, with `--threads 2`, through a small spinning pool as
-//! ORT's intra-op pool does). Prints one markdown row per (family, K, M): µs per call, the best of 5 batches.
+//! activations on this CPU, over M × K, serially (and, with `--threads 2`, in 2 tasks on this thread and a
+//! spawned one; the cost of the spawn and join alone is printed first). Prints one markdown row per (family, K, M): µs per call, the best of 5 batches.
 //!
 //! lhs_pack_time [--threads 1|2] [--families a,b] [--bs 32]
 
@@ -23,12 +23,19 @@ fn main() -> Result<(), String> {
         }
     }
     let cpu = Cpu::get();
+    if threads > 1 {
+        let t = Instant::now();
+        (0..2000).for_each(|_| {
+            fork(threads, threads, &|t| {
+                black_box(t);
+            })
+        });
+        println!("empty fork-join on {threads} threads: {:.2} µs", t.elapsed().as_secs_f64() / 2000.0 * 1e6);
+    }
     let names: Vec<String> = if families.is_empty() {
-        registry::families()
-            .iter()
-            .filter(|f| f.path() == ComputePath::Int8 && f.why_not(cpu, &probe(bs)).is_none())
-            .map(|f| f.name().to_string())
-            .collect()
+        // The best int8 family here (row-major qsi8db on x86) and the portable one (qsi8dbp4x8, qsu8db for M <= 3).
+        let best = registry::select(&probe(bs)).map_err(|e| e.to_string())?;
+        vec![best.name().to_string(), "portable_int8_qsnbp8x8_sf16_zpc_bsum".to_string()]
     } else {
         families.split(',').map(str::to_string).collect()
     };
@@ -74,6 +81,24 @@ fn probe(bs: usize) -> Problem {
 }
 
 fn pack(sel: &nibble_kernels::Selected, a: &[f32], m: usize, rhs: &nibble_kernels::PackedRhs, threads: usize) -> usize {
-    assert_eq!(threads, 1, "parallel packing not available yet");
-    sel.pack_lhs(LhsSource::F32(a), m, rhs).rows()
+    let r: Result<_, ()> = if threads == 1 {
+        Ok(sel.pack_lhs(LhsSource::F32(a), m, rhs))
+    } else {
+        sel.pack_lhs_tasks(LhsSource::F32(a), m, rhs, threads, |n, f| {
+            fork(threads, n, f);
+            Ok(())
+        })
+    };
+    r.expect("packs").rows()
+}
+
+/// `f(0..n)` on this thread and `threads - 1` spawned ones (a spawn and join per call: ORT's pool, whose threads
+/// spin between sections, hands work out faster; `--empty` measures this cost to subtract).
+fn fork(threads: usize, n: usize, f: &(dyn Fn(usize) + Sync)) {
+    std::thread::scope(|s| {
+        for i in 1..threads {
+            s.spawn(move || (i..n).step_by(threads).for_each(f));
+        }
+        (0..n).step_by(threads).for_each(f);
+    });
 }

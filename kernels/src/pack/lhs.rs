@@ -166,23 +166,28 @@ pub struct Runs {
 
 impl Runs {
     /// One contiguous run of `len` bytes.
+    #[inline]
     pub fn contiguous(len: usize, flip: u8) -> Runs {
         Runs { run: len.max(1), stride: len.max(1), flip }
     }
 
     /// Where value `i` goes.
+    #[inline]
     pub fn at(&self, i: usize) -> usize {
         (i / self.run) * self.stride + i % self.run
     }
 
     /// # Panics
     /// Unless a block of `len` values is whole runs (`stride >= run > 0`) that fit in `dst` bytes.
+    #[inline]
     pub fn check(&self, len: usize, dst: usize) {
+        // Called per block: runs are powers of two in every format, so no division there.
+        let n = if self.run.is_power_of_two() { len >> self.run.trailing_zeros() } else { len / self.run.max(1) };
         assert!(
-            self.run > 0 && self.stride >= self.run && len.is_multiple_of(self.run),
+            self.run > 0 && self.stride >= self.run && n * self.run == len,
             "{self:?} cannot lay out a block of {len}"
         );
-        let span = if len == 0 { 0 } else { (len / self.run - 1) * self.stride + self.run };
+        let span = if len == 0 { 0 } else { (n - 1) * self.stride + self.run };
         assert!(span <= dst, "{self:?}: a block of {len} spans {span} bytes, destination has {dst}");
     }
 }
@@ -222,16 +227,23 @@ impl Job<'_> {
         let mut blk: Vec<f32> = Vec::new();
         for j in 0..(bytes.len() / kp).min(self.m.saturating_sub(r0)) {
             let i = r0 + j;
-            for b in 0..self.blocks {
-                let (off, runs) = match self.format {
-                    LhsFormat::Qsi8Db => (j * kp + b * bl, Runs::contiguous(bl, 0)),
-                    LhsFormat::Qsu8Db => (j * kp + b * bl, Runs::contiguous(bl, 0x80)),
-                    LhsFormat::Qsi8DbP { mr, kr } => (
-                        (j / mr) * mr * kp + ((b * bl / kr) * mr + j % mr) * kr,
+            // Row j's first code and scale, and the steps from one block to the next (no division per block).
+            let (off0, off_step, runs, at0, at_step) = match self.format {
+                LhsFormat::Qsi8Db => (j * kp, bl, Runs::contiguous(bl, 0), j * self.blocks, 1),
+                LhsFormat::Qsu8Db => (j * kp, bl, Runs::contiguous(bl, 0x80), j * self.blocks, 1),
+                LhsFormat::Qsi8DbP { mr, kr } => {
+                    let (g, r) = (j / mr, j % mr);
+                    (
+                        g * mr * kp + r * kr,
+                        bl * mr,
                         Runs { run: kr, stride: mr * kr, flip: 0 },
-                    ),
-                    LhsFormat::F32 => unreachable!("f32 rows are gathered"),
-                };
+                        g * mr * self.blocks + r,
+                        mr,
+                    )
+                }
+                LhsFormat::F32 => unreachable!("f32 rows are gathered"),
+            };
+            for b in 0..self.blocks {
                 // Straight from A when the block is K values in order; gathered (g_idx map, f16, zero tail) else.
                 let src: &[f32] = match self.a {
                     LhsSource::F32(a) if self.k_map.is_none() && (b + 1) * bl <= k => &a[i * k + b * bl..][..bl],
@@ -240,8 +252,8 @@ impl Job<'_> {
                         &blk
                     }
                 };
-                let (s, t) = (self.quant)(src, &mut bytes[off..], runs);
-                let at = self.format.scale_index(self.blocks, j, b);
+                let (s, t) = (self.quant)(src, &mut bytes[off0 + b * off_step..], runs);
+                let at = at0 + b * at_step;
                 scale[at] = s;
                 sum[at] = t;
             }
@@ -418,10 +430,12 @@ pub fn quantize_block_runs(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) 
     runs.check(a.len(), dst.len());
     let (scale, inv) = block_scale(a);
     let mut sum = 0i32;
-    for (i, &x) in a.iter().enumerate() {
-        let v = code(x, inv);
-        dst[runs.at(i)] = v as u8 ^ runs.flip;
-        sum += v as i32;
+    for (r, vals) in a.chunks(runs.run).enumerate() {
+        for (d, &x) in dst[r * runs.stride..][..vals.len()].iter_mut().zip(vals) {
+            let v = code(x, inv);
+            *d = v as u8 ^ runs.flip;
+            sum += v as i32;
+        }
     }
     (scale, sum)
 }

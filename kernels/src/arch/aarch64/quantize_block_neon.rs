@@ -43,6 +43,9 @@ unsafe fn run(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
     let (lo, hi) = (vdupq_n_s32(-127), vdupq_n_s32(127));
     let flip = vdup_n_u8(runs.flip);
     let d = dst.as_mut_ptr();
+    let (run, stride) = (runs.run, runs.stride);
+    // Where value i goes, kept without dividing: `pos` (the chunk's first place) and what is left of its run.
+    let (mut pos, mut left) = (0usize, run);
     let mut sum = vdupq_n_s32(0);
     for i in (0..n).step_by(8) {
         // FCVTNS: to nearest, ties to even (as f32::round_ties_even).
@@ -52,15 +55,24 @@ unsafe fn run(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
         sum = vaddq_s32(sum, vaddq_s32(v0, v1));
         let h = vcombine_s16(vmovn_s32(v0), vmovn_s32(v1));
         let q = veor_u8(vreinterpret_u8_s8(vmovn_s16(h)), flip);
-        // SAFETY: each store covers the places of values i .. i + 8 only (whole runs, or parts of runs that
-        // start at those values' places), all inside `dst` (checked by the caller).
+        // SAFETY: `pos` is `runs.at(i)`; each store covers the places of values i .. i + 8 only (whole runs, or
+        // parts of runs that start at those values' places), all inside `dst` (checked by the caller).
         unsafe {
-            match runs.run {
-                r if r.is_multiple_of(8) => vst1_u8(d.add(runs.at(i)), q),
+            match run {
+                r if r.is_multiple_of(8) => {
+                    vst1_u8(d.add(pos), q);
+                    pos += 8;
+                    left -= 8;
+                    if left == 0 {
+                        pos += stride - run;
+                        left = run;
+                    }
+                }
                 4 => {
                     let w = vreinterpret_u32_u8(q);
-                    d.add(runs.at(i)).cast::<u32>().write_unaligned(vget_lane_u32::<0>(w));
-                    d.add(runs.at(i + 4)).cast::<u32>().write_unaligned(vget_lane_u32::<1>(w));
+                    d.add(pos).cast::<u32>().write_unaligned(vget_lane_u32::<0>(w));
+                    d.add(pos + stride).cast::<u32>().write_unaligned(vget_lane_u32::<1>(w));
+                    pos += 2 * stride;
                 }
                 _ => {
                     let mut bytes = [0u8; 8];
