@@ -365,19 +365,32 @@ impl Selected {
     }
 }
 
-/// M·K (activation values) from which [`Selected::matmul`] packs A in parallel: measured on this repository's x86
-/// machine (2 cores, AVX-512 quantizer; `cargo run --release -p nibble-kernels --example lhs_pack_time`), TODO.
-pub const LHS_PACK_PARALLEL_MIN: usize = 1 << 16;
+/// M·K (activation values) from which [`Selected::matmul`] packs A in parallel, measured through ORT's intra-op
+/// pool on this repository's shared x86 box (2 cores, AVX-512 quantizer, ~1 core busy with other work;
+/// `bench/bench_matmulnbits.py --shapes 576x128,2048x128,4096x128 --m 4,16,64,128,512,1024,2048 --threads 2
+/// --bs 32 --zp sym --acc 4 --library libnibble_ort.so --domain nibble`, NIBBLE_LHS_PACK_PARALLEL_MIN=1 vs never):
+/// the extra parallel section costs ~30 µs there, so packing in parallel lost ~30 µs per call up to M·K = 1M
+/// (K 2048, M 512: 1238 → 1354 µs), broke even at 2M (K 4096, M 512: 5889 → 5903 µs) and won from 4M
+/// (K 4096, M 1024: 10896 → 10349 µs; M 2048: 18003 → 15986 µs). Serial packing runs at ~0.4 ns per value.
+/// `NIBBLE_LHS_PACK_PARALLEL_MIN` overrides it (read once; for measuring it on another machine).
+pub const LHS_PACK_PARALLEL_MIN: usize = 1 << 21;
 
-/// How many tasks to pack M rows of K values in: 1 below [`LHS_PACK_PARALLEL_MIN`], else one per
-/// LHS_PACK_PARALLEL_MIN / 2 values (so the smallest parallel pack has two), at most 4 per core.
+fn lhs_pack_parallel_min() -> usize {
+    static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| {
+        std::env::var("NIBBLE_LHS_PACK_PARALLEL_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(LHS_PACK_PARALLEL_MIN)
+    })
+}
+
+/// How many tasks to pack M rows of K values in: 1 below the threshold ([`LHS_PACK_PARALLEL_MIN`]), else one per
+/// half the threshold (so the smallest parallel pack has two), at least 2, at most 4 per core.
 fn lhs_pack_tasks(m: usize, k: usize) -> usize {
-    let values = m.saturating_mul(k);
-    if values < LHS_PACK_PARALLEL_MIN {
+    let (values, min) = (m.saturating_mul(k), lhs_pack_parallel_min());
+    if values < min {
         return 1;
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (values / (LHS_PACK_PARALLEL_MIN / 2)).clamp(1, 4 * cores)
+    (values / (min / 2).max(1)).clamp(2, 4 * cores.max(1))
 }
 
 /// [`Selected::matmul`] on the calling thread (tests, benchmarks, callers without a thread pool).
