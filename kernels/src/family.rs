@@ -203,9 +203,33 @@ impl Selected {
         Ok(())
     }
 
-    /// Packs one call's activations in the format of the kernel that runs for `m` rows.
+    /// Packs one call's activations in the format of the kernel that runs for `m` rows, on this thread.
     pub fn pack_lhs(&self, a: LhsSource<'_>, m: usize, rhs: &PackedRhs) -> PackedLhs {
         PackedLhs::pack_with(a, m, rhs, self.kernel_for(m).0.lhs, self.quantize)
+    }
+
+    /// [`Selected::pack_lhs`] through the parallel-for `par` (as in [`Selected::matmul`]) when M·K is large enough
+    /// to pay for it ([`LHS_PACK_PARALLEL_MIN`]), else on this thread without calling `par`. The same result.
+    pub fn pack_lhs_par<E>(
+        &self,
+        a: LhsSource<'_>,
+        m: usize,
+        rhs: &PackedRhs,
+        par: impl FnOnce(usize, &(dyn Fn(usize) + Sync)) -> Result<(), E>,
+    ) -> Result<PackedLhs, E> {
+        self.pack_lhs_tasks(a, m, rhs, lhs_pack_tasks(m, rhs.params.k), par)
+    }
+
+    /// [`Selected::pack_lhs`] in up to `tasks` chunks of whole row groups through `par` (benchmarks, tests).
+    pub fn pack_lhs_tasks<E>(
+        &self,
+        a: LhsSource<'_>,
+        m: usize,
+        rhs: &PackedRhs,
+        tasks: usize,
+        par: impl FnOnce(usize, &(dyn Fn(usize) + Sync)) -> Result<(), E>,
+    ) -> Result<PackedLhs, E> {
+        PackedLhs::pack_par(a, m, rhs, self.kernel_for(m).0.lhs, self.quantize, tasks, par)
     }
 
     /// The tile grid for an M×N output.
@@ -213,9 +237,10 @@ impl Selected {
         TilePlan::new(m, rhs.params.n, rhs.k_packed(), &self.kernel_for(m).1)
     }
 
-    /// One whole call: Y = A·Bᵀ (+ bias) into `out` (M×N). A is packed once; the tiles run through `par`, a
-    /// parallel-for (`par(tasks, f)` must call `f(t)` exactly once for each `t < tasks`, on any threads, and
-    /// return when all are done; it may stop early with an error, which is returned).
+    /// One whole call: Y = A·Bᵀ (+ bias) into `out` (M×N). A is packed once (in chunks of rows through `par` when
+    /// M·K is large enough, see [`LHS_PACK_PARALLEL_MIN`]); then the tiles run through `par`, a parallel-for
+    /// (`par(tasks, f)` must call `f(t)` exactly once for each `t < tasks`, on any threads, and return when all
+    /// are done; it may stop early with an error, which is returned).
     ///
     /// # Panics
     /// If `a` is not M·K values, `out` not M·N, `bias` not N, or `rhs` was packed for another family.
@@ -226,13 +251,13 @@ impl Selected {
         m: usize,
         bias: Option<&[f32]>,
         out: &mut [f32],
-        par: impl FnOnce(usize, &(dyn Fn(usize) + Sync)) -> Result<(), E>,
+        mut par: impl FnMut(usize, &(dyn Fn(usize) + Sync)) -> Result<(), E>,
     ) -> Result<(), E> {
         assert_eq!(rhs.layout, self.layout, "weights were packed for another kernel family");
         if m == 0 {
             return Ok(());
         }
-        let lhs = self.pack_lhs(a, m, rhs);
+        let lhs = self.pack_lhs_par(a, m, rhs, &mut par)?;
         let plan = self.plan(m, rhs);
         let tiles = OutTiles::new(out, plan);
         par(plan.count(), &|t| self.run_tile(&lhs, rhs, bias, &tiles, t))
@@ -338,6 +363,34 @@ impl Selected {
         // `out` holds the exclusive borrow of the output.
         unsafe { (uk.run)(&args) }
     }
+}
+
+/// M·K (activation values) from which [`Selected::matmul`] packs A in parallel, measured through ORT's intra-op
+/// pool on this repository's shared x86 box (2 cores, AVX-512 quantizer, ~1 core busy with other work;
+/// `bench/bench_matmulnbits.py --shapes 576x128,2048x128,4096x128 --m 4,16,64,128,512,1024,2048 --threads 2
+/// --bs 32 --zp sym --acc 4 --library libnibble_ort.so --domain nibble`, NIBBLE_LHS_PACK_PARALLEL_MIN=1 vs never):
+/// the extra parallel section costs ~30 µs there, so packing in parallel lost ~30 µs per call up to M·K = 1M
+/// (K 2048, M 512: 1238 → 1354 µs), broke even at 2M (K 4096, M 512: 5889 → 5903 µs) and won from 4M
+/// (K 4096, M 1024: 10896 → 10349 µs; M 2048: 18003 → 15986 µs). Serial packing runs at ~0.4 ns per value.
+/// `NIBBLE_LHS_PACK_PARALLEL_MIN` overrides it (read once; for measuring it on another machine).
+pub const LHS_PACK_PARALLEL_MIN: usize = 1 << 21;
+
+fn lhs_pack_parallel_min() -> usize {
+    static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| {
+        std::env::var("NIBBLE_LHS_PACK_PARALLEL_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(LHS_PACK_PARALLEL_MIN)
+    })
+}
+
+/// How many tasks to pack M rows of K values in: 1 below the threshold ([`LHS_PACK_PARALLEL_MIN`]), else one per
+/// half the threshold (so the smallest parallel pack has two), at least 2, at most 4 per core.
+fn lhs_pack_tasks(m: usize, k: usize) -> usize {
+    let (values, min) = (m.saturating_mul(k), lhs_pack_parallel_min());
+    if values < min {
+        return 1;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (values / (min / 2).max(1)).clamp(2, 4 * cores.max(1))
 }
 
 /// [`Selected::matmul`] on the calling thread (tests, benchmarks, callers without a thread pool).

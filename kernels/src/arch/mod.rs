@@ -78,7 +78,7 @@ pub(crate) fn quantize_block_for(cpu: &Cpu) -> crate::pack::QuantizeBlock {
         }
     }
     let _ = cpu;
-    crate::pack::quantize_block
+    crate::pack::quantize_block_runs
 }
 
 impl Cpu {

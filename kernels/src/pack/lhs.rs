@@ -20,6 +20,12 @@
 
 use super::rhs::{NO_SOURCE, PackedRhs};
 use half::f16;
+use std::sync::{Mutex, MutexGuard};
+
+/// A chunk's lock (each is taken by one task only; a poisoned one still holds its slices).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Where A comes from: the provider's input tensor, row-major [M, K].
 #[derive(Debug, Clone, Copy)]
@@ -148,8 +154,142 @@ pub struct PackedLhs {
     pub(crate) sum: Vec<i32>,
 }
 
-/// Quantizes one block as [`quantize_block`] does, bit for bit (arch-specific versions are tested against it).
-pub type QuantizeBlock = fn(&[f32], &mut [i8]) -> (f32, i32);
+/// Where a block's int8 codes go in the packed bytes: value i at `(i / run)·stride + i % run` of the destination,
+/// as the byte `(q as u8) ^ flip` (flip 0x80 stores q + 128). Row-major formats write a block as one run;
+/// Qsi8DbP writes it as runs of kr bytes, mr·kr apart (one run per row of the group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Runs {
+    pub run: usize,
+    pub stride: usize,
+    pub flip: u8,
+}
+
+impl Runs {
+    /// One contiguous run of `len` bytes.
+    #[inline]
+    pub fn contiguous(len: usize, flip: u8) -> Runs {
+        Runs { run: len.max(1), stride: len.max(1), flip }
+    }
+
+    /// Where value `i` goes.
+    #[inline]
+    pub fn at(&self, i: usize) -> usize {
+        (i / self.run) * self.stride + i % self.run
+    }
+
+    /// # Panics
+    /// Unless a block of `len` values is whole runs (`stride >= run > 0`) that fit in `dst` bytes.
+    #[inline]
+    pub fn check(&self, len: usize, dst: usize) {
+        // Called per block: runs are powers of two in every format, so no division there.
+        let n = if self.run.is_power_of_two() { len >> self.run.trailing_zeros() } else { len / self.run.max(1) };
+        assert!(
+            self.run > 0 && self.stride >= self.run && n * self.run == len,
+            "{self:?} cannot lay out a block of {len}"
+        );
+        let span = if len == 0 { 0 } else { (n - 1) * self.stride + self.run };
+        assert!(span <= dst, "{self:?}: a block of {len} spans {span} bytes, destination has {dst}");
+    }
+}
+
+/// Quantizes one block as [`quantize_block`] does, bit for bit, writing the codes straight to their packed places
+/// (arch-specific versions are tested against it). Panics as [`Runs::check`].
+pub type QuantizeBlock = fn(&[f32], &mut [u8], Runs) -> (f32, i32);
+
+/// One task's rows of an int8 pack: bytes, scales, sums.
+type Int8Chunk<'a> = (&'a mut [u8], &'a mut [f32], &'a mut [i32]);
+
+/// One pack: everything about a call that the row chunks share.
+#[derive(Clone, Copy)]
+struct Job<'a> {
+    a: LhsSource<'a>,
+    m: usize,
+    k: usize,
+    kp: usize,
+    bl: usize,
+    blocks: usize,
+    k_map: Option<&'a [u32]>,
+    format: LhsFormat,
+    quant: QuantizeBlock,
+}
+
+impl Job<'_> {
+    /// F32: rows r0.. into `out` (whole rows of kp).
+    fn fill_f32(&self, r0: usize, out: &mut [f32]) {
+        for (j, row) in out.chunks_exact_mut(self.kp).enumerate().take(self.m.saturating_sub(r0)) {
+            self.a.gather_row(r0 + j, self.k, self.k_map, row);
+        }
+    }
+
+    /// int8 formats: rows r0.. (r0 a group's first row) into the chunk's bytes, scales and sums.
+    fn fill_int8(&self, r0: usize, bytes: &mut [u8], scale: &mut [f32], sum: &mut [i32]) {
+        let (k, kp, bl) = (self.k, self.kp, self.bl);
+        let mut blk: Vec<f32> = Vec::new();
+        for j in 0..(bytes.len() / kp).min(self.m.saturating_sub(r0)) {
+            let i = r0 + j;
+            // Row j's first code and scale, and the steps from one block to the next (no division per block).
+            let (off0, off_step, runs, at0, at_step) = match self.format {
+                LhsFormat::Qsi8Db => (j * kp, bl, Runs::contiguous(bl, 0), j * self.blocks, 1),
+                LhsFormat::Qsu8Db => (j * kp, bl, Runs::contiguous(bl, 0x80), j * self.blocks, 1),
+                LhsFormat::Qsi8DbP { mr, kr } => {
+                    let (g, r) = (j / mr, j % mr);
+                    (
+                        g * mr * kp + r * kr,
+                        bl * mr,
+                        Runs { run: kr, stride: mr * kr, flip: 0 },
+                        g * mr * self.blocks + r,
+                        mr,
+                    )
+                }
+                LhsFormat::F32 => unreachable!("f32 rows are gathered"),
+            };
+            for b in 0..self.blocks {
+                // Straight from A when the block is K values in order; gathered (g_idx map, f16, zero tail) else.
+                let src: &[f32] = match self.a {
+                    LhsSource::F32(a) if self.k_map.is_none() && (b + 1) * bl <= k => &a[i * k + b * bl..][..bl],
+                    _ => {
+                        self.gather_block(i, b, &mut blk);
+                        &blk
+                    }
+                };
+                let (s, t) = (self.quant)(src, &mut bytes[off0 + b * off_step..], runs);
+                let at = at0 + b * at_step;
+                scale[at] = s;
+                sum[at] = t;
+            }
+        }
+    }
+
+    /// Block b of row i as f32 through the K map (zero where nothing maps or past K).
+    fn gather_block(&self, i: usize, b: usize, out: &mut Vec<f32>) {
+        let (k, bl) = (self.k, self.bl);
+        out.clear();
+        out.resize(bl, 0.0);
+        let k0 = b * bl;
+        match self.k_map {
+            None => {
+                let n = k.saturating_sub(k0).min(bl);
+                match self.a {
+                    LhsSource::F32(a) => out[..n].copy_from_slice(&a[i * k + k0..][..n]),
+                    LhsSource::F16(a) => {
+                        use half::slice::HalfFloatSliceExt;
+                        a[i * k + k0..][..n].convert_to_f32_slice(&mut out[..n]);
+                    }
+                }
+            }
+            Some(map) => {
+                for (o, &src) in out.iter_mut().zip(&map[k0..k0 + bl]) {
+                    if src != NO_SOURCE {
+                        *o = match self.a {
+                            LhsSource::F32(a) => a[i * k + src as usize],
+                            LhsSource::F16(a) => a[i * k + src as usize].to_f32(),
+                        };
+                    }
+                }
+            }
+        }
+    }
+}
 
 impl PackedLhs {
     /// Packs `m` rows of A (each K long) for `rhs`, in `format`.
@@ -157,16 +297,41 @@ impl PackedLhs {
     /// # Panics
     /// If `a` does not hold m·K values, or the format cannot lay out this K (see [`LhsFormat::fits`]).
     pub fn pack(a: LhsSource<'_>, m: usize, rhs: &PackedRhs, format: LhsFormat) -> Self {
-        Self::pack_with(a, m, rhs, format, quantize_block)
+        Self::pack_with(a, m, rhs, format, quantize_block_runs)
     }
 
-    /// [`PackedLhs::pack`] with a given block quantizer (the CPU's fastest; the same numbers).
+    /// [`PackedLhs::pack`] with a given block quantizer (the CPU's fastest; the same numbers), on this thread.
     pub fn pack_with(a: LhsSource<'_>, m: usize, rhs: &PackedRhs, format: LhsFormat, quant: QuantizeBlock) -> Self {
+        let r: Result<Self, std::convert::Infallible> = Self::pack_par(a, m, rhs, format, quant, 1, |n, f| {
+            (0..n).for_each(f);
+            Ok(())
+        });
+        let Ok(lhs) = r;
+        lhs
+    }
+
+    /// [`PackedLhs::pack_with`] in up to `tasks` chunks of whole row groups run through `par` (a parallel-for as
+    /// in [`crate::Selected::matmul`]; not called at all for one task). The same bytes, scales and sums for any
+    /// number of tasks.
+    ///
+    /// # Panics
+    /// As [`PackedLhs::pack`]; also if the format's runs do not divide the block size.
+    pub fn pack_par<E>(
+        a: LhsSource<'_>,
+        m: usize,
+        rhs: &PackedRhs,
+        format: LhsFormat,
+        quant: QuantizeBlock,
+        tasks: usize,
+        par: impl FnOnce(usize, &(dyn Fn(usize) + Sync)) -> Result<(), E>,
+    ) -> Result<Self, E> {
         let k = rhs.params.k;
         assert_eq!(a.len(), m * k, "A has {} values, expected M*K = {}*{}", a.len(), m, k);
         let (kp, bl, blocks) = (rhs.k_packed(), rhs.params.block_size, rhs.blocks);
         assert!(format.fits(kp), "LHS format {} cannot lay out rows of {kp} values", format.name());
-        let k_map = rhs.k_map.as_deref();
+        if let LhsFormat::Qsi8DbP { kr, .. } = format {
+            assert!(bl.is_multiple_of(kr), "LHS format {} cannot lay out blocks of {bl}", format.name());
+        }
         let mut out = PackedLhs {
             format,
             m,
@@ -177,51 +342,45 @@ impl PackedLhs {
             scale: Vec::new(),
             sum: Vec::new(),
         };
+        if m == 0 || kp == 0 {
+            return Ok(out);
+        }
+        let job = Job { a, m, k, kp, bl, blocks, k_map: rhs.k_map.as_deref(), format, quant };
+        let mr = format.mr();
+        let groups = m.div_ceil(mr);
+        let per_task = groups.div_ceil(tasks.clamp(1, groups)) * mr;
+        let tasks = m.div_ceil(per_task);
         if format.is_f32() {
             out.f32s = vec![0f32; m * kp];
-            for (i, row) in out.f32s.chunks_exact_mut(kp.max(1)).enumerate().take(m) {
-                a.gather_row(i, k, k_map, row);
+            if tasks == 1 {
+                job.fill_f32(0, &mut out.f32s);
+            } else {
+                let chunks: Vec<Mutex<&mut [f32]>> = out.f32s.chunks_mut(per_task * kp).map(Mutex::new).collect();
+                par(tasks, &|t| job.fill_f32(t * per_task, &mut lock(&chunks[t])))?;
             }
-            return out;
+            return Ok(out);
         }
-        let rows = m.next_multiple_of(format.mr());
+        let rows = m.next_multiple_of(mr);
         out.bytes = vec![0u8; rows * kp];
         out.scale = vec![0f32; rows * blocks];
         out.sum = vec![0i32; rows * blocks];
-        let (mut row, mut q) = (vec![0f32; kp], vec![0i8; kp]);
-        for i in 0..m {
-            a.gather_row(i, k, k_map, &mut row);
-            for b in 0..blocks {
-                let (s, t) = quant(&row[b * bl..][..bl], &mut q[b * bl..][..bl]);
-                let at = format.scale_index(blocks, i, b);
-                out.scale[at] = s;
-                out.sum[at] = t;
-            }
-            match format {
-                LhsFormat::Qsi8Db => {
-                    for (d, &v) in out.bytes[i * kp..][..kp].iter_mut().zip(&q) {
-                        *d = v as u8;
-                    }
-                }
-                LhsFormat::Qsu8Db => {
-                    for (d, &v) in out.bytes[i * kp..][..kp].iter_mut().zip(&q) {
-                        *d = (v as i32 + 128) as u8;
-                    }
-                }
-                LhsFormat::Qsi8DbP { mr, kr } => {
-                    let (group, r) = (i / mr, i % mr);
-                    let base = group * mr * kp;
-                    for (run, vals) in q.chunks_exact(kr).enumerate() {
-                        let dst = &mut out.bytes[base + (run * mr + r) * kr..][..kr];
-                        for (d, &v) in dst.iter_mut().zip(vals) {
-                            *d = v as u8;
-                        }
-                    }
-                }
-                LhsFormat::F32 => unreachable!("handled above"),
-            }
+        if tasks == 1 {
+            job.fill_int8(0, &mut out.bytes, &mut out.scale, &mut out.sum);
+        } else {
+            let chunks: Vec<Mutex<Int8Chunk<'_>>> = out
+                .bytes
+                .chunks_mut(per_task * kp)
+                .zip(out.scale.chunks_mut(per_task * blocks))
+                .zip(out.sum.chunks_mut(per_task * blocks))
+                .map(|((b, s), t)| Mutex::new((b, s, t)))
+                .collect();
+            par(tasks, &|t| {
+                let mut c = lock(&chunks[t]);
+                let (b, s, u) = &mut *c;
+                job.fill_int8(t * per_task, b, s, u);
+            })?;
         }
-        out
+        Ok(out)
     }
 
     pub fn format(&self) -> LhsFormat {
@@ -256,20 +415,44 @@ impl PackedLhs {
 /// NaN scale (and an infinite value an infinite one), so non-finite activations reach the output as they would in
 /// f32 arithmetic instead of vanishing in the rounding.
 pub fn quantize_block(a: &[f32], q: &mut [i8]) -> (f32, i32) {
-    let amax = a.iter().fold(0f32, |m, &x| if x.is_nan() || m.is_nan() { f32::NAN } else { m.max(x.abs()) });
-    let scale = amax / 127.0;
-    let inv = if amax > 0.0 && amax.is_finite() { 127.0 / amax } else { 0.0 };
+    let (scale, inv) = block_scale(a);
     let mut sum = 0i32;
     for (qi, &x) in q.iter_mut().zip(a) {
-        let v = (x * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
+        let v = code(x, inv);
         *qi = v;
         sum += v as i32;
     }
     (scale, sum)
 }
 
+/// [`quantize_block`] writing each code to its packed place (see [`Runs`]): the portable [`QuantizeBlock`].
+pub fn quantize_block_runs(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
+    runs.check(a.len(), dst.len());
+    let (scale, inv) = block_scale(a);
+    let mut sum = 0i32;
+    for (r, vals) in a.chunks(runs.run).enumerate() {
+        for (d, &x) in dst[r * runs.stride..][..vals.len()].iter_mut().zip(vals) {
+            let v = code(x, inv);
+            *d = v as u8 ^ runs.flip;
+            sum += v as i32;
+        }
+    }
+    (scale, sum)
+}
+
+/// (scale, 1/scale or 0 for a zero or non-finite block).
+fn block_scale(a: &[f32]) -> (f32, f32) {
+    let amax = a.iter().fold(0f32, |m, &x| if x.is_nan() || m.is_nan() { f32::NAN } else { m.max(x.abs()) });
+    (amax / 127.0, if amax > 0.0 && amax.is_finite() { 127.0 / amax } else { 0.0 })
+}
+
+fn code(x: f32, inv: f32) -> i8 {
+    (x * inv).round_ties_even().clamp(-127.0, 127.0) as i8
+}
+
 /// Test helper: `f` gives [`quantize_block`]'s results bit for bit (codes, scale bits, Σq) on random blocks of
-/// 16 … 4096 values, zero blocks, NaN and ±infinity, tiny values and exact ties.
+/// 16 … 4096 values, zero blocks, NaN and ±infinity, tiny values and exact ties, written through every kind of
+/// [`Runs`] the packer uses (contiguous, runs of 4, 8 and 16 bytes, + 128) and touching no other byte.
 #[cfg(test)]
 pub(crate) fn assert_quantizer_matches_scalar(f: QuantizeBlock) {
     let mut seed = 0x1234_5678_u64;
@@ -291,11 +474,25 @@ pub(crate) fn assert_quantizer_matches_scalar(f: QuantizeBlock) {
                 5 => a.iter_mut().enumerate().for_each(|(i, x)| *x = (i as f32 - 8.0) * 0.5), // ties
                 _ => {}
             }
-            let (mut q1, mut q2) = (vec![0i8; len], vec![0i8; len]);
+            let mut q1 = vec![0i8; len];
             let r1 = quantize_block(&a, &mut q1);
-            let r2 = f(&a, &mut q2);
-            assert_eq!(q1, q2, "len {len} trial {trial}");
-            assert_eq!((r1.0.to_bits(), r1.1), (r2.0.to_bits(), r2.1), "len {len} trial {trial}: {r1:?} {r2:?}");
+            for runs in [
+                Runs::contiguous(len, 0),
+                Runs::contiguous(len, 0x80),
+                Runs { run: 8, stride: 32, flip: 0 },
+                Runs { run: 4, stride: 16, flip: 0 },
+                Runs { run: 16, stride: 48, flip: 0x80 },
+                Runs { run: 8, stride: 8, flip: 0 },
+            ] {
+                let span = (len / runs.run - 1) * runs.stride + runs.run;
+                let (mut want, mut got) = (vec![0x5au8; span + 3], vec![0x5au8; span + 3]);
+                for (i, &v) in q1.iter().enumerate() {
+                    want[runs.at(i)] = v as u8 ^ runs.flip;
+                }
+                let r2 = f(&a, &mut got, runs);
+                assert_eq!(want, got, "len {len} trial {trial} {runs:?}");
+                assert_eq!((r1.0.to_bits(), r1.1), (r2.0.to_bits(), r2.1), "len {len} trial {trial}: {r1:?} {r2:?}");
+            }
         }
     }
 }
@@ -303,6 +500,135 @@ pub(crate) fn assert_quantizer_matches_scalar(f: QuantizeBlock) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::{Params, Weights, ZeroPoints};
+    use crate::pack::RhsLayout;
+
+    /// The packer as it was before quantizing in place: each row gathered into a scratch row, quantized block by
+    /// block with the scalar quantizer into a scratch row of codes, then copied into the format.
+    fn pack_old(a: LhsSource<'_>, m: usize, rhs: &PackedRhs, format: LhsFormat) -> PackedLhs {
+        let k = rhs.params.k;
+        let (kp, bl, blocks) = (rhs.k_packed(), rhs.params.block_size, rhs.blocks);
+        let k_map = rhs.k_map.as_deref();
+        let mut out = PackedLhs {
+            format,
+            m,
+            k_packed: kp,
+            blocks,
+            f32s: Vec::new(),
+            bytes: Vec::new(),
+            scale: Vec::new(),
+            sum: Vec::new(),
+        };
+        if format.is_f32() {
+            out.f32s = vec![0f32; m * kp];
+            for (i, row) in out.f32s.chunks_exact_mut(kp.max(1)).enumerate().take(m) {
+                a.gather_row(i, k, k_map, row);
+            }
+            return out;
+        }
+        let rows = m.next_multiple_of(format.mr());
+        out.bytes = vec![0u8; rows * kp];
+        out.scale = vec![0f32; rows * blocks];
+        out.sum = vec![0i32; rows * blocks];
+        let (mut row, mut q) = (vec![0f32; kp], vec![0i8; kp]);
+        for i in 0..m {
+            a.gather_row(i, k, k_map, &mut row);
+            for b in 0..blocks {
+                let (s, t) = quantize_block(&row[b * bl..][..bl], &mut q[b * bl..][..bl]);
+                let at = format.scale_index(blocks, i, b);
+                out.scale[at] = s;
+                out.sum[at] = t;
+            }
+            for (kk, &v) in q.iter().enumerate() {
+                let at = match format {
+                    LhsFormat::Qsi8DbP { mr, kr } => (i / mr) * mr * kp + ((kk / kr) * mr + i % mr) * kr + kk % kr,
+                    _ => i * kp + kk,
+                };
+                out.bytes[at] = if format == LhsFormat::Qsu8Db { (v as i32 + 128) as u8 } else { v as u8 };
+            }
+        }
+        out
+    }
+
+    fn assert_same(x: &PackedLhs, y: &PackedLhs, what: &str) {
+        assert_eq!((x.format, x.m, x.k_packed, x.blocks), (y.format, y.m, y.k_packed, y.blocks), "{what}");
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&x.f32s), bits(&y.f32s), "{what}: f32 values");
+        assert_eq!(x.bytes, y.bytes, "{what}: bytes");
+        assert_eq!(bits(&x.scale), bits(&y.scale), "{what}: scales");
+        assert_eq!(x.sum, y.sum, "{what}: sums");
+    }
+
+    /// In-place quantization (portable and this CPU's quantizer), serial and in 2, 3 and 7 tasks on threads, gives
+    /// the old scratch-row packer's bytes, scales and sums: every format, odd K and K tails, block sizes 16 … 128,
+    /// g_idx regrouping, f32 and f16 sources (with NaN and zero rows), M = 1..9 and 64.
+    #[test]
+    fn in_place_and_parallel_packing_match_the_scratch_packer() {
+        let formats = [
+            LhsFormat::F32,
+            LhsFormat::Qsi8Db,
+            LhsFormat::Qsu8Db,
+            LhsFormat::Qsi8DbP { mr: 4, kr: 8 },
+            LhsFormat::Qsi8DbP { mr: 4, kr: 4 },
+            LhsFormat::Qsi8DbP { mr: 2, kr: 16 },
+            LhsFormat::Qsi8DbP { mr: 3, kr: 8 },
+        ];
+        let quants: [QuantizeBlock; 2] = [quantize_block_runs, crate::arch::quantize_block_for(crate::Cpu::get())];
+        let threads = |n: usize, f: &(dyn Fn(usize) + Sync)| -> Result<(), ()> {
+            std::thread::scope(|s| {
+                for i in 0..3 {
+                    s.spawn(move || (i..n).step_by(3).for_each(f));
+                }
+            });
+            Ok(())
+        };
+        for (k, bl, gidx) in [
+            (300usize, 32usize, false),
+            (37, 16, false),
+            (128, 64, false),
+            (200, 128, false),
+            (97, 16, true),
+            (300, 32, true),
+        ] {
+            let n = 5;
+            let p = Params::new(k as i64, n as i64, 4, bl as i64).unwrap();
+            let b: Vec<u8> = (0..n * p.k_blocks() * p.blob_size()).map(|i| (i * 7 % 256) as u8).collect();
+            let scales = vec![0.5f32; n * p.k_blocks()];
+            let g: Vec<i32> = (0..k).map(|i| ((i * 5 + 3) % p.k_blocks()) as i32).collect();
+            let w = Weights::new(p, &b, &scales, ZeroPoints::Default, gidx.then_some(&g[..])).unwrap();
+            let rhs = PackedRhs::pack(&w, RhsLayout::plain(8, 4)).unwrap();
+            assert_eq!(rhs.k_map.is_some(), gidx, "K={k}: g_idx regrouping");
+            for m in (1..=9).chain([64]) {
+                let mut a: Vec<f32> =
+                    (0..m * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / (7.0 + (i % 13) as f32)).collect();
+                if m > 2 {
+                    a[k..2 * k].fill(0.0);
+                    a[2 * k + k / 2] = f32::NAN;
+                }
+                let a16: Vec<f16> = a.iter().map(|&x| f16::from_f32(x)).collect();
+                for src in [LhsSource::F32(&a), LhsSource::F16(&a16)] {
+                    for format in formats {
+                        if !format.fits(rhs.k_packed()) {
+                            continue;
+                        }
+                        let old = pack_old(src, m, &rhs, format);
+                        for quant in quants {
+                            for tasks in [1, 2, 3, 7] {
+                                let new = PackedLhs::pack_par(src, m, &rhs, format, quant, tasks, threads).unwrap();
+                                let what = format!("K={k} bl={bl} g_idx={gidx} M={m} {} tasks={tasks}", format.name());
+                                assert_same(&old, &new, &what);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn portable_runs_quantizer_matches_scalar() {
+        assert_quantizer_matches_scalar(quantize_block_runs);
+    }
 
     #[test]
     fn quantize_block_round_trips_within_half_a_step() {

@@ -9,5 +9,5 @@ pub mod rhs;
 pub use layout::{Codes, RecordLayout, RhsLayout, ScaleType, ZpStorage, code_position};
 #[cfg(test)]
 pub(crate) use lhs::assert_quantizer_matches_scalar;
-pub use lhs::{LhsFormat, LhsSource, PackedLhs, QuantizeBlock, quantize_block};
+pub use lhs::{LhsFormat, LhsSource, PackedLhs, QuantizeBlock, Runs, quantize_block, quantize_block_runs};
 pub use rhs::{NO_SOURCE, PackedRhs, RhsBytes};

@@ -2,18 +2,24 @@
 //! q = round-half-even(x · 127/amax) clamped to ±127, Σq; a block with a NaN or an infinity gets that scale and
 //! all-zero codes, as the scalar version's arithmetic gives). Block lengths are multiples of 16.
 
+use crate::pack::Runs;
 use core::arch::aarch64::*;
 
+/// Writes the codes straight to their packed places (`runs`: one 8-byte store per 8 values for runs of 8·n, two
+/// 4-byte stores for runs of 4, a byte scatter otherwise).
+///
 /// # Panics
-/// If `a` and `q` differ in length or it is not a multiple of 16.
-pub(crate) fn quantize_block(a: &[f32], q: &mut [i8]) -> (f32, i32) {
-    assert!(a.len() == q.len() && a.len().is_multiple_of(16), "blocks of 16·n values");
-    // SAFETY: NEON is in every aarch64 CPU; lengths checked.
-    unsafe { run(a, q) }
+/// If the length of `a` is not a multiple of 16, or as [`Runs::check`].
+pub(crate) fn quantize_block(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
+    assert!(a.len().is_multiple_of(16), "blocks of 16·n values");
+    runs.check(a.len(), dst.len());
+    // SAFETY: NEON is in every aarch64 CPU; every place `runs.at(i)` for i < a.len() is inside `dst` (checked just
+    // above), and the stores below write places of values i < a.len() only.
+    unsafe { run(a, dst, runs) }
 }
 
 #[target_feature(enable = "neon")]
-unsafe fn run(a: &[f32], q: &mut [i8]) -> (f32, i32) {
+unsafe fn run(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
     let n = a.len();
     let p = a.as_ptr();
     let mut amax = vdupq_n_f32(0.0);
@@ -24,28 +30,58 @@ unsafe fn run(a: &[f32], q: &mut [i8]) -> (f32, i32) {
         nan = vorrq_u32(nan, vmvnq_u32(vceqq_f32(x, x)));
         amax = vmaxq_f32(amax, vabsq_f32(x));
     }
-    if vmaxvq_u32(nan) != 0 {
-        q.fill(0);
-        return (f32::NAN, 0);
-    }
+    let nan = vmaxvq_u32(nan) != 0;
     let amax = vmaxvq_f32(amax);
-    let scale = amax / 127.0;
-    if !(amax > 0.0 && amax.is_finite()) {
-        q.fill(0);
+    let scale = if nan { f32::NAN } else { amax / 127.0 };
+    if nan || !(amax > 0.0 && amax.is_finite()) {
+        for r in 0..n / runs.run {
+            dst[r * runs.stride..][..runs.run].fill(runs.flip);
+        }
         return (scale, 0);
     }
     let inv = 127.0 / amax;
     let (lo, hi) = (vdupq_n_s32(-127), vdupq_n_s32(127));
+    let flip = vdup_n_u8(runs.flip);
+    let d = dst.as_mut_ptr();
+    let (run, stride) = (runs.run, runs.stride);
+    // Where value i goes, kept without dividing: `pos` (the chunk's first place) and what is left of its run.
+    let (mut pos, mut left) = (0usize, run);
     let mut sum = vdupq_n_s32(0);
     for i in (0..n).step_by(8) {
-        // SAFETY: i + 8 <= n values of `a`, and of `q` (same length).
+        // FCVTNS: to nearest, ties to even (as f32::round_ties_even).
+        let cvt = |x: float32x4_t| vminq_s32(vmaxq_s32(vcvtnq_s32_f32(vmulq_n_f32(x, inv)), lo), hi);
+        // SAFETY: i + 8 <= n values of `a`.
+        let (v0, v1) = unsafe { (cvt(vld1q_f32(p.add(i))), cvt(vld1q_f32(p.add(i + 4)))) };
+        sum = vaddq_s32(sum, vaddq_s32(v0, v1));
+        let h = vcombine_s16(vmovn_s32(v0), vmovn_s32(v1));
+        let q = veor_u8(vreinterpret_u8_s8(vmovn_s16(h)), flip);
+        // SAFETY: `pos` is `runs.at(i)`; each store covers the places of values i .. i + 8 only (whole runs, or
+        // parts of runs that start at those values' places), all inside `dst` (checked by the caller).
         unsafe {
-            // FCVTNS: to nearest, ties to even (as f32::round_ties_even).
-            let cvt = |x: float32x4_t| vminq_s32(vmaxq_s32(vcvtnq_s32_f32(vmulq_n_f32(x, inv)), lo), hi);
-            let (v0, v1) = (cvt(vld1q_f32(p.add(i))), cvt(vld1q_f32(p.add(i + 4))));
-            sum = vaddq_s32(sum, vaddq_s32(v0, v1));
-            let h = vcombine_s16(vmovn_s32(v0), vmovn_s32(v1));
-            vst1_s8(q.as_mut_ptr().add(i), vmovn_s16(h));
+            match run {
+                r if r.is_multiple_of(8) => {
+                    vst1_u8(d.add(pos), q);
+                    pos += 8;
+                    left -= 8;
+                    if left == 0 {
+                        pos += stride - run;
+                        left = run;
+                    }
+                }
+                4 => {
+                    let w = vreinterpret_u32_u8(q);
+                    d.add(pos).cast::<u32>().write_unaligned(vget_lane_u32::<0>(w));
+                    d.add(pos + stride).cast::<u32>().write_unaligned(vget_lane_u32::<1>(w));
+                    pos += 2 * stride;
+                }
+                _ => {
+                    let mut bytes = [0u8; 8];
+                    vst1_u8(bytes.as_mut_ptr(), q);
+                    for (j, &b) in bytes.iter().enumerate() {
+                        *d.add(runs.at(i + j)) = b;
+                    }
+                }
+            }
         }
     }
     (scale, vaddvq_s32(sum))

@@ -2,18 +2,39 @@
 //! q = round-half-even(x · 127/amax) clamped to ±127, Σq; a block with a NaN or an infinity gets that scale and
 //! all-zero codes, as the scalar version's arithmetic gives). Block lengths are multiples of 16.
 
+use crate::pack::Runs;
 use std::arch::x86_64::*;
 
+/// Writes the codes straight to their packed places (`runs`: one 16-byte store per 16 values for runs of 16·n,
+/// two 8-byte or four 4-byte stores for runs of 8 or 4, a byte scatter otherwise).
+///
 /// # Panics
-/// If `a` and `q` differ in length or it is not a multiple of 16.
-pub(crate) fn quantize_block(a: &[f32], q: &mut [i8]) -> (f32, i32) {
-    assert!(a.len() == q.len() && a.len().is_multiple_of(16), "blocks of 16·n values");
-    // SAFETY: only handed out (arch::quantize_block_for) for CPUs with avx512f and avx512bw; lengths checked.
-    unsafe { run(a, q) }
+/// If the length of `a` is not a multiple of 16, or as [`Runs::check`].
+pub(crate) fn quantize_block(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
+    assert!(a.len().is_multiple_of(16), "blocks of 16·n values");
+    runs.check(a.len(), dst.len());
+    // SAFETY: only handed out (arch::quantize_block_for) for CPUs with avx512f and avx512bw; every place
+    // `runs.at(i)` for i < a.len() is inside `dst` (checked just above), and `run` stores at places of values
+    // i < a.len() only; RUN is what `runs.run` is (one small function per kind of run, chosen here).
+    unsafe {
+        match runs.run {
+            _ if runs.run == runs.stride => run::<0>(a, dst, runs),
+            r if r.is_multiple_of(16) => run::<16>(a, dst, runs),
+            8 => run::<8>(a, dst, runs),
+            4 => run::<4>(a, dst, runs),
+            _ => run::<1>(a, dst, runs),
+        }
+    }
 }
 
+/// One block's (scale, Σq), its codes to their places for runs of RUN bytes (0: contiguous; 16: any multiple of
+/// 16; 1: any other length, byte by byte).
+///
+/// # Safety
+/// avx512f and avx512bw; `runs` lays out `a.len()` values (a multiple of 16) inside `dst`, and its run is what
+/// RUN says.
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn run(a: &[f32], q: &mut [i8]) -> (f32, i32) {
+unsafe fn run<const RUN: usize>(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
     let n = a.len();
     let p = a.as_ptr();
     let mut amax = _mm512_setzero_ps();
@@ -24,27 +45,69 @@ unsafe fn run(a: &[f32], q: &mut [i8]) -> (f32, i32) {
         unordered |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
         amax = _mm512_max_ps(amax, _mm512_abs_ps(x));
     }
+    let (run, stride) = (runs.run, runs.stride);
     if unordered != 0 {
-        q.fill(0);
+        for r in 0..n / run {
+            dst[r * stride..][..run].fill(runs.flip);
+        }
         return (f32::NAN, 0);
     }
     let amax = _mm512_reduce_max_ps(amax);
     let scale = amax / 127.0;
     if !(amax > 0.0 && amax.is_finite()) {
-        q.fill(0);
+        for r in 0..n / run {
+            dst[r * stride..][..run].fill(runs.flip);
+        }
         return (scale, 0);
     }
     let inv = _mm512_set1_ps(127.0 / amax);
+    let d = dst.as_mut_ptr();
     let (lo, hi) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127));
+    let flip = _mm_set1_epi8(runs.flip as i8);
+    // Where value i goes, kept without dividing: `pos` (the chunk's first place) and what is left of its run.
+    let (mut pos, mut left) = (0usize, run);
     let mut sum = _mm512_setzero_si512();
     for i in (0..n).step_by(16) {
-        // SAFETY: i + 16 <= n values of `a`, and of `q` (same length).
+        // SAFETY: i + 16 <= n values of `a`.
+        let x = unsafe { _mm512_loadu_ps(p.add(i)) };
+        // MXCSR's default rounding: to nearest, ties to even (as f32::round_ties_even).
+        let v = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x, inv)), lo), hi);
+        sum = _mm512_add_epi32(sum, v);
+        let q = _mm_xor_si128(_mm512_cvtepi32_epi8(v), flip);
+        // SAFETY: `pos` is `runs.at(i)`; each store covers the places of values i .. i + 16 only (whole runs,
+        // or parts of runs that start at those values' places), all inside `dst` (the caller's word).
         unsafe {
-            let x = _mm512_loadu_ps(p.add(i));
-            // MXCSR's default rounding: to nearest, ties to even (as f32::round_ties_even).
-            let v = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x, inv)), lo), hi);
-            sum = _mm512_add_epi32(sum, v);
-            _mm_storeu_si128(q.as_mut_ptr().add(i).cast(), _mm512_cvtepi32_epi8(v));
+            match RUN {
+                0 => _mm_storeu_si128(d.add(i).cast(), q),
+                16 => {
+                    _mm_storeu_si128(d.add(pos).cast(), q);
+                    pos += 16;
+                    left -= 16;
+                    if left == 0 {
+                        pos += stride - run;
+                        left = run;
+                    }
+                }
+                8 => {
+                    _mm_storel_epi64(d.add(pos).cast(), q);
+                    _mm_storel_epi64(d.add(pos + stride).cast(), _mm_unpackhi_epi64(q, q));
+                    pos += 2 * stride;
+                }
+                4 => {
+                    d.add(pos).cast::<i32>().write_unaligned(_mm_cvtsi128_si32(q));
+                    d.add(pos + stride).cast::<i32>().write_unaligned(_mm_extract_epi32::<1>(q));
+                    d.add(pos + 2 * stride).cast::<i32>().write_unaligned(_mm_extract_epi32::<2>(q));
+                    d.add(pos + 3 * stride).cast::<i32>().write_unaligned(_mm_extract_epi32::<3>(q));
+                    pos += 4 * stride;
+                }
+                _ => {
+                    let mut bytes = [0u8; 16];
+                    _mm_storeu_si128(bytes.as_mut_ptr().cast(), q);
+                    for (j, &b) in bytes.iter().enumerate() {
+                        *d.add(runs.at(i + j)) = b;
+                    }
+                }
+            }
         }
     }
     (scale, _mm512_reduce_add_epi32(sum))
