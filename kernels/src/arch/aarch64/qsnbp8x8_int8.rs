@@ -200,11 +200,9 @@ unsafe fn gemm_pairs_c<const RP: usize, const BITS: usize, const CHUNK: usize, c
     // The current block's record, and the current chunk: its codes and its first run of 8 K.
     let (mut rec, mut codes, mut run0) = (prec, prec, 0);
     walk_chunks::<ONE>(a.blocks, chunks, |b, last| {
-        let (cur_rec, cur_codes) = (rec, codes);
         for grp in 0..groups {
             // SAFETY: group grp of the current chunk: 64 bytes inside the record.
-            let w: [int8x16_t; 4] =
-                core::array::from_fn(|j| unsafe { vld1q_s8(cur_codes.add(64 * grp + 16 * j).cast()) });
+            let w: [int8x16_t; 4] = core::array::from_fn(|j| unsafe { vld1q_s8(codes.add(64 * grp + 16 * j).cast()) });
             for l in 0..cpb {
                 // The run of 8 K this field covers.
                 let run = run0 + (l * lane_len + KR * grp) / KR;
@@ -225,14 +223,14 @@ unsafe fn gemm_pairs_c<const RP: usize, const BITS: usize, const CHUNK: usize, c
             return;
         }
         // SAFETY: the record's 8 scales.
-        let s = unsafe { scales8(cur_rec.add(a.rhs_scales)) };
+        let s = unsafe { scales8(rec.add(a.rhs_scales)) };
         // Column scales in the tiles' order (c0, c1, c0, c1) per column pair.
         let cols =
             |v: [float32x4_t; 2]| [dup_pair::<0>(v[0]), dup_pair::<1>(v[0]), dup_pair::<0>(v[1]), dup_pair::<1>(v[1])];
         let sp = cols(s);
         let z = if ZP {
             // SAFETY: the record's 8 f32 corrections (present with zero points).
-            cols(unsafe { [vld1q_f32(cur_rec.add(a.rhs_zp).cast()), vld1q_f32(cur_rec.add(a.rhs_zp + 16).cast())] })
+            cols(unsafe { [vld1q_f32(rec.add(a.rhs_zp).cast()), vld1q_f32(rec.add(a.rhs_zp + 16).cast())] })
         } else {
             [vdupq_n_f32(0.0); 4]
         };
