@@ -359,7 +359,7 @@ impl Job<'_> {
                 ActQuant::Block => None,
                 ActQuant::Row => {
                     let q = self.row_quant(i, &mut blk);
-                    rows[j] = q;
+                    *rows.get_mut(j).expect("Row packs have a slot per row") = q;
                     Some(q)
                 }
             };
