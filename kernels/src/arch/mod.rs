@@ -8,7 +8,9 @@
 /// - `chunk(bl)`: the chunk length min(bl, 32), 16 or 32 (bl is a power of two ≥ 16);
 /// - `chunk_one(bl)`: the chunk length and whether a block is one chunk (16 → 16, true; 32 → 32, true; larger →
 ///   32, false), two arguments;
-/// - `zp(has)`: whether the weights have zero points.
+/// - `zp(has)`: whether the weights have zero points;
+/// - `row(is)`: whether the activations are in the `Row` numerics (`RunArgs::row`: every activation scale is 1,
+///   so the epilogue skips multiplying by it).
 ///
 /// `dispatch!(unit_c::<R, P>(args, panel); bits(a.bits) chunk_one(a.bl) zp(a.has_zp != 0))` calls
 /// `unit_c::<R, P, 4, 32, true, false>(args, panel)` for 4-bit symmetric weights in blocks of 32. Expands to
@@ -39,6 +41,13 @@ macro_rules! dispatch {
         }
     };
     (@go $f:ident [$($g:tt)*] ($($arg:expr),*) zp($z:expr) $($rest:tt)*) => {
+        if $z {
+            $crate::arch::dispatch!(@go $f [$($g)* true,] ($($arg),*) $($rest)*)
+        } else {
+            $crate::arch::dispatch!(@go $f [$($g)* false,] ($($arg),*) $($rest)*)
+        }
+    };
+    (@go $f:ident [$($g:tt)*] ($($arg:expr),*) row($z:expr) $($rest:tt)*) => {
         if $z {
             $crate::arch::dispatch!(@go $f [$($g)* true,] ($($arg),*) $($rest)*)
         } else {
