@@ -97,6 +97,20 @@ pub(crate) unsafe fn finish_row_tile(args: &RunArgs, row: &[RowQuant], col_sums:
     }
 }
 
+/// The fastest row-numerics quantizer and range `cpu` runs (the same numbers as `pack::quantize_block_row` and
+/// `pack::min_max`).
+pub(crate) fn quantize_row_for(cpu: &Cpu) -> (crate::pack::QuantizeRow, crate::pack::MinMax) {
+    #[cfg(target_arch = "aarch64")]
+    {
+        use crate::cpu::Feature;
+        if cpu.has(Feature::Neon) {
+            return (aarch64::quantize_block_neon::quantize_block_row, aarch64::quantize_block_neon::min_max);
+        }
+    }
+    let _ = cpu;
+    (crate::pack::quantize_block_row, crate::pack::min_max)
+}
+
 /// The fastest activation quantizer `cpu` runs (all give the same numbers as `pack::quantize_block`).
 pub(crate) fn quantize_block_for(cpu: &Cpu) -> crate::pack::QuantizeBlock {
     #[cfg(target_arch = "x86_64")]

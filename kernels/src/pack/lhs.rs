@@ -306,6 +306,13 @@ impl Runs {
 /// (arch-specific versions are tested against it). Panics as [`Runs::check`].
 pub type QuantizeBlock = fn(&[f32], &mut [u8], Runs) -> (f32, i32);
 
+/// One block of a row quantized with the row's [`RowQuant`] as [`quantize_block_row`] does, bit for bit (arch
+/// versions are tested against it); returns Σq.
+pub type QuantizeRow = fn(&[f32], &mut [u8], Runs, RowQuant) -> i32;
+
+/// [`min_max`], bit for bit as far as [`row_quant`] sees it (arch versions are tested against it).
+pub type MinMax = fn(&[f32]) -> (f32, f32);
+
 /// One task's rows of an int8 pack: bytes, scales, sums, row quantizations (`Row` only, else empty).
 type Int8Chunk<'a> = (&'a mut [u8], &'a mut [f32], &'a mut [i32], &'a mut [RowQuant]);
 
@@ -322,6 +329,9 @@ struct Job<'a> {
     format: LhsFormat,
     quant: QuantizeBlock,
     act: ActQuant,
+    /// The row numerics' quantizer and range (the CPU's fastest: the same numbers).
+    quant_row: QuantizeRow,
+    min_max: MinMax,
 }
 
 impl Job<'_> {
@@ -375,7 +385,7 @@ impl Job<'_> {
                 let dst = &mut bytes[off0 + b * off_step..];
                 let (s, t) = match rq {
                     None => (self.quant)(src, dst, runs),
-                    Some(rq) => (1.0, quantize_block_row(src, dst, runs, rq)),
+                    Some(rq) => (1.0, (self.quant_row)(src, dst, runs, rq)),
                 };
                 let at = at0 + b * at_step;
                 scale[at] = s;
@@ -388,10 +398,10 @@ impl Job<'_> {
     /// which the range always holds): straight from A when K is in order and f32, else block by block.
     fn row_quant(&self, i: usize, blk: &mut Vec<f32>) -> RowQuant {
         let (lo, hi) = match self.a {
-            LhsSource::F32(a) if self.k_map.is_none() => min_max(&a[i * self.k..][..self.k]),
+            LhsSource::F32(a) if self.k_map.is_none() => (self.min_max)(&a[i * self.k..][..self.k]),
             _ => (0..self.blocks).fold((0f32, 0f32), |(lo, hi), b| {
                 self.gather_block(i, b, blk);
-                let (l, h) = min_max(blk);
+                let (l, h) = (self.min_max)(blk);
                 if l.is_nan() || lo.is_nan() { (f32::NAN, f32::NAN) } else { (lo.min(l), hi.max(h)) }
             }),
         };
@@ -500,7 +510,8 @@ impl PackedLhs {
             return Ok(out);
         }
         let act = out.act;
-        let job = Job { a, m, k, kp, bl, blocks, k_map: rhs.k_map.as_deref(), format, quant, act };
+        let (quant_row, min_max) = crate::arch::quantize_row_for(crate::Cpu::get());
+        let job = Job { a, m, k, kp, bl, blocks, k_map: rhs.k_map.as_deref(), format, quant, act, quant_row, min_max };
         let mr = format.mr();
         let groups = m.div_ceil(mr);
         let per_task = groups.div_ceil(tasks.clamp(1, groups)) * mr;
@@ -668,6 +679,66 @@ pub(crate) fn assert_quantizer_matches_scalar(f: QuantizeBlock) {
             }
         }
     }
+}
+
+/// Test helper: `q` and `mm` give [`quantize_block_row`]'s and [`min_max`]'s results bit for bit (codes, Σq, and
+/// the [`row_quant`] of the range) on random rows of 16 … 4096 values (with and without a 1..3-value tail for the
+/// range), zero rows, NaN, ±infinity, tiny values, exact ties and one-signed rows, through every kind of [`Runs`].
+#[cfg(test)]
+pub(crate) fn assert_row_quantizer_matches_scalar(q: QuantizeRow, mm: MinMax) {
+    let mut seed = 0x8765_4321_u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let bits = |r: RowQuant| (r.scale.to_bits(), r.inv.to_bits(), r.zero);
+    for len in [16usize, 32, 64, 128, 4096] {
+        for trial in 0..200 {
+            let mut a: Vec<f32> = (0..len).map(|_| (next() % 20001) as f32 / 1000.0 - 10.0).collect();
+            match trial % 10 {
+                0 => a.fill(0.0),
+                1 => a[len / 2] = f32::NAN,
+                2 => a[3] = f32::INFINITY,
+                3 => a[len - 1] = f32::NEG_INFINITY,
+                4 => a.iter_mut().for_each(|x| *x *= 1e-30),
+                5 => a.iter_mut().enumerate().for_each(|(i, x)| *x = (i as f32 - 8.0) * 0.5), // ties
+                6 => a.iter_mut().for_each(|x| *x = x.abs()),
+                7 => a.iter_mut().for_each(|x| *x = -x.abs()),
+                _ => {}
+            }
+            for tail in [0, 1, 3] {
+                let r = &a[..len - tail];
+                assert_eq!(
+                    bits(row_quant_of(mm(r))),
+                    bits(row_quant_of(min_max(r))),
+                    "len {len} trial {trial} tail {tail}"
+                );
+            }
+            let rq = row_quant_of(min_max(&a));
+            for runs in [
+                Runs::contiguous(len, 0),
+                Runs::contiguous(len, 0x80),
+                Runs { run: 8, stride: 32, flip: 0 },
+                Runs { run: 4, stride: 16, flip: 0 },
+                Runs { run: 16, stride: 48, flip: 0x80 },
+                Runs { run: 8, stride: 8, flip: 0 },
+            ] {
+                let span = (len / runs.run - 1) * runs.stride + runs.run;
+                let (mut want, mut got) = (vec![0x5au8; span + 3], vec![0x5au8; span + 3]);
+                let s1 = quantize_block_row(&a, &mut want, runs, rq);
+                let s2 = q(&a, &mut got, runs, rq);
+                assert_eq!(want, got, "len {len} trial {trial} {runs:?} {rq:?}");
+                assert_eq!(s1, s2, "len {len} trial {trial}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+fn row_quant_of((lo, hi): (f32, f32)) -> RowQuant {
+    row_quant(lo, hi)
 }
 
 #[cfg(test)]
@@ -864,6 +935,12 @@ mod tests {
         assert_eq!(ActQuant::parse(" row "), Some(ActQuant::Row));
         assert_eq!(ActQuant::parse("block"), Some(ActQuant::Block));
         assert_eq!(ActQuant::parse("per_row"), None);
+    }
+
+    #[test]
+    fn this_cpus_row_quantizer_matches_scalar() {
+        let (q, mm) = crate::arch::quantize_row_for(crate::Cpu::get());
+        assert_row_quantizer_matches_scalar(q, mm);
     }
 
     #[test]

@@ -7,10 +7,10 @@ pub mod lhs;
 pub mod rhs;
 
 pub use layout::{Codes, RecordLayout, RhsLayout, ScaleType, ZpStorage, code_position};
-#[cfg(test)]
-pub(crate) use lhs::assert_quantizer_matches_scalar;
 pub use lhs::{
-    ActQuant, LhsFormat, LhsSource, PackedLhs, QuantizeBlock, RowQuant, Runs, min_max, quantize_block,
-    quantize_block_row, quantize_block_runs, row_quant,
+    ActQuant, LhsFormat, LhsSource, MinMax, PackedLhs, QuantizeBlock, QuantizeRow, RowQuant, Runs, min_max,
+    quantize_block, quantize_block_row, quantize_block_runs, row_quant,
 };
+#[cfg(test)]
+pub(crate) use lhs::{assert_quantizer_matches_scalar, assert_row_quantizer_matches_scalar};
 pub use rhs::{NO_SOURCE, PackedRhs, RhsBytes};

@@ -1,9 +1,50 @@
 //! Activation quantization with NEON: `pack::quantize_block` bit for bit (amax, scale = amax/127,
 //! q = round-half-even(x · 127/amax) clamped to ±127, Σq; a block with a NaN or an infinity gets that scale and
-//! all-zero codes, as the scalar version's arithmetic gives). Block lengths are multiples of 16.
+//! all-zero codes, as the scalar version's arithmetic gives), and the row numerics' `pack::min_max` and
+//! `pack::quantize_block_row` (q = round-half-even(x · inv) + z clamped to −128..127) bit for bit. Block lengths
+//! are multiples of 16.
 
-use crate::pack::Runs;
+use crate::pack::{RowQuant, Runs};
 use core::arch::aarch64::*;
+
+/// `pack::min_max` with NEON: (min, max) of `a` with 0 in the range (FMIN/FMAX propagate a NaN, as the scalar
+/// fold does), NaN if `a` holds one.
+pub(crate) fn min_max(a: &[f32]) -> (f32, f32) {
+    // SAFETY: NEON is in every aarch64 CPU; the loads read whole vectors inside `a`.
+    unsafe { min_max_neon(a) }
+}
+
+#[target_feature(enable = "neon")]
+unsafe fn min_max_neon(a: &[f32]) -> (f32, f32) {
+    let (mut lo, mut hi) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
+    let mut v = a.chunks_exact(4);
+    for c in &mut v {
+        // SAFETY: 4 values of `a`.
+        let x = unsafe { vld1q_f32(c.as_ptr()) };
+        lo = vminq_f32(lo, x);
+        hi = vmaxq_f32(hi, x);
+    }
+    let (mut l, mut h) = (vminvq_f32(lo), vmaxvq_f32(hi));
+    for &x in v.remainder() {
+        if x.is_nan() || l.is_nan() {
+            (l, h) = (f32::NAN, f32::NAN);
+        } else {
+            (l, h) = (l.min(x), h.max(x));
+        }
+    }
+    if l.is_nan() || h.is_nan() { (f32::NAN, f32::NAN) } else { (l, h) }
+}
+
+/// `pack::quantize_block_row` with NEON (the same store paths as [`quantize_block`]).
+///
+/// # Panics
+/// If the length of `a` is not a multiple of 16, or as [`Runs::check`].
+pub(crate) fn quantize_block_row(a: &[f32], dst: &mut [u8], runs: Runs, rq: RowQuant) -> i32 {
+    assert!(a.len().is_multiple_of(16), "blocks of 16·n values");
+    runs.check(a.len(), dst.len());
+    // SAFETY: as in `quantize_block`.
+    unsafe { write_codes(a, dst, runs, rq.inv, rq.zero, -128, 127) }
+}
 
 /// Writes the codes straight to their packed places (`runs`: one 8-byte store per 8 values for runs of 8·n, two
 /// 4-byte stores for runs of 4, a byte scatter otherwise).
@@ -39,8 +80,18 @@ unsafe fn run(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
         }
         return (scale, 0);
     }
-    let inv = 127.0 / amax;
-    let (lo, hi) = (vdupq_n_s32(-127), vdupq_n_s32(127));
+    // SAFETY: forwarded (the caller's guarantee).
+    (scale, unsafe { write_codes(a, dst, runs, 127.0 / amax, 0, -127, 127) })
+}
+
+/// Writes q = clamp(round-half-even(x · inv) + zero, lo, hi) of every value to its packed place and returns Σq.
+///
+/// # Safety
+/// NEON; `a.len()` is a multiple of 8 and every place `runs.at(i)`, i < `a.len()`, is inside `dst`.
+#[target_feature(enable = "neon")]
+unsafe fn write_codes(a: &[f32], dst: &mut [u8], runs: Runs, inv: f32, zero: i32, lo: i32, hi: i32) -> i32 {
+    let (n, p) = (a.len(), a.as_ptr());
+    let (lo, hi, z) = (vdupq_n_s32(lo), vdupq_n_s32(hi), vdupq_n_s32(zero));
     let flip = vdup_n_u8(runs.flip);
     let d = dst.as_mut_ptr();
     let (run, stride) = (runs.run, runs.stride);
@@ -48,15 +99,15 @@ unsafe fn run(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
     let (mut pos, mut left) = (0usize, run);
     let mut sum = vdupq_n_s32(0);
     for i in (0..n).step_by(8) {
-        // FCVTNS: to nearest, ties to even (as f32::round_ties_even).
-        let cvt = |x: float32x4_t| vminq_s32(vmaxq_s32(vcvtnq_s32_f32(vmulq_n_f32(x, inv)), lo), hi);
+        // FCVTNS: to nearest, ties to even (as f32::round_ties_even); NaN (a zero or non-finite row's 0 · ∞) to 0.
+        let cvt = |x: float32x4_t| vminq_s32(vmaxq_s32(vaddq_s32(vcvtnq_s32_f32(vmulq_n_f32(x, inv)), z), lo), hi);
         // SAFETY: i + 8 <= n values of `a`.
         let (v0, v1) = unsafe { (cvt(vld1q_f32(p.add(i))), cvt(vld1q_f32(p.add(i + 4)))) };
         sum = vaddq_s32(sum, vaddq_s32(v0, v1));
         let h = vcombine_s16(vmovn_s32(v0), vmovn_s32(v1));
         let q = veor_u8(vreinterpret_u8_s8(vmovn_s16(h)), flip);
         // SAFETY: `pos` is `runs.at(i)`; each store covers the places of values i .. i + 8 only (whole runs, or
-        // parts of runs that start at those values' places), all inside `dst` (checked by the caller).
+        // parts of runs that start at those values' places), all inside `dst` (the caller's guarantee).
         unsafe {
             match run {
                 r if r.is_multiple_of(8) => {
@@ -84,7 +135,7 @@ unsafe fn run(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
             }
         }
     }
-    (scale, vaddvq_s32(sum))
+    vaddvq_s32(sum)
 }
 
 #[cfg(test)]
@@ -92,5 +143,10 @@ mod tests {
     #[test]
     fn bit_identical_to_the_scalar_quantizer() {
         crate::pack::assert_quantizer_matches_scalar(super::quantize_block);
+    }
+
+    #[test]
+    fn row_quantizer_and_min_max_bit_identical_to_the_scalar_ones() {
+        crate::pack::assert_row_quantizer_matches_scalar(super::quantize_block_row, super::min_max);
     }
 }
