@@ -17,7 +17,8 @@
 # (after the table) if any spread is >= 1%.
 #
 # Usage: scripts/aarch64/icount-llama.sh [--cpus "neoverse-n1 max,sve=off"] [--model q4|q4-sym] [--steps S]
-#                                        [--repeat 3] [--out FILE.md]
+#                                        [--act block|row] [--repeat 3] [--out FILE.md]
+# --act: nibble's int8 activation numerics (nibble-llama --activation-quant; ORT's side is unchanged).
 #   q4      the demo model (scripts/convert-smollm2.sh: 4-bit asymmetric, block 32, accuracy_level 4; ORT: MLAS)
 #   q4-sym  the same, symmetric (ORT: KleidiAI on dotprod/i8mm CPUs)
 # `max` itself is left out by default: ORT's SVE fp32 kernels (attention, LM head) take ~10x longer under qemu.
@@ -26,18 +27,20 @@ set -euo pipefail
 shopt -s inherit_errexit
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
-cpus="neoverse-n1 max,sve=off"; which=q4; steps=16; out=""; repeat=3
+cpus="neoverse-n1 max,sve=off"; which=q4; steps=16; out=""; repeat=3; act=block
 while [ $# -gt 0 ]; do
     case "$1" in
         --cpus) cpus=$2; shift 2 ;;
         --model) which=$2; shift 2 ;;
         --steps) steps=$2; shift 2 ;;
+        --act) act=$2; shift 2 ;;
         --repeat) repeat=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
         *) echo "icount-llama: unknown argument $1" >&2; exit 2 ;;
     esac
 done
+case "$act" in block|row) ;; *) echo "icount-llama: --act is block or row, not $act" >&2; exit 2 ;; esac
 [[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "icount-llama: --steps must be a positive integer, not $steps" >&2; exit 2; }
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "icount-llama: --repeat must be a positive integer, not $repeat" >&2; exit 2; }
 export A64ENV=${A64ENV:-$root/.cache/a64env}
@@ -68,8 +71,8 @@ p1="Paris"
 # count CPU SIDE PROMPT NEW: total guest instructions of one driver run (SIDE: ort | nibble).
 count() {
     local cpu=$1 side=$2 prompt=$3 new=$4 extra=() json
-    [ "$side" = ort ] && extra=(--no-nibble)
-    json=$work/$side-$(printf '%s' "$cpu" | tr ',=' '__')-$new-${#prompt}.json
+    if [ "$side" = ort ]; then extra=(--no-nibble); else extra=(--activation-quant "$act"); fi
+    json=$work/$act-$side-$(printf '%s' "$cpu" | tr ',=' '__')-$new-${#prompt}.json
     bash scripts/aarch64/aarch64-icount.sh -q -c "$cpu" -- "$bin" --model "$model" --prompt "$prompt" --raw \
         --max-new-tokens "$new" --threads 1 --quiet --lib "$lib" --ort-dylib "$ORT_A64_LIB" --json "$json" \
         "${extra[@]}" 2>"$work/last.err" | awk '/^icount total/{print $3}' | grep . \

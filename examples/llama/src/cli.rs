@@ -111,6 +111,11 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = FrontendArg::Auto, conflicts_with = "no_nibble")]
     pub frontend: FrontendArg,
 
+    /// nibble's int8 activation numerics (accuracy_level 4 nodes): `block` (the library's default: per block,
+    /// more accurate) or `row` (per row: ORT-arm64's numerics, fewer instructions per block).
+    #[arg(long, value_enum, conflicts_with = "no_nibble")]
+    pub activation_quant: Option<ActQuantArg>,
+
     /// Compare, on the same prompt and sampling settings (greedy by default): the fp32 graph (--fp32-model), the INT4 --model on ORT's
     /// built-in MatMulNBits, and the INT4 --model on nibble. Prints one table.
     #[arg(long, requires = "fp32_model")]
@@ -150,6 +155,25 @@ impl Args {
     }
 }
 
+/// `--activation-quant`: nibble's int8 activation numerics (session config `nibble.activation_quant`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActQuantArg {
+    /// Per block of the weights' block size (nibble's default; more accurate).
+    Block,
+    /// Per row, asymmetric (ORT-arm64's numerics; fewer instructions).
+    Row,
+}
+
+impl ActQuantArg {
+    /// The setting's value.
+    pub fn value(self) -> &'static str {
+        match self {
+            ActQuantArg::Block => "block",
+            ActQuantArg::Row => "row",
+        }
+    }
+}
+
 /// `--frontend`.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrontendArg {
@@ -185,6 +209,9 @@ mod tests {
         assert!(parse("plugin").is_err());
         assert_eq!(Args::try_parse_from(["nibble-llama", "--model", "m"]).unwrap().frontend, FrontendArg::Auto);
         assert!(Args::try_parse_from(["nibble-llama", "--model", "m", "--frontend", "ep", "--no-nibble"]).is_err());
+        let act = |v: &str| Args::try_parse_from(["nibble-llama", "--model", "m", "--activation-quant", v]);
+        assert_eq!(act("row").unwrap().activation_quant, Some(ActQuantArg::Row));
+        assert!(act("per-row").is_err());
     }
 
     #[test]

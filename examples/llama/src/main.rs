@@ -147,7 +147,11 @@ fn run_once(
     prompt: &Prompt,
     spec: &RunSpec,
 ) -> Result<RunReport> {
-    let opts = SessionOptions { nibble: spec.nibble, threads: args.threads };
+    let opts = SessionOptions {
+        nibble: spec.nibble,
+        threads: args.threads,
+        activation_quant: args.activation_quant.map(|a| a.value()),
+    };
     let mut llama = Llama::load(env, model, &opts)?;
     answer(args, &mut llama, model, tok, prompt, spec)
 }
@@ -311,7 +315,9 @@ fn interactive(args: &Args, params: SamplingParams, seed: u64) -> Result<()> {
         ort_dylib.display(),
         describe_nibble(nibble)
     );
-    let mut llama = Llama::load(&env, &model, &SessionOptions { nibble, threads: args.threads })?;
+    let opts =
+        SessionOptions { nibble, threads: args.threads, activation_quant: args.activation_quant.map(|a| a.value()) };
+    let mut llama = Llama::load(&env, &model, &opts)?;
     eprintln!(
         "[nibble-llama] session ready in {:.2} s. Chat: type a message and Enter; /reset starts a new conversation, \
          /exit or Ctrl-D quits, Ctrl-C ends an answer.",

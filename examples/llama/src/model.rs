@@ -175,6 +175,9 @@ pub struct SessionOptions<'a> {
     pub nibble: Option<(&'a Path, Frontend)>,
     /// intra-op threads; `None` = ORT's default.
     pub threads: Option<u32>,
+    /// nibble's int8 activation numerics (`nibble.activation_quant`: "block" or "row"); `None` = the library's
+    /// default.
+    pub activation_quant: Option<&'static str>,
 }
 
 /// The process-wide ORT environment (`ort` allows one per process).
@@ -212,6 +215,10 @@ impl Llama {
         let mut b = Session::builder(env).ax()?;
         if let Some(n) = opts.threads {
             b = b.with_intra_threads(n as usize).ax()?;
+        }
+        if let (Some(act), Some(_)) = (opts.activation_quant, opts.nibble) {
+            // A session key both frontends read (the EP after its provider options), set before registering.
+            b = b.with_config_entry("nibble.activation_quant", act).ax()?;
         }
         match opts.nibble {
             Some((lib, Frontend::CustomOp)) => {

@@ -29,7 +29,8 @@ fn llama() -> std::sync::MutexGuard<'static, Llama> {
     let llama = LLAMA.get_or_init(|| {
         let dir = ModelDir::open(&q4_dir()).unwrap();
         let lib = paths::nibble_lib(None).unwrap();
-        let opts = SessionOptions { nibble: Some((&lib, Frontend::CustomOp)), threads: Some(1) };
+        let opts =
+            SessionOptions { nibble: Some((&lib, Frontend::CustomOp)), threads: Some(1), activation_quant: None };
         std::sync::Mutex::new(Llama::load(env, &dir, &opts).unwrap())
     });
     llama.lock().unwrap_or_else(|e| e.into_inner())

@@ -25,7 +25,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use clap::Parser;
-use nibble_llama::cli::FrontendArg;
+use nibble_llama::cli::{ActQuantArg, FrontendArg};
 use nibble_llama::frontend;
 use nibble_llama::generate::Generation;
 use nibble_llama::metrics::{Metrics, StopReason, Timings};
@@ -85,6 +85,10 @@ struct Args {
     /// How ONNX Runtime loads nibble (as nibble-llama's --frontend).
     #[arg(long, value_enum, default_value_t = FrontendArg::Auto, conflicts_with = "no_nibble")]
     frontend: FrontendArg,
+    /// nibble's int8 activation numerics (accuracy_level 4 nodes): `block` (the library's default) or `row` (per
+    /// row: ORT-arm64's numerics, fewer instructions).
+    #[arg(long, value_enum, conflicts_with = "no_nibble")]
+    activation_quant: Option<ActQuantArg>,
     /// ONNX Runtime library (as nibble-llama's --ort-dylib).
     #[arg(long, value_name = "PATH")]
     ort_dylib: Option<PathBuf>,
@@ -181,7 +185,12 @@ fn run(args: Args) -> Result<()> {
     for spec in specs {
         let nibble = if spec.nibble { lib.as_deref().zip(fe) } else { None };
         let tok = Arc::new(spec.dir.load_tokenizer()?);
-        let llama = Llama::load(&env, &spec.dir, &SessionOptions { nibble, threads: args.threads })
+        let opts = SessionOptions {
+            nibble,
+            threads: args.threads,
+            activation_quant: args.activation_quant.map(|a| a.value()),
+        };
+        let llama = Llama::load(&env, &spec.dir, &opts)
             .with_context(|| format!("loading model `{}` from {}", spec.id, spec.dir.dir.display()))?;
         let description = format!(
             "{}, {}",
