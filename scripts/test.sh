@@ -15,6 +15,8 @@
 #                                                the chat server, built together as scripts/demo.sh and serve.sh
 #                                                do (one feature resolution: no build invalidates another's)
 #      pip install . (into .venv)                the Python package nibble_ort: the Python tests load its library
+#      cargo clippy --target aarch64-linux-android, aarch64-apple-darwin: the kernels and the library compile for
+#                                                Android and macOS on arm64 (not run: no such machine here)
 #   4. cargo test --workspace                    kernels unit/property tests, provider tests; the ORT integration
 #                                                test (provider/tests/session.rs) and the Llama driver's tests
 #                                                (examples/llama/tests/driver.rs) run here against ORT 1.31.1
@@ -150,6 +152,12 @@ step "Python package: pip install . (nibble_ort into .venv)" \
     .venv/bin/pip install -q --disable-pip-version-check --no-deps --force-reinstall .
 step "lint (cargo fmt --check, cargo clippy -D warnings)" \
     bash -c 'cargo fmt --all -- --check && cargo clippy -q "$@" --workspace --all-targets -- -D warnings' _ "${LOCKED[@]}"
+# Android and macOS on arm64: the kernels and the library compile there, feature detection included (getauxval;
+# sysctlbyname hw.optional.arm.FEAT_*). Compiled only: nothing here can run them.
+for t in aarch64-linux-android aarch64-apple-darwin; do
+    step "cargo clippy --target $t -p nibble-kernels -p nibble-ort (compile-only target)" \
+        cargo clippy -q "${LOCKED[@]}" --target "$t" -p nibble-kernels -p nibble-ort -- -D warnings
+done
 step "cargo test --workspace (ORT integration on $ORT_NEW)" with_ort "$ORT_NEW" cargo test "${LOCKED[@]}" --workspace
 step "C++ end-to-end test (tests/cpp/run.sh: custom-op on $ORT_NEW, EP on 1.24.4 and $ORT_NEW)" bash tests/cpp/run.sh
 step "C/C++ package: scripts/install.sh, CMake and pkg-config consumers (tests/cpp/package/run.sh)" \
