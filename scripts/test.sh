@@ -68,7 +68,7 @@ done
 
 # The settings that steer kernel selection and the tests' expectations come from this script only: a caller's
 # NIBBLE_ISA=portable (say) would otherwise change what every suite runs and compares.
-unset NIBBLE_ISA NIBBLE_FAMILIES NIBBLE_FRONTEND NIBBLE_PARITY_SUBSET NIBBLE_EXPECT_ISAS NIBBLE_EXPECT_FAMILIES \
+unset NIBBLE_ISA NIBBLE_FAMILIES NIBBLE_FRONTEND NIBBLE_PARITY_SUBSET NIBBLE_EXPECT_ISAS NIBBLE_EXPECT_CPU NIBBLE_EXPECT_FAMILIES \
     NIBBLE_REQUIRE_ISAS
 while read -r v; do unset "$v"; done < <(compgen -e | grep '^PROPTEST_' || true)
 
