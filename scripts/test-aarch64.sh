@@ -141,8 +141,18 @@ QUICK_KERNEL_TESTS="every_kernel_edge_taxonomy random_shapes_match_reference"
 # it in the log): the kernel tests (SUITE full: all; quick: QUICK_KERNEL_TESTS) with detection and selection
 # expected to be RUNGS, FEATURES and FAMILIES, nibble-info reporting the same, and the ORT session test. A SIGILL
 # (a kernel the model cannot run) kills a test binary and fails here.
+# cpu_seconds: sets CPU_S to the CPU time (user + system, whole seconds) of this shell's finished children so far:
+# the per-model figure below, which unlike wall time does not depend on what else the machine runs. (Called
+# directly, never in $(...): a subshell has its own children.)
+cpu_seconds() {
+    local f; f=$(mktemp)
+    times > "$f"   # the second line: the children's user and system time, "1m2.345s 0m0.678s"
+    CPU_S=$(awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); t += p[1] * 60 + p[2] } printf "%.0f", t }' "$f")
+    rm -f "$f"
+}
 check_model() {
-    local qemu=$1 label=$2 cpu=$3 rungs=$4 feats=$5 fams=$6 suite=$7 t0=$SECONDS
+    local qemu=$1 label=$2 cpu=$3 rungs=$4 feats=$5 fams=$6 suite=$7 t0=$SECONDS c0
+    cpu_seconds; c0=$CPU_S
     echo "== aarch64 under $label -cpu $cpu: kernels ($suite suite; expect $rungs; $feats), then nibble in aarch64 ORT"
     local -a env=(env QEMU_A64="$qemu" QEMU_CPU="$cpu" NIBBLE_EXPECT_ISAS="$rungs" NIBBLE_EXPECT_CPU="$feats"
                   NIBBLE_EXPECT_FAMILIES="$fams")
@@ -169,7 +179,8 @@ cpu += "".join(f" ({k} {info[f]//8} B)" for k, f in (("sve vl", "sve_vl_bits"), 
 assert (have, cpu, got) == (rungs, feats, want), f"nibble-info: {have}; {cpu}; {got}; expected {rungs}; {feats}; {want}"
 ' "$rungs" "$feats" "$fams"
     env QEMU_A64="$qemu" QEMU_CPU="$cpu" cargo test -q "${locked[@]}" --release -p nibble-ort --target $target --test session
-    echo "== aarch64 under $label -cpu $cpu: passed ($((SECONDS - t0)) s)"
+    cpu_seconds
+    echo "== aarch64 under $label -cpu $cpu: passed ($suite suite: $((SECONDS - t0)) s, CPU $((CPU_S - c0)) s)"
 }
 
 first=1
@@ -185,7 +196,7 @@ done
 echo "aarch64: kernel and ORT integration tests passed on qemu $qver: $cpus"
 if [ -n "$cpus11" ]; then
     t11=$SECONDS
-    q11=$(bash scripts/aarch64/fetch-qemu-testing.sh --print-path)
+    q11=$(bash scripts/aarch64/fetch-qemu-testing.sh)   # prints its version on stderr, its path on stdout
     q11ver=$("$q11" --version | sed -n '1s/.*version \([0-9][0-9.]*\).*/\1/p')
     for cpu in $cpus11; do
         [ -n "${expect11[$cpu]:-}" ] || { echo "test-aarch64.sh: no qemu 11 expectations for -cpu $cpu" >&2; exit 1; }

@@ -42,8 +42,10 @@
 #                                                fresh venv (tests/python/test-wheel.sh), again with onnxruntime
 #                                                1.17.3 (the floor; Python-only on PyPI), and its library through
 #                                                the ORT integration test
-#   9. scripts/test-aarch64.sh                   kernel tests cross-built for aarch64, under qemu on 7 CPU models
-#                                                (and nibble-info on each), the Python parity and package tests in
+#   9. scripts/test-aarch64.sh                   kernel tests cross-built for aarch64, under qemu 7.2 on 7 CPU models
+#                                                and under Debian testing's qemu 11 on 10 (SVE2, SME2, vector
+#                                                lengths, Neoverse V1/N2; scripts/aarch64/fetch-qemu-testing.sh),
+#                                                nibble-info on each, the Python parity and package tests in
 #                                                aarch64 ORT with the aarch64 wheel installed on 3 of them
 #                                                (scripts/aarch64/python-aarch64.sh) and the Llama driver on aarch64
 #                                                (scripts/aarch64/llama-aarch64.sh)
