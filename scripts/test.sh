@@ -15,6 +15,8 @@
 #                                                the chat server, built together as scripts/demo.sh and serve.sh
 #                                                do (one feature resolution: no build invalidates another's)
 #      pip install . (into .venv)                the Python package nibble_ort: the Python tests load its library
+#      cargo clippy --target aarch64-linux-android, aarch64-apple-darwin: the kernels and the library compile for
+#                                                Android and macOS on arm64 (not run: no such machine here)
 #   4. cargo test --workspace                    kernels unit/property tests, provider tests; the ORT integration
 #                                                test (provider/tests/session.rs) and the Llama driver's tests
 #                                                (examples/llama/tests/driver.rs) run here against ORT 1.31.1
@@ -40,8 +42,10 @@
 #                                                fresh venv (tests/python/test-wheel.sh), again with onnxruntime
 #                                                1.17.3 (the floor; Python-only on PyPI), and its library through
 #                                                the ORT integration test
-#   9. scripts/test-aarch64.sh                   kernel tests cross-built for aarch64, under qemu on 7 CPU models
-#                                                (and nibble-info on each), the Python parity and package tests in
+#   9. scripts/test-aarch64.sh                   kernel tests cross-built for aarch64, under qemu 7.2 on 7 CPU models
+#                                                and under Debian testing's qemu 11 on 10 (SVE2, SME2, vector
+#                                                lengths, Neoverse V1/N2; scripts/aarch64/fetch-qemu-testing.sh),
+#                                                nibble-info on each, the Python parity and package tests in
 #                                                aarch64 ORT with the aarch64 wheel installed on 3 of them
 #                                                (scripts/aarch64/python-aarch64.sh) and the Llama driver on aarch64
 #                                                (scripts/aarch64/llama-aarch64.sh)
@@ -66,7 +70,7 @@ done
 
 # The settings that steer kernel selection and the tests' expectations come from this script only: a caller's
 # NIBBLE_ISA=portable (say) would otherwise change what every suite runs and compares.
-unset NIBBLE_ISA NIBBLE_FAMILIES NIBBLE_FRONTEND NIBBLE_PARITY_SUBSET NIBBLE_EXPECT_ISAS NIBBLE_EXPECT_FAMILIES \
+unset NIBBLE_ISA NIBBLE_FAMILIES NIBBLE_FRONTEND NIBBLE_PARITY_SUBSET NIBBLE_EXPECT_ISAS NIBBLE_EXPECT_CPU NIBBLE_EXPECT_FAMILIES \
     NIBBLE_REQUIRE_ISAS
 while read -r v; do unset "$v"; done < <(compgen -e | grep '^PROPTEST_' || true)
 
@@ -150,6 +154,12 @@ step "Python package: pip install . (nibble_ort into .venv)" \
     .venv/bin/pip install -q --disable-pip-version-check --no-deps --force-reinstall .
 step "lint (cargo fmt --check, cargo clippy -D warnings)" \
     bash -c 'cargo fmt --all -- --check && cargo clippy -q "$@" --workspace --all-targets -- -D warnings' _ "${LOCKED[@]}"
+# Android and macOS on arm64: the kernels and the library compile there, feature detection included (getauxval;
+# sysctlbyname hw.optional.arm.FEAT_*). Compiled only: nothing here can run them.
+for t in aarch64-linux-android aarch64-apple-darwin; do
+    step "cargo clippy --target $t -p nibble-kernels -p nibble-ort (compile-only target)" \
+        cargo clippy -q "${LOCKED[@]}" --target "$t" -p nibble-kernels -p nibble-ort -- -D warnings
+done
 step "cargo test --workspace (ORT integration on $ORT_NEW)" with_ort "$ORT_NEW" cargo test "${LOCKED[@]}" --workspace
 step "C++ end-to-end test (tests/cpp/run.sh: custom-op on $ORT_NEW, EP on 1.24.4 and $ORT_NEW)" bash tests/cpp/run.sh
 step "C/C++ package: scripts/install.sh, CMake and pkg-config consumers (tests/cpp/package/run.sh)" \

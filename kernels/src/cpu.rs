@@ -19,7 +19,11 @@ pub enum Feature {
     Bf16,
     Sve,
     Sve2,
+    /// SVE's SMMLA/UMMLA (HWCAP2_SVEI8MM): only with [`Feature::Sve`].
+    SveI8mm,
     Sme,
+    /// SME2 (HWCAP2_SME2; macOS FEAT_SME2): only with [`Feature::Sme`].
+    Sme2,
     // x86_64
     Avx2,
     Fma,
@@ -32,7 +36,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    pub const ALL: [Feature; 16] = [
+    pub const ALL: [Feature; 18] = [
         Feature::Neon,
         Feature::Dotprod,
         Feature::I8mm,
@@ -40,7 +44,9 @@ impl Feature {
         Feature::Bf16,
         Feature::Sve,
         Feature::Sve2,
+        Feature::SveI8mm,
         Feature::Sme,
+        Feature::Sme2,
         Feature::Avx2,
         Feature::Fma,
         Feature::F16c,
@@ -60,7 +66,9 @@ impl Feature {
             Feature::Bf16 => "bf16",
             Feature::Sve => "sve",
             Feature::Sve2 => "sve2",
+            Feature::SveI8mm => "svei8mm",
             Feature::Sme => "sme",
+            Feature::Sme2 => "sme2",
             Feature::Avx2 => "avx2",
             Feature::Fma => "fma",
             Feature::F16c => "f16c",
@@ -197,8 +205,8 @@ impl Isa {
         const NEON: Features = Features::of(&[Neon, Fp16, Bf16]);
         const DOT: Features = NEON.union(Features::of(&[Dotprod]));
         const MM: Features = DOT.union(Features::of(&[I8mm]));
-        const SVE: Features = MM.union(Features::of(&[Sve, Sve2]));
-        const SME: Features = SVE.union(Features::of(&[Sme]));
+        const SVE: Features = MM.union(Features::of(&[Sve, Sve2, SveI8mm]));
+        const SME: Features = SVE.union(Features::of(&[Sme, Sme2]));
         const AVX2: Features = Features::of(&[Avx2, Fma, F16c, AvxVnni]);
         const VNNI: Features = AVX2.union(Features::of(&[Avx512f, Avx512bw, Avx512vl, Avx512Vnni]));
         match self {

@@ -1,6 +1,8 @@
 //! CPU detection, the `NIBBLE_ISA` ladder and family selection. Under qemu, `NIBBLE_EXPECT_ISAS` (set by
 //! scripts/test-aarch64.sh per `-cpu` model) states which rungs detection must find, so a detection bug fails
-//! here instead of as a SIGILL, and `NIBBLE_EXPECT_FAMILIES` which family each compute path gets.
+//! here instead of as a SIGILL, `NIBBLE_EXPECT_CPU` every feature and vector length detected (the `Cpu`'s
+//! display, e.g. `neon+dotprod+i8mm+fp16+sve+svei8mm (sve vl 32 B)`), and `NIBBLE_EXPECT_FAMILIES` which family
+//! each compute path gets.
 
 use nibble_kernels::registry::{self, build_ladder};
 use nibble_kernels::{ComputePath, Cpu, Isa, Problem};
@@ -17,6 +19,9 @@ fn detected_isas_match_expectation() {
     assert!(got.starts_with("portable"), "portable is always available: {got}");
     if let Ok(want) = std::env::var("NIBBLE_EXPECT_ISAS") {
         assert_eq!(got, want, "CPU feature detection");
+    }
+    if let Ok(want) = std::env::var("NIBBLE_EXPECT_CPU") {
+        assert_eq!(cpu.to_string(), want, "CPU features and vector lengths");
     }
     // SVE/SME kernels size their tiles by vector length: detection must know it wherever the feature is.
     assert_eq!(cpu.sve_vl().is_some(), cpu.has(nibble_kernels::Feature::Sve), "{cpu}");

@@ -162,81 +162,168 @@ fn detect() -> Cpu {
 }
 
 /// This CPU's features and vector lengths.
-#[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+#[cfg(all(target_arch = "aarch64", any(target_os = "linux", target_os = "android")))]
 fn detect() -> Cpu {
     let (cpu, sve_vl, sme_svl) = aarch64_linux::detect();
     cpu.with_vector_lengths(sve_vl, sme_svl)
 }
 
+/// This CPU's features and vector lengths.
+#[cfg(all(target_arch = "aarch64", target_os = "macos"))]
+fn detect() -> Cpu {
+    let (cpu, sme_svl) = aarch64_macos::detect();
+    cpu.with_vector_lengths(0, sme_svl)
+}
+
 /// Elsewhere only the portable kernels run.
-#[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_os = "linux"))))]
+#[cfg(not(any(
+    target_arch = "x86_64",
+    all(target_arch = "aarch64", any(target_os = "linux", target_os = "android", target_os = "macos"))
+)))]
 fn detect() -> Cpu {
     Cpu::with(crate::cpu::Features::NONE)
 }
 
-/// aarch64 Linux: features from the auxiliary vector (`getauxval(AT_HWCAP / AT_HWCAP2)`, what the kernel
-/// vouches for; never /proc or /sys, which qemu-user and containers may show wrong), vector lengths from
-/// `prctl(PR_SVE_GET_VL / PR_SME_GET_VL)`, which needs no SVE instruction.
-#[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+/// aarch64 Linux and Android: features from the auxiliary vector (`getauxval(AT_HWCAP / AT_HWCAP2)`, what the
+/// kernel vouches for; never /proc or /sys, which qemu-user and containers may show wrong), vector lengths from
+/// `prctl(PR_SVE_GET_VL / PR_SME_GET_VL)`, which needs no SVE instruction. Every SVE feature is gated on
+/// HWCAP_SVE and every SME one on HWCAP2_SME: Linux before 6.14 reports sve2 (and svei8mm) on cores that have
+/// SVE only in streaming mode (SME without SVE), where an SVE instruction outside streaming mode is a SIGILL.
+/// (The HWCAP decoding is also compiled for tests on every host.)
+#[cfg(any(test, all(target_arch = "aarch64", any(target_os = "linux", target_os = "android"))))]
 mod aarch64_linux {
-    use crate::cpu::{Cpu, Feature, Features};
-    use core::ffi::{c_int, c_ulong};
+    use crate::cpu::{Feature, Features};
+    #[cfg(target_arch = "aarch64")]
+    use core::ffi::c_int;
+    use core::ffi::c_ulong;
 
+    #[cfg(target_arch = "aarch64")]
     const AT_HWCAP: c_ulong = 16;
+    #[cfg(target_arch = "aarch64")]
     const AT_HWCAP2: c_ulong = 26;
-    // linux/arch/arm64/include/uapi/asm/hwcap.h
+    // linux/arch/arm64/include/uapi/asm/hwcap.h (the same bits on Android)
     const HWCAP_ASIMD: c_ulong = 1 << 1;
     const HWCAP_ASIMDHP: c_ulong = 1 << 10;
     const HWCAP_ASIMDDP: c_ulong = 1 << 20;
     const HWCAP_SVE: c_ulong = 1 << 22;
     const HWCAP2_SVE2: c_ulong = 1 << 1;
+    const HWCAP2_SVEI8MM: c_ulong = 1 << 9;
     const HWCAP2_I8MM: c_ulong = 1 << 13;
     const HWCAP2_BF16: c_ulong = 1 << 14;
     const HWCAP2_SME: c_ulong = 1 << 23;
+    const HWCAP2_SME2: c_ulong = 1 << 37;
     // linux/include/uapi/linux/prctl.h
+    #[cfg(target_arch = "aarch64")]
     const PR_SVE_GET_VL: c_int = 51;
+    #[cfg(target_arch = "aarch64")]
     const PR_SME_GET_VL: c_int = 64;
+    #[cfg(target_arch = "aarch64")]
     const PR_VL_LEN_MASK: c_int = 0xffff;
 
-    unsafe extern "C" {
-        fn getauxval(kind: c_ulong) -> c_ulong;
-        fn prctl(option: c_int, ...) -> c_int;
-    }
-
-    pub(super) fn detect() -> (Cpu, usize, usize) {
-        // SAFETY: getauxval has no preconditions; unknown keys return 0.
-        let (hw, hw2) = unsafe { (getauxval(AT_HWCAP), getauxval(AT_HWCAP2)) };
+    /// The features the two HWCAP words `hw`, `hw2` state (see the module's note on gating).
+    pub(super) fn features(hw: c_ulong, hw2: c_ulong) -> Features {
         let mut f = Vec::new();
+        let mut add = |word: c_ulong, list: &[(c_ulong, Feature)]| {
+            f.extend(list.iter().filter(|&&(bit, _)| word & bit != 0).map(|&(_, feat)| feat));
+        };
         if hw & HWCAP_ASIMD != 0 {
-            f.push(Feature::Neon);
-            for (bit, feat) in [(HWCAP_ASIMDHP, Feature::Fp16), (HWCAP_ASIMDDP, Feature::Dotprod)] {
-                if hw & bit != 0 {
-                    f.push(feat);
-                }
-            }
-            for (bit, feat) in [(HWCAP2_I8MM, Feature::I8mm), (HWCAP2_BF16, Feature::Bf16)] {
-                if hw2 & bit != 0 {
-                    f.push(feat);
-                }
-            }
+            add(hw, &[(HWCAP_ASIMD, Feature::Neon), (HWCAP_ASIMDHP, Feature::Fp16), (HWCAP_ASIMDDP, Feature::Dotprod)]);
+            add(hw2, &[(HWCAP2_I8MM, Feature::I8mm), (HWCAP2_BF16, Feature::Bf16)]);
         }
         if hw & HWCAP_SVE != 0 {
-            f.push(Feature::Sve);
-            if hw2 & HWCAP2_SVE2 != 0 {
-                f.push(Feature::Sve2);
-            }
+            add(hw, &[(HWCAP_SVE, Feature::Sve)]);
+            add(hw2, &[(HWCAP2_SVE2, Feature::Sve2), (HWCAP2_SVEI8MM, Feature::SveI8mm)]);
         }
         if hw2 & HWCAP2_SME != 0 {
-            f.push(Feature::Sme);
+            add(hw2, &[(HWCAP2_SME, Feature::Sme), (HWCAP2_SME2, Feature::Sme2)]);
         }
+        Features::of(&f)
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    pub(super) fn detect() -> (crate::cpu::Cpu, usize, usize) {
+        // SAFETY: getauxval has no preconditions; unknown keys return 0.
+        let (hw, hw2) = unsafe { (libc::getauxval(AT_HWCAP), libc::getauxval(AT_HWCAP2)) };
         let vl = |option| {
             // SAFETY: PR_SVE_GET_VL / PR_SME_GET_VL take no further arguments and only return a value (-1 with
             // errno set where unsupported).
-            let r = unsafe { prctl(option) };
+            let r = unsafe { libc::prctl(option) };
             if r < 0 { 0 } else { (r & PR_VL_LEN_MASK) as usize }
         };
         let sve_vl = if hw & HWCAP_SVE != 0 { vl(PR_SVE_GET_VL) } else { 0 };
         let sme_svl = if hw2 & HWCAP2_SME != 0 { vl(PR_SME_GET_VL) } else { 0 };
-        (Cpu::with(Features::of(&f)), sve_vl, sme_svl)
+        (crate::cpu::Cpu::with(features(hw, hw2)), sve_vl, sme_svl)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn sve_and_sme_features_need_their_base_hwcap() {
+            let all2 = HWCAP2_SVE2 | HWCAP2_SVEI8MM | HWCAP2_I8MM | HWCAP2_BF16 | HWCAP2_SME | HWCAP2_SME2;
+            // An SME-only core as Linux < 6.14 reports it: sve2 and svei8mm without HWCAP_SVE mean no SVE.
+            let f = features(HWCAP_ASIMD | HWCAP_ASIMDDP, all2);
+            assert_eq!(f.to_string(), "neon+dotprod+i8mm+bf16+sme+sme2");
+            let f = features(HWCAP_ASIMD | HWCAP_SVE, HWCAP2_SVEI8MM | HWCAP2_SME2);
+            assert_eq!(f.to_string(), "neon+sve+svei8mm");
+            assert_eq!(features(HWCAP_ASIMD | HWCAP_SVE, all2).iter().count(), 8);
+            assert_eq!(features(0, all2), Features::of(&[Feature::Sme, Feature::Sme2]));
+        }
+    }
+}
+
+/// macOS on Apple silicon: features from `sysctlbyname("hw.optional.arm.FEAT_*")` (each an int32, 1 when
+/// present; an absent name is an absent feature), the SME streaming vector length from
+/// `hw.optional.arm.sme_max_svl_b`. Apple's cores have no SVE (non-streaming). SME is reported only with a
+/// streaming vector length.
+#[cfg(all(target_arch = "aarch64", target_os = "macos"))]
+mod aarch64_macos {
+    use crate::cpu::{Cpu, Feature, Features};
+    use core::ffi::CStr;
+
+    /// The int32 sysctl `name`, if the kernel has it.
+    fn sysctl_u32(name: &CStr) -> Option<u32> {
+        let mut value: u32 = 0;
+        let mut len = core::mem::size_of::<u32>();
+        // SAFETY: `name` is NUL-terminated; `value` and `len` are valid for writes and `len` holds value's size;
+        // no new value is set (null, 0).
+        let r = unsafe {
+            libc::sysctlbyname(
+                name.as_ptr(),
+                (&raw mut value).cast::<libc::c_void>(),
+                &mut len,
+                core::ptr::null_mut(),
+                0,
+            )
+        };
+        (r == 0 && len == core::mem::size_of::<u32>()).then_some(value)
+    }
+
+    pub(super) fn detect() -> (Cpu, usize) {
+        let on = |name: &CStr| sysctl_u32(name) == Some(1);
+        let mut f = Vec::new();
+        if on(c"hw.optional.AdvSIMD") || on(c"hw.optional.neon") {
+            f.push(Feature::Neon);
+            for (name, feat) in [
+                (c"hw.optional.arm.FEAT_FP16", Feature::Fp16),
+                (c"hw.optional.arm.FEAT_DotProd", Feature::Dotprod),
+                (c"hw.optional.arm.FEAT_I8MM", Feature::I8mm),
+                (c"hw.optional.arm.FEAT_BF16", Feature::Bf16),
+            ] {
+                if on(name) {
+                    f.push(feat);
+                }
+            }
+        }
+        let svl = sysctl_u32(c"hw.optional.arm.sme_max_svl_b").unwrap_or(0) as usize;
+        if on(c"hw.optional.arm.FEAT_SME") && svl > 0 {
+            f.push(Feature::Sme);
+            if on(c"hw.optional.arm.FEAT_SME2") {
+                f.push(Feature::Sme2);
+            }
+        }
+        let svl = if f.contains(&Feature::Sme) { svl } else { 0 };
+        (Cpu::with(Features::of(&f)), svl)
     }
 }
