@@ -77,8 +77,9 @@ def main() -> int:
               "replicas will wait for a CPU (pass --num-cpus or --cpus-per-replica)", file=sys.stderr)
 
     stop = threading.Event()
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, lambda *_: stop.set())
+
+    def on_signal(*_):
+        stop.set()
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # Workers import nibble_ray from here; a private temp dir keeps this cluster's files apart from any other's.
@@ -92,6 +93,9 @@ def main() -> int:
     t0 = time.monotonic()
     ray.init(num_cpus=a.num_cpus, include_dashboard=False, _temp_dir=temp, log_to_driver=False,
              object_store_memory=150 * 1024 * 1024)
+    # After ray.init, which installs its own SIGTERM handler (it would end this process before the shutdown below).
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
     code = 0
     try:
         serve.start(proxy_location="EveryNode", http_options={"host": a.host, "port": a.port})
