@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -34,6 +35,9 @@ HERE_RAY = ROOT / "examples" / "ray"
 # Ray's workers import nibble_ray: they inherit this environment from the raylets the Cluster starts.
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE_RAY), os.environ.get("PYTHONPATH")]))
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+# The replicas and proxies report their ongoing requests to the autoscaler every half second (default 10 s).
+os.environ["RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "0.5"
+os.environ["RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "0.5"
 sys.path.insert(0, str(HERE_RAY))
 
 import ray  # noqa: E402
@@ -91,23 +95,32 @@ class Service:
             time.sleep(0.5)
 
     def ask(self, retries: int = 0, **kw) -> tuple[str, dict]:
-        """A greedy answer and the response's headers (x-nibble-node, -replica, ...); `retries` on 5xx/connection."""
-        kw = {"model": MODEL, "messages": Q, "temperature": 0, "max_tokens": 12, **kw}
+        """A greedy answer and the response's headers (x-nibble-node, -replica, ...), on a new connection each time
+        (the nodes' proxies share the port with SO_REUSEPORT and each prefers its own node's replica, so one
+        kept-alive connection would always reach the same replica); `retries` on 5xx and connection errors."""
+        body = json.dumps({"model": MODEL, "messages": Q, "temperature": 0, "max_tokens": 12, **kw}).encode()
         for attempt in range(retries + 1):
+            req = urllib.request.Request(self.url + "/v1/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json", "Connection": "close"})
             try:
-                raw = self.client.chat.completions.with_raw_response.create(**kw)
-                return raw.parse().choices[0].message.content, dict(raw.headers)
-            except (openai.APIConnectionError, openai.InternalServerError):
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    return json.loads(r.read())["choices"][0]["message"]["content"], dict(r.headers)
+            except urllib.error.HTTPError as e:
+                if e.code < 500 or attempt == retries:
+                    raise AssertionError(f"HTTP {e.code}: {e.read()!r}") from e
+            except (urllib.error.URLError, ConnectionError) as e:
                 if attempt == retries:
-                    raise
-                time.sleep(1)
+                    raise AssertionError(f"no answer after {retries} retries: {e}") from e
+            time.sleep(1)
         raise AssertionError("unreachable")
 
-    def seen(self, n_requests: int, retries: int = 0) -> tuple[set[str], set[str], dict[str, str]]:
-        """Nodes and replicas that served n_requests sequential requests; replica id -> replica pid."""
+    def seen(self, n_requests: int, retries: int = 0) -> tuple[set[str], set[str], dict[str, tuple]]:
+        """Nodes and replicas that served n_requests sequential requests; replica id -> (replica pid, nibble-serve
+        pid, node id)."""
         nodes, replicas, pids = set(), set(), {}
         for _ in range(n_requests):
             _, h = self.ask(retries=retries, max_tokens=1)
+            h = {k.lower(): v for k, v in h.items()}
             nodes.add(h["x-nibble-node"])
             replicas.add(h["x-nibble-replica"])
             pids[h["x-nibble-replica"]] = (int(h["x-nibble-replica-pid"]), int(h["x-nibble-pid"]), h["x-nibble-node"])
@@ -269,7 +282,7 @@ def test_autoscaling_from_one_to_two_replicas_under_load(svc):
     svc.deploy(ray_actor_options={"num_cpus": 1}, max_ongoing_requests=8,
                autoscaling_config={"min_replicas": 1, "initial_replicas": 1, "max_replicas": 2,
                                    "target_ongoing_requests": 1, "upscale_delay_s": 0.5, "downscale_delay_s": 600,
-                                   "look_back_period_s": 2, "metrics_interval_s": 0.5})
+                                   "look_back_period_s": 2})
     svc.wait_running(1)
     stop = threading.Event()
     failures: list = []
