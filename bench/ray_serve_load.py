@@ -65,7 +65,8 @@ def replica_pids(url: str, n: int) -> dict[str, tuple[int, int]]:
     while len(seen) < n and time.time() < deadline:
         req = urllib.request.Request(url + "/v1/models", headers={"Connection": "close"})
         with urllib.request.urlopen(req, timeout=30) as r:
-            seen[r.headers["x-nibble-replica"]] = (int(r.headers["x-nibble-replica-pid"]), int(r.headers["x-nibble-pid"]))
+            h = r.headers
+            seen[h["x-nibble-replica"]] = (int(h["x-nibble-replica-pid"]), int(h["x-nibble-pid"]))
     return seen
 
 

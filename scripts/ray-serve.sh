@@ -46,7 +46,8 @@ source scripts/prepare.sh
 check_prerequisites
 prepare
 cpus=$(nproc)
-[ "$replicas" -le "$cpus" ] || echo "ray-serve.sh: $replicas replicas on $cpus CPUs: each gets 1 thread and they share the CPUs" >&2
+[ "$replicas" -le "$cpus" ] ||
+    echo "ray-serve.sh: $replicas replicas on $cpus CPUs: each gets 1 thread and they share the CPUs" >&2
 echo "==> Ray Serve: $replicas replica(s) of nibble-serve on a local Ray cluster (Ctrl-C stops it and the cluster)"
 args=(--port "$port" --replicas "$replicas" --num-cpus "$(( cpus > replicas ? cpus : replicas ))")
 [ -n "$model" ] && args+=(--model "$model")

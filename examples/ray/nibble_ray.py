@@ -52,11 +52,14 @@ START_TIMEOUT_S = 300.0
 PASSED_HEADERS = ("content-type", "cache-control", "retry-after")
 
 
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: no dlopen between fork and exec
+_PR_SET_PDEATHSIG = 1
+
+
 def _die_with_parent() -> None:
     """In the child, between fork and exec: SIGTERM when the thread that started us ends (the replica's supervisor
     thread, which lives as long as the child, or the whole replica process, killed or not)."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    if libc.prctl(1, signal.SIGTERM, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG = 1
+    if _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
         os._exit(127)
 
 
