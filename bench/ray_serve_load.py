@@ -3,12 +3,13 @@
 against Ray Serve with 1 replica (all CPUs), and with 2 replicas (1 CPU each), on one machine, the same total
 number of answers generating at once in every configuration (--slots). Not a test: a benchmark (bench/README.md).
 
-Per configuration: --repeat runs of C clients x R streamed requests (medians and min-max spreads reported), then
-one client alone (requests one after another: what one request and one token cost through the proxy when nothing
-else runs), and the resident memory of the processes (nibble-serve, the replica, Ray's own).
+--repeat rounds; in each, every configuration in turn (so that a change in the machine's other load hits all of them
+alike): C clients x R streamed requests, then one client alone (requests one after another: what one request and
+one token cost through the proxy when nothing else runs), and the resident memory of the processes (nibble-serve,
+the replica, Ray's own). Medians over the rounds with their min-max spreads.
 
   .venv/bin/python bench/ray_serve_load.py                 8 clients x 3 requests, 64 tokens, 8 slots, 3 runs
-  .venv/bin/python bench/ray_serve_load.py --clients 8 --requests 5 --repeat 5 --json out.json
+  .venv/bin/python bench/ray_serve_load.py --alone-threads 2,1 --json out.json   (also nibble-serve with 1 thread)
 """
 
 from __future__ import annotations
@@ -87,17 +88,21 @@ def single_client(url: str, n: int, max_tokens: int) -> dict:
             "overhead_tok_ms": 1000 * statistics.median(per_tok)}
 
 
-def measure(label: str, url: str, a, memory) -> dict:
-    runs = []
-    server_load.run_load(url, MODEL, 1, 1, 8)  # warm-up
-    for i in range(a.repeat):
-        r = server_load.run_load(url, MODEL, a.clients, a.requests, a.max_tokens)
-        print(f"[{label} run {i + 1}] {r['ok']} ok, {r['failed']} failed, {r['aggregate_tok_s']:.1f} tok/s, "
-              f"TTFT p50 {r['client_ttft_p50']:.3f} s p95 {r['client_ttft_p95']:.3f} s", file=sys.stderr, flush=True)
-        runs.append(r)
+def measure(label: str, url: str, a, memory, out: dict) -> None:
+    """One round of one configuration: a warm-up, one run of the load, the one-client run, the memory."""
+    r = out.setdefault(label, {"label": label, "runs": [], "single": [], "memory": []})
+    # Warm-up: as many concurrent short requests as there are slots, so that every replica has run (its first
+    # requests pay ORT's first-run allocations) before anything is measured.
+    server_load.run_load(url, MODEL, a.slots, 1, 8)
+    run = server_load.run_load(url, MODEL, a.clients, a.requests, a.max_tokens)
+    print(f"[{label} round {len(r['runs']) + 1}] {run['ok']} ok, {run['failed']} failed, "
+          f"{run['aggregate_tok_s']:.1f} tok/s, TTFT p50 {run['client_ttft_p50']:.3f} s p95 "
+          f"{run['client_ttft_p95']:.3f} s", file=sys.stderr, flush=True)
     one = single_client(url, a.single, a.max_tokens)
-    print(f"[{label} 1 client] {one}", file=sys.stderr, flush=True)
-    return {"label": label, "runs": runs, "single": one, "memory": memory()}
+    print(f"[{label} round {len(r['runs']) + 1}, 1 client] {one}", file=sys.stderr, flush=True)
+    r["runs"].append(run)
+    r["single"].append(one)
+    r["memory"].append(memory())
 
 
 def stat(runs: list[dict], key: str, fmt: str) -> str:
@@ -113,59 +118,66 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--single", type=int, default=6, help="requests of the one-client run")
     ap.add_argument("--slots", type=int, default=8, help="answers generating at once, in total (--parallel)")
+    ap.add_argument("--alone-threads", default=str(os.cpu_count()),
+                    help="nibble-serve alone with these thread counts (comma-separated; default: all CPUs)")
     ap.add_argument("--port", type=int, default=18401)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
+    a.alone_threads = [int(t) for t in a.alone_threads.split(",")]
     cpus = os.cpu_count()
-    results = []
+    out: dict[str, dict] = {}
 
-    # 1. nibble-serve alone, all CPUs (its default thread count)
-    srv = server_load.Spawned(["--model-id", MODEL, "--parallel", str(a.slots), "--threads", str(cpus)])
-    try:
-        results.append(measure(f"nibble-serve alone ({cpus} threads, --parallel {a.slots})", srv.url, a,
-                               lambda: {"nibble-serve": rss_mib(srv.proc.pid)}))
-    finally:
-        srv.stop()
-
-    # 2., 3. Ray Serve on a local 1-node cluster with all CPUs: 1 replica x all CPUs, 2 replicas x half
     import ray
     from ray import serve
 
     import nibble_ray
 
+    # One Ray cluster for the whole run (idle while nibble-serve alone is measured); the configurations take turns,
+    # round after round, so that a change in the machine's other load hits them all alike.
     ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, object_store_memory=150 * 1024 * 1024)
     try:
         serve.start(proxy_location="EveryNode", http_options={"host": "127.0.0.1", "port": a.port})
         url = f"http://127.0.0.1:{a.port}"
-        for n in (1, 2):
-            per = cpus // n
-            app = nibble_ray.NibbleChat.options(num_replicas=n, ray_actor_options={"num_cpus": per}).bind(
-                model_id=MODEL, parallel=a.slots // n, queue=16)
-            serve.run(app, name="nibble", route_prefix="/")
-            pids = replica_pids(url, n)
-            assert len(pids) == n, pids
+        for _ in range(a.repeat):
+            # nibble-serve alone, with each --alone-threads count
+            for threads in a.alone_threads:
+                srv = server_load.Spawned(["--model-id", MODEL, "--parallel", str(a.slots), "--threads", str(threads)])
+                try:
+                    measure(f"nibble-serve alone ({threads} thread{'s' if threads > 1 else ''}, --parallel {a.slots})",
+                            srv.url, a, lambda: {"nibble-serve": rss_mib(srv.proc.pid)}, out)
+                finally:
+                    srv.stop()
+            # Ray Serve: 1 replica x all CPUs, 2 replicas x half
+            for n in (1, 2):
+                per = cpus // n
+                app = nibble_ray.NibbleChat.options(num_replicas=n, ray_actor_options={"num_cpus": per}).bind(
+                    model_id=MODEL, parallel=a.slots // n, queue=16)
+                serve.run(app, name="nibble", route_prefix="/")
+                pids = replica_pids(url, n)
+                assert len(pids) == n, pids
 
-            def memory(pids=pids):
-                m = {}
-                for k, (rp, sp) in pids.items():
-                    m[f"replica {k} (Python)"] = rss_mib(rp)
-                    m[f"replica {k} nibble-serve"] = rss_mib(sp)
-                ours = {p for rp, sp in pids.values() for p in (rp, sp)}
-                m["Ray's own processes (GCS, raylet, proxy, controller, agents)"] = sum(
-                    rss_mib(p) for p in descendants(os.getpid()) - ours if Path(f"/proc/{p}").exists())
-                return m
+                def memory(pids=pids):
+                    m = {}
+                    for k, (rp, sp) in enumerate(pids.values()):
+                        m[f"replica {k + 1}: Python"] = rss_mib(rp)
+                        m[f"replica {k + 1}: nibble-serve"] = rss_mib(sp)
+                    ours = {p for rp, sp in pids.values() for p in (rp, sp)}
+                    m["Ray's own processes"] = sum(rss_mib(p) for p in descendants(os.getpid()) - ours
+                                                   if Path(f"/proc/{p}").exists())
+                    return m
 
-            results.append(measure(f"Ray Serve, {n} replica{'s' if n > 1 else ''} x {per} CPU "
-                                   f"(--parallel {a.slots // n} each)", url, a, memory))
-            serve.delete("nibble")
+                measure(f"Ray Serve, {n} replica{'s' if n > 1 else ''} x {per} CPU (--parallel {a.slots // n} each)",
+                        url, a, memory, out)
+                serve.delete("nibble")
     finally:
         serve.shutdown()
         ray.shutdown()
+    results = list(out.values())
 
     if a.json:
         a.json.write_text(json.dumps(results, indent=1))
     print(f"\n{a.clients} clients x {a.requests} streamed requests, up to {a.max_tokens} new tokens, temperature 0.7 "
-          f"(seeded); median (min–max) of {a.repeat} runs\n")
+          f"(seeded); median (min–max) of {a.repeat} rounds\n")
     print("| configuration | requests ok / failed | aggregate tok/s | TTFT p50 (client) | TTFT p95 (client) | "
           "decode tok/s per request p50 |")
     print("|---|---|---|---|---|---|")
@@ -174,15 +186,16 @@ def main():
         print(f"| {r['label']} | {sum(x['ok'] for x in rs)} / {sum(x['failed'] for x in rs)} | "
               f"{stat(rs, 'aggregate_tok_s', '.1f')} | {stat(rs, 'client_ttft_p50', '.3f')} s | "
               f"{stat(rs, 'client_ttft_p95', '.3f')} s | {stat(rs, 'decode_p50', '.1f')} |")
-    print(f"\nOne client alone, {a.single} requests one after another (medians):\n")
+    print(f"\nOne client alone, {a.single} requests one after another (median (min–max) of the rounds' medians;"
+          " memory: median):\n")
     print("| configuration | TTFT (client) | client TTFT − server TTFT per request | per token, client − server |"
           " resident memory |")
     print("|---|---|---|---|---|")
     for r in results:
         s = r["single"]
-        mem = ", ".join(f"{k} {v:.0f} MiB" for k, v in r["memory"].items())
-        print(f"| {r['label']} | {s['ttft_1']:.3f} s | {s['overhead_req_ms']:.1f} ms | {s['overhead_tok_ms']:.2f} ms | "
-              f"{mem} |")
+        mem = ", ".join(f"{k} {statistics.median(m[k] for m in r['memory']):.0f} MiB" for k in r["memory"][0])
+        print(f"| {r['label']} | {stat(s, 'ttft_1', '.3f')} s | {stat(s, 'overhead_req_ms', '.1f')} ms | "
+              f"{stat(s, 'overhead_tok_ms', '.2f')} ms | {mem} |")
 
 
 if __name__ == "__main__":

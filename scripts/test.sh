@@ -28,7 +28,8 @@
 #                                                (ray.cluster_utils.Cluster), 2 replicas through Ray's HTTP proxy and
 #                                                the openai client (nibble-serve's greedy answer, 16 concurrent
 #                                                streams on both nodes, a killed replica, a dead generator, a worker
-#                                                node removed and added back, autoscaling 1 -> 2), then
+#                                                node removed and added back, the Serve config deployed and
+#                                                autoscaling 1 -> 2), then
 #                                                scripts/ray-serve.sh started, asked, stopped with SIGTERM
 #      tests/cpp/service/run.sh                  the C++ inference service example (examples/cpp) built with CMake
 #                                                against that package and ORT's headers; its tokenizer against HF

@@ -1,7 +1,8 @@
 """nibble on Ray Serve (examples/ray) on a 2-node Ray cluster faked on this host (ray.cluster_utils.Cluster), through
 Ray's HTTP proxy with the official `openai` client: 2 replicas on 2 nodes, the same greedy answer as nibble-serve
 alone, 16 concurrent streams landing on both nodes, a SIGKILLed replica and a dead generator replaced, a worker node
-removed and added back, autoscaling from 1 to 2 replicas under load.
+removed and added back, and examples/ray/serve-config.yaml deployed as `serve deploy` does, autoscaling from 1 to 2
+replicas under load.
 
 Needs target/release/nibble-serve and target/llama/smollm2-q4 (NIBBLE_LLAMA_Q4_DIR), as tests/server does. Each
 node has 1 CPU and each replica asks for 1, so 2 replicas can only run on 2 different nodes."""
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import openai
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
@@ -45,6 +47,7 @@ sys.path.insert(0, str(HERE_RAY))
 import ray  # noqa: E402
 from ray import serve  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
+from ray.serve.schema import ServeDeploySchema  # noqa: E402
 
 import nibble_ray  # noqa: E402
 
@@ -282,12 +285,24 @@ def test_worker_node_removed_and_added_back(two):
     assert {n for _, _, n in pids.values()} == two.node_ids() and two.worker.node_id in two.node_ids()
 
 
-def test_autoscaling_from_one_to_two_replicas_under_load(svc):
+def test_the_serve_config_deploys_and_autoscales_from_one_to_two_replicas_under_load(svc):
+    """examples/ray/serve-config.yaml as `serve deploy` applies it (the controller's apply_config), adapted to this
+    cluster only where it must be: 1 CPU per replica, at most 2, quicker to react, the test's model path and port."""
     serve.delete(APP)
-    svc.deploy(ray_actor_options={"num_cpus": 1}, max_ongoing_requests=8,
-               autoscaling_config={"min_replicas": 1, "initial_replicas": 1, "max_replicas": 2,
-                                   "target_ongoing_requests": 1, "upscale_delay_s": 0.5, "downscale_delay_s": 600,
-                                   "look_back_period_s": 2})
+    cfg = yaml.safe_load((HERE_RAY / "serve-config.yaml").read_text())
+    assert cfg["proxy_location"] == "EveryNode"
+    app = cfg["applications"][0]
+    assert (app["name"], app["route_prefix"], app["import_path"]) == (APP, "/", "nibble_ray:build")
+    dep = app["deployments"][0]
+    assert dep["name"] == "NibbleChat" and dep["health_check_period_s"] > 0
+    auto = dep["autoscaling_config"]
+    assert auto["min_replicas"] == 1 and auto["max_replicas"] >= 2 and auto["target_ongoing_requests"] >= 1
+    cfg["http_options"] = {"host": "127.0.0.1", "port": svc.port}
+    app["args"].update(model=str(MODEL_DIR), model_id=MODEL)
+    dep["ray_actor_options"]["num_cpus"] = 1
+    auto.update(max_replicas=2, target_ongoing_requests=1, upscale_delay_s=0.5, look_back_period_s=2,
+                downscale_delay_s=600)
+    serve.context._get_global_client().deploy_apps(ServeDeploySchema.model_validate(cfg))
     svc.wait_running(1)
     stop = threading.Event()
     failures: list = []
