@@ -150,7 +150,10 @@ def main():
             # Ray Serve: 1 replica x all CPUs, 2 replicas x half
             for n in (1, 2):
                 per = cpus // n
-                app = nibble_ray.NibbleChat.options(num_replicas=n, ray_actor_options={"num_cpus": per}).bind(
+                # max_ongoing_requests = parallel: Ray sends a replica no more than it generates at once, and holds
+                # the rest for whichever replica frees a slot first (no queue inside one replica while another idles)
+                app = nibble_ray.NibbleChat.options(num_replicas=n, ray_actor_options={"num_cpus": per},
+                                                    max_ongoing_requests=a.slots // n).bind(
                     model_id=MODEL, parallel=a.slots // n, queue=16)
                 serve.run(app, name="nibble", route_prefix="/")
                 pids = replica_pids(url, n)
@@ -166,7 +169,8 @@ def main():
                                                    if Path(f"/proc/{p}").exists())
                     return m
 
-                measure(f"Ray Serve, {n} replica{'s' if n > 1 else ''} x {per} CPU (--parallel {a.slots // n} each)",
+                measure(f"Ray Serve, {n} replica{'s' if n > 1 else ''} x {per} CPU (--parallel {a.slots // n} = "
+                        f"max_ongoing_requests each)",
                         url, a, memory, out)
                 serve.delete("nibble")
     finally:

@@ -18,8 +18,10 @@ replaces the replica. nibble-serve dies with the replica (PR_SET_PDEATHSIG), so 
 Application arguments (`args:` in the Serve config, or `serve run nibble_ray:build model=...`): `model` (a model
 directory, default <repo>/target/llama/smollm2-q4), `model_id` (default: the directory's name), `binary` (default
 <repo>/target/release/nibble-serve), `parallel` (answers generated at once per replica, default 4), `queue`
-(requests waiting inside nibble-serve, default 16: keep parallel + queue >= the deployment's max_ongoing_requests,
-so that Ray, not nibble-serve's 503, holds back what a replica cannot take), `usd_per_hour`,
+(requests waiting inside nibble-serve, default 16; keep parallel + queue >= the deployment's max_ongoing_requests,
+so that Ray, not a 503 from nibble-serve, holds back what a replica cannot take; max_ongoing_requests = parallel
+keeps requests in Ray's queue until a replica has a free slot, instead of queueing behind one replica's answers
+while another replica idles), `usd_per_hour`,
 `frontend` (auto, ep or custom-op). Relative paths are taken from the repository root; every node needs the same
 checkout (built binary and model) at the same path.
 """
@@ -151,7 +153,7 @@ class NibbleServeProcess:
 @serve.deployment(
     name="NibbleChat",
     ray_actor_options={"num_cpus": 1},
-    max_ongoing_requests=8,
+    max_ongoing_requests=4,  # = parallel (below): Ray, not a replica's queue, holds what no slot can take yet
     health_check_period_s=5,
     health_check_timeout_s=10,
     graceful_shutdown_timeout_s=30,
