@@ -26,6 +26,13 @@
 #                                                pkg-config consumers built against it and run
 #      pytest tests/server                       the chat server (examples/server) through the openai client, and
 #                                                its page (GET /) in headless chromium over the DevTools protocol
+#      pytest tests/ray                          nibble on Ray Serve (examples/ray): a 2-node Ray cluster on this host
+#                                                (ray.cluster_utils.Cluster), 2 replicas through Ray's HTTP proxy and
+#                                                the openai client (nibble-serve's greedy answer, 16 concurrent
+#                                                streams on both nodes, a killed replica, a dead generator, a worker
+#                                                node removed and added back, the Serve config deployed and
+#                                                autoscaling 1 -> 2), then
+#                                                scripts/ray-serve.sh started, asked, stopped with SIGTERM
 #      tests/cpp/service/run.sh                  the C++ inference service example (examples/cpp) built with CMake
 #                                                against that package and ORT's headers; its tokenizer against HF
 #                                                tokenizers, its concurrent requests against the Rust driver's ids
@@ -166,6 +173,8 @@ step "C/C++ package: scripts/install.sh, CMake and pkg-config consumers (tests/c
     bash tests/cpp/package/run.sh
 step "chat server (tests/server: nibble-serve through the openai client; its page in headless chromium)" \
     env NIBBLE_LLAMA_Q4_DIR="$NIBBLE_LLAMA_Q4_DIR" NIBBLE_LLAMA_FP32_DIR="$NIBBLE_LLAMA_FP32_DIR" .venv/bin/python -m pytest -q tests/server
+step "Ray Serve (tests/ray: examples/ray on a 2-node local Ray cluster; scripts/ray-serve.sh)" \
+    env NIBBLE_LLAMA_Q4_DIR="$NIBBLE_LLAMA_Q4_DIR" .venv/bin/python -m pytest -q tests/ray
 step "C++ inference service example (tests/cpp/service/run.sh: examples/cpp on SmolLM2 q4, few tokens)" \
     bash tests/cpp/service/run.sh
 if [ $quick = 0 ]; then

@@ -88,6 +88,11 @@ impl Engine {
         })
     }
 
+    /// Whether the generation thread is alive (false once it ended: after `shutdown`, or a panic in generation).
+    pub fn is_running(&self) -> bool {
+        self.thread.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(|t| !t.is_finished())
+    }
+
     /// Stops taking jobs, lets the queued and running ones finish, and waits for the thread.
     pub fn shutdown(&self) {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take();

@@ -315,12 +315,23 @@ async fn page() -> impl IntoResponse {
     )
 }
 
+/// 200 with `"status": "ok"` while every model's generation thread runs; 503 with `"status": "failed"` once one
+/// has ended (a supervisor, e.g. the Ray Serve replica of examples/ray, then replaces the server).
 async fn health(State(s): State<Arc<AppState>>) -> impl IntoResponse {
-    axum::Json(json!({"status": "ok", "uptime_s": s.started.elapsed().as_secs_f64(), "ort_version": s.ort_version,
-        "usd_per_hour": s.usd_per_hour,
-        "models": s.models.iter().map(|m| json!({"id": m.id,
-            "queued": m.engine.load.queued.load(Ordering::SeqCst),
-            "active": m.engine.load.active.load(Ordering::SeqCst)})).collect::<Vec<_>>()}))
+    let models: Vec<_> = s
+        .models
+        .iter()
+        .map(|m| {
+            json!({"id": m.id, "generator": if m.engine.is_running() { "running" } else { "stopped" },
+                "queued": m.engine.load.queued.load(Ordering::SeqCst),
+                "active": m.engine.load.active.load(Ordering::SeqCst)})
+        })
+        .collect();
+    let running = s.models.iter().all(|m| m.engine.is_running());
+    let code = if running { axum::http::StatusCode::OK } else { axum::http::StatusCode::SERVICE_UNAVAILABLE };
+    let body = json!({"status": if running { "ok" } else { "failed" }, "uptime_s": s.started.elapsed().as_secs_f64(),
+        "ort_version": s.ort_version, "usd_per_hour": s.usd_per_hour, "models": models});
+    (code, axum::Json(body))
 }
 
 async fn list_models(State(s): State<Arc<AppState>>) -> impl IntoResponse {

@@ -1,0 +1,331 @@
+"""nibble on Ray Serve (examples/ray) on a 2-node Ray cluster faked on this host (ray.cluster_utils.Cluster), through
+Ray's HTTP proxy with the official `openai` client: 2 replicas on 2 nodes, the same greedy answer as nibble-serve
+alone, 16 concurrent streams landing on both nodes, a SIGKILLed replica and a dead generator replaced, a worker node
+removed and added back, and examples/ray/serve-config.yaml deployed as `serve deploy` does, autoscaling from 1 to 2
+replicas under load.
+
+Needs target/release/nibble-serve and target/llama/smollm2-q4 (NIBBLE_LLAMA_Q4_DIR), as tests/server does. Each
+node has 1 CPU and each replica asks for 1, so 2 replicas can only run on 2 different nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+BIN = TARGET / "release" / "nibble-serve"
+MODEL_DIR = Path(os.environ.get("NIBBLE_LLAMA_Q4_DIR", TARGET / "llama" / "smollm2-q4"))
+MODEL = "smollm2-q4"
+APP = "nibble"
+Q = [{"role": "user", "content": "What is the capital of France?"}]
+HERE_RAY = ROOT / "examples" / "ray"
+
+# Ray's workers import nibble_ray: they inherit this environment from the raylets the Cluster starts.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE_RAY), os.environ.get("PYTHONPATH")]))
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+# The replicas and proxies report their ongoing requests to the autoscaler every half second (default 10 s).
+os.environ["RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "0.5"
+os.environ["RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S"] = "0.5"
+sys.path.insert(0, str(HERE_RAY))
+
+import ray  # noqa: E402
+from ray import serve  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+from ray.serve.schema import ServeDeploySchema  # noqa: E402
+
+import nibble_ray  # noqa: E402
+
+NODE_ARGS = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "include_dashboard": False}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+class Service:
+    """The cluster, Serve on it and a client for its proxy."""
+
+    def __init__(self):
+        assert BIN.is_file(), f"{BIN} missing: cargo build --release -p nibble-ort -p nibble-llama -p nibble-serve"
+        assert (MODEL_DIR / "model.onnx").is_file(), f"{MODEL_DIR} missing: scripts/convert-smollm2.sh"
+        # A private temp dir (sessions, sockets, logs): nothing shared with another Ray on this machine.
+        self.temp_dir = tempfile.mkdtemp(prefix="nibble-ray-test-")
+        self.cluster = Cluster(initialize_head=True, head_node_args=dict(NODE_ARGS, temp_dir=self.temp_dir))
+        self.worker = self.cluster.add_node(**NODE_ARGS)
+        ray.init(address=self.cluster.address, log_to_driver=False)
+        self.port = free_port()
+        serve.start(proxy_location="EveryNode", http_options={"host": "127.0.0.1", "port": self.port})
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+    def node_ids(self) -> set[str]:
+        return {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+
+    def deploy(self, **options):
+        app = nibble_ray.NibbleChat.options(**options).bind(model=str(MODEL_DIR), model_id=MODEL, parallel=4, queue=8)
+        serve.run(app, name=APP, route_prefix="/", blocking=False)
+
+    def replica_states(self) -> dict[str, int]:
+        st = serve.status().applications.get(APP)
+        return dict(st.deployments["NibbleChat"].replica_states) if st and "NibbleChat" in st.deployments else {}
+
+    def wait_running(self, n: int, timeout: float = 120, why: str = ""):
+        deadline = time.time() + timeout
+        while self.replica_states().get("RUNNING", 0) != n or set(self.replica_states()) != {"RUNNING"}:
+            assert time.time() < deadline, f"not {n} RUNNING replicas after {timeout} s {why}: {self.replica_states()}"
+            time.sleep(0.5)
+
+    def ask(self, retries: int = 0, **kw) -> tuple[str, dict]:
+        """A greedy answer and the response's headers (x-nibble-node, -replica, ...), on a new connection each time
+        (the nodes' proxies share the port with SO_REUSEPORT and each prefers its own node's replica, so one
+        kept-alive connection would always reach the same replica); `retries` on 5xx and connection errors."""
+        body = json.dumps({"model": MODEL, "messages": Q, "temperature": 0, "max_tokens": 12, **kw}).encode()
+        for attempt in range(retries + 1):
+            req = urllib.request.Request(self.url + "/v1/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json", "Connection": "close"})
+            try:
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    return json.loads(r.read())["choices"][0]["message"]["content"], dict(r.headers)
+            except urllib.error.HTTPError as e:
+                if e.code < 500 or attempt == retries:
+                    raise AssertionError(f"HTTP {e.code}: {e.read()!r}") from e
+            except (urllib.error.URLError, ConnectionError) as e:
+                if attempt == retries:
+                    raise AssertionError(f"no answer after {retries} retries: {e}") from e
+            time.sleep(1)
+        raise AssertionError("unreachable")
+
+    def seen(self, n_requests: int, retries: int = 0) -> tuple[set[str], set[str], dict[str, tuple]]:
+        """Nodes and replicas that served n_requests sequential requests; replica id -> (replica pid, nibble-serve
+        pid, node id)."""
+        nodes, replicas, pids = set(), set(), {}
+        for _ in range(n_requests):
+            _, h = self.ask(retries=retries, max_tokens=1)
+            h = {k.lower(): v for k, v in h.items()}
+            nodes.add(h["x-nibble-node"])
+            replicas.add(h["x-nibble-replica"])
+            pids[h["x-nibble-replica"]] = (int(h["x-nibble-replica-pid"]), int(h["x-nibble-pid"]), h["x-nibble-node"])
+        return nodes, replicas, pids
+
+    def wait_replicas(self, ok, why: str, timeout: float = 120, retries: int = 3):
+        """Sends requests until the replicas that answered (id -> (replica pid, server pid, node)) satisfy `ok`."""
+        deadline = time.time() + timeout
+        while True:
+            _, _, pids = self.seen(8, retries=retries)
+            if ok(pids):
+                return pids
+            assert time.time() < deadline, f"{why}: replicas seen {pids}, states {self.replica_states()}"
+            time.sleep(0.5)
+
+    def close(self):
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+            self.cluster.shutdown()
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def svc():
+    s = Service()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def two(svc):
+    """2 fixed replicas of 1 CPU on the 2 nodes of 1 CPU."""
+    svc.deploy(num_replicas=2, ray_actor_options={"num_cpus": 1}, health_check_period_s=1, health_check_timeout_s=5)
+    svc.wait_running(2)
+    return svc
+
+
+def test_two_replicas_on_two_nodes_and_the_openai_routes(two):
+    assert len(two.node_ids()) == 2
+    models = two.client.models.list().data
+    assert [m.id for m in models] == [MODEL]
+    pids = two.wait_replicas(lambda p: len(p) == 2, "two replicas should answer")
+    assert {node for _, _, node in pids.values()} == two.node_ids(), pids
+    with urllib.request.urlopen(two.url + "/health", timeout=30) as r:
+        assert json.loads(r.read())["status"] == "ok"
+
+
+def test_greedy_answer_is_nibble_serves(two):
+    proc = subprocess.Popen([str(BIN), "--port", "0", "--model", str(MODEL_DIR), "--model-id", MODEL, "--threads", "1"],
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, ORT_LOG="fatal"))
+    try:
+        url = None
+        while url is None:
+            line = proc.stderr.readline()
+            assert line, f"nibble-serve exited ({proc.wait()})"
+            if line.startswith("{") and json.loads(line).get("event") == "listening":
+                url = json.loads(line)["url"].rstrip("/")
+        threading.Thread(target=proc.stderr.read, daemon=True).start()
+        alone = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        want = alone.chat.completions.create(model=MODEL, messages=Q, temperature=0, max_tokens=24)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    got = two.client.chat.completions.create(model=MODEL, messages=Q, temperature=0, max_tokens=24)
+    assert "Paris" in want.choices[0].message.content
+    assert got.choices[0].message.content == want.choices[0].message.content
+    assert got.usage.completion_tokens == want.usage.completion_tokens
+    assert got.usage.prompt_tokens == want.usage.prompt_tokens
+    u = got.usage.model_dump()
+    for k in ("ttft_s", "prefill_tok_s", "decode_tok_s", "total_s", "usd_cost"):  # nibble-serve's metrics, through
+        assert isinstance(u[k], float) and u[k] > 0, (k, u)
+    chunks = list(two.client.chat.completions.create(model=MODEL, messages=Q, temperature=0, max_tokens=24,
+                                                     stream=True, stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want.choices[0].message.content
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) >= 2, "tokens must stream"
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == want.usage.completion_tokens
+    with pytest.raises(openai.NotFoundError, match="nope"):
+        two.client.chat.completions.create(model="nope", messages=Q)
+
+
+def test_sixteen_concurrent_streams_complete_on_both_nodes(two):
+    results: list = [None] * 16
+
+    def one(i: int):
+        try:
+            raw = two.client.chat.completions.with_raw_response.create(
+                model=MODEL, messages=[{"role": "user", "content": f"Count to {i + 3}."}], temperature=0,
+                max_tokens=8, stream=True, stream_options={"include_usage": True})
+            chunks = list(raw.parse())
+            results[i] = (raw.headers["x-nibble-node"], chunks)
+        except Exception as e:  # noqa: BLE001 - reported below
+            results[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    errors = [r for r in results if not isinstance(r, tuple)]
+    assert not errors, errors
+    for _, chunks in results:
+        finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        assert finals in (["stop"], ["length"]), finals
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens >= 1
+    assert {node for node, _ in results} == two.node_ids()
+
+
+def test_sigkilled_replica_is_replaced_and_the_service_continues(two):
+    before = two.wait_replicas(lambda p: len(p) == 2, "two replicas should answer")
+    victim, (replica_pid, server_pid, _) = sorted(before.items())[0]
+    os.kill(replica_pid, signal.SIGKILL)
+    t0 = time.time()
+    answers = [two.ask(retries=30)[0] for _ in range(4)]  # the other replica answers (a retry allowed)
+    assert all("Paris" in a for a in answers), answers
+    after = two.wait_replicas(lambda p: len(p) == 2 and victim not in p, "the killed replica should be replaced")
+    two.wait_running(2)
+    deadline = time.time() + 30
+    while pid_alive(server_pid):  # its nibble-serve dies with it (PR_SET_PDEATHSIG)
+        assert time.time() < deadline, f"nibble-serve {server_pid} of the killed replica is still running"
+        time.sleep(0.2)
+    assert {node for _, _, node in after.values()} == two.node_ids()
+    print(f"replica replaced in {time.time() - t0:.1f} s")
+
+
+def test_dead_generator_fails_the_health_check_and_is_replaced(two):
+    before = two.wait_replicas(lambda p: len(p) == 2, "two replicas should answer")
+    victim, (replica_pid, server_pid, _) = sorted(before.items())[0]
+    os.kill(server_pid, signal.SIGKILL)  # the replica lives, its generator is gone
+    answers = [two.ask(retries=30)[0] for _ in range(4)]
+    assert all("Paris" in a for a in answers), answers
+    two.wait_replicas(lambda p: len(p) == 2 and victim not in p, "the replica whose generator died should be replaced")
+    deadline = time.time() + 60
+    while pid_alive(replica_pid):  # Serve stops the unhealthy replica
+        assert time.time() < deadline, f"replica process {replica_pid} with the dead generator is still running"
+        time.sleep(0.2)
+    two.wait_running(2)
+
+
+def test_worker_node_removed_and_added_back(two):
+    nodes_before = two.node_ids()
+    two.cluster.remove_node(two.worker)
+    answers = [two.ask(retries=30)[0] for _ in range(4)]  # the head's replica carries on
+    assert all("Paris" in a for a in answers), answers
+    deadline = time.time() + 60
+    while two.replica_states().get("RUNNING", 0) > 1:
+        assert time.time() < deadline, f"the removed node's replica should be gone: {two.replica_states()}"
+        time.sleep(0.5)
+    nodes, _, _ = two.seen(6, retries=30)
+    assert len(nodes) == 1 and nodes < nodes_before
+    two.worker = two.cluster.add_node(**NODE_ARGS)
+    two.wait_running(2, why="after the worker node came back")
+    pids = two.wait_replicas(lambda p: len({n for _, _, n in p.values()}) == 2, "replicas on both nodes again")
+    assert {n for _, _, n in pids.values()} == two.node_ids() and two.worker.node_id in two.node_ids()
+
+
+def test_the_serve_config_deploys_and_autoscales_from_one_to_two_replicas_under_load(svc):
+    """examples/ray/serve-config.yaml as `serve deploy` applies it (the controller's apply_config), adapted to this
+    cluster only where it must be: 1 CPU per replica, at most 2, quicker to react, the test's model path and port."""
+    serve.delete(APP)
+    cfg = yaml.safe_load((HERE_RAY / "serve-config.yaml").read_text())
+    assert cfg["proxy_location"] == "EveryNode"
+    app = cfg["applications"][0]
+    assert (app["name"], app["route_prefix"], app["import_path"]) == (APP, "/", "nibble_ray:build")
+    dep = app["deployments"][0]
+    assert dep["name"] == "NibbleChat" and dep["health_check_period_s"] > 0
+    auto = dep["autoscaling_config"]
+    assert auto["min_replicas"] == 1 and auto["max_replicas"] >= 2 and auto["target_ongoing_requests"] >= 1
+    cfg["http_options"] = {"host": "127.0.0.1", "port": svc.port}
+    app["args"].update(model=str(MODEL_DIR), model_id=MODEL)
+    dep["ray_actor_options"]["num_cpus"] = 1
+    auto.update(max_replicas=2, target_ongoing_requests=1, upscale_delay_s=0.5, look_back_period_s=2,
+                downscale_delay_s=600)
+    serve.context._get_global_client().deploy_apps(ServeDeploySchema.model_validate(cfg))
+    svc.wait_running(1)
+    stop = threading.Event()
+    failures: list = []
+
+    def load():
+        while not stop.is_set():
+            try:
+                for _ in svc.client.chat.completions.create(
+                        model=MODEL, messages=[{"role": "user", "content": "Write a long story about the sea."}],
+                        temperature=0, max_tokens=48, stream=True):
+                    pass
+            except Exception as e:  # noqa: BLE001 - reported below
+                failures.append(e)
+
+    threads = [threading.Thread(target=load, daemon=True) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        svc.wait_running(2, timeout=120, why="under 4 concurrent streams with target_ongoing_requests=1")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+    assert not failures, failures
+    pids = svc.wait_replicas(lambda p: len(p) == 2, "the second replica should answer")
+    assert {n for _, _, n in pids.values()} == svc.node_ids()
