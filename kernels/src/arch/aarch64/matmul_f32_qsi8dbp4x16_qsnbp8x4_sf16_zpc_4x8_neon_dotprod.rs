@@ -9,7 +9,15 @@
 //! scale, by element: the per-block activation scale's cost), 8 FMLA (0.5; + 8 FMLA with zero points); the
 //! block's scales: 1 load + FCVTL + FCVTL2, the group's 4 activation scales: 1 load (+ 1 load, SCVTF, FMUL of
 //! the 4 Σq with zero points) (0.06); loop and addresses ~4 (0.06). Total ~2.0 per SDOT (~2.2 with zero points).
-//! MEASURED_PLACEHOLDER
+//! Measured (`scripts/aarch64/icount-kernel.sh`, 2048×2048, M = 32, qemu -cpu neoverse-n1): 2.08 per SDOT (2.26
+//! with zero points; at block 128 1.69 / 1.75); the block-32 loop is 129 instructions per 64 SDOT (141 with zero
+//! points), the rest (~250 per panel and row group: setup, zeroing, dispatch, the stores) 0.06. At blocks of 64
+//! and more the chunk loop reloads one vector from the stack per chunk (2 of ~100 instructions). The row-major
+//! `qsi8db` 4×8 tile this replaced: 2.13 (its zero-point loop 157 per 64 SDOT: 4 scalar loads each of scales and
+//! Σq, 4 SCVTF + 4 FMUL per block). Against ORT 1.31.1's own kernel (KleidiAI, per-row activation scales: no
+//! FMUL per accumulator, ~1.85 instructions per SDOT per Run): what is left is the per-block numerics' 8 FMUL
+//! (0.125) and the field extraction (0.25), which a layout pairing two columns' fields in one byte (one AND and
+//! one SUB per pair instead of two extractions) would halve.
 //!
 //! LHS: `qsi8dbp4x16` (int8 per block, rows in groups of 4, K in runs of 16; scale and Σq per row and block,
 //! group-major). RHS: `qsnbp8x4_sf16_zpc`, bits 2/4/8, any block size 16 … 65536. Rows: whole groups of 4 from

@@ -53,7 +53,15 @@ fn step<const OP: u8>(acc: &mut [int32x4_t; 2], w: int8x16_t, a: int8x16_t, e: u
 /// at most 32512 < 2^15.
 #[target_feature(enable = "neon")]
 #[inline]
-fn step_pair(acc: &mut [int32x4_t; 2], w0: int8x16_t, a0: int8x16_t, e0: usize, w1: int8x16_t, a1: int8x16_t, e1: usize) {
+fn step_pair(
+    acc: &mut [int32x4_t; 2],
+    w0: int8x16_t,
+    a0: int8x16_t,
+    e0: usize,
+    w1: int8x16_t,
+    a1: int8x16_t,
+    e1: usize,
+) {
     let (d0, d1) = (dup_elem(a0, e0), dup_elem(a1, e1));
     let lo = vmlal_s8(vmull_s8(vget_low_s8(w0), vget_low_s8(d0)), vget_low_s8(w1), vget_low_s8(d1));
     let hi = vmlal_high_s8(vmull_high_s8(w0, d0), w1, d1);
