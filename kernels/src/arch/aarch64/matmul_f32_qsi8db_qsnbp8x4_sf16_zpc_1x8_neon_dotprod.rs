@@ -11,9 +11,9 @@
 //! (0.14). Total ~3.1 per SDOT. Measured (`scripts/aarch64/icount-kernel.sh`, M = 1, qemu -cpu neoverse-n1):
 //! 3.11 per SDOT at 4096×4096 (3.15 at 2048×2048; 3.43 / 3.47 with zero points), the loop 197 instructions per
 //! 64 SDOT, no stack access; two panels per pass measured 3.16. The field extraction (1.0) is what keeps this
-//! above the ~2.7 that 0.6× ORT's GEMV needs: with the two fields of a byte belonging to two columns at the same
+//! above the ~2.6–2.7 that 0.6× ORT's GEMV needs: with the two fields of a byte belonging to two columns at the same
 //! K (a layout change), the raw byte and its `and #0x0F` would feed the two SDOTs and one SUB per 4 columns and
-//! block would separate them (~2.65 modelled).
+//! block would separate them (~2.67 modelled).
 //!
 //! LHS: `qsi8db` (int8 per block, row-major, scale and Σq per block). RHS: `qsnbp8x4_sf16_zpc`, bits 2/4/8, any
 //! block size 16 … 65536. Columns: whole 8-column panels from the tile's start (the last one's padding computed,
