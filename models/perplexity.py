@@ -249,39 +249,49 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "com.microsoft::MatMulNBits), or both (default nibble)")
     ap.add_argument("--no-nibble", dest="kernels", action="store_const", const="ort",
                     help="same as --kernels ort")
+    ap.add_argument("--activation-quant", default="block", metavar="block|row[,...]",
+                    help="nibble runs: the int8 path's activation numerics (session config nibble.activation_quant); "
+                         "a comma list runs nibble once per value, the row runs labelled kernels 'nibble-row' "
+                         "(default block)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--json", type=Path, help="write the results here (a list of rows)")
     args = ap.parse_args(argv)
 
     texts = args.text or ["wiki"]
+    acts = [a.strip() for a in args.activation_quant.split(",") if a.strip()]
+    if not acts or any(a not in ("block", "row") for a in acts):
+        ap.error(f"--activation-quant {args.activation_quant!r}: block, row or both (comma-separated)")
     rows: list[dict] = []
     token_cache: dict[tuple[str, str], list[int]] = {}
     for model_dir in map(Path, args.model):
         config = read_config(model_dir)
         quant = quant_summary(config)
         if not is_quantized(config):
-            variants = [None]
+            variants = [(None, "block")]
         else:
-            variants = {"nibble": [args.nibble], "ort": [None], "both": [None, args.nibble]}[args.kernels]
-            if config["quantization"].get("op_domain") == "nibble" and None in variants:
+            libs = {"nibble": [args.nibble], "ort": [None], "both": [None, args.nibble]}[args.kernels]
+            if config["quantization"].get("op_domain") == "nibble" and None in libs:
                 print(f"[perplexity] {model_dir.name}: a nibble-domain graph needs the library; "
                       f"skipping the ORT run", file=sys.stderr)
-                variants = [v for v in variants if v is not None]
+                libs = [v for v in libs if v is not None]
+            variants = [(lib, act) for lib in libs for act in (acts if lib is not None else ["block"])]
         tok = load_tokenizer(model_dir)
         tok_key = (model_dir / "tokenizer.json").read_bytes()
-        for lib in variants:
+        for lib, act in variants:
             t0 = time.perf_counter()
-            runner = OnnxLlama(model_dir, lib, args.threads)
+            entries = {"nibble.activation_quant": act} if lib is not None else None
+            runner = OnnxLlama(model_dir, lib, args.threads, config_entries=entries)
             load_s = time.perf_counter() - t0
+            kernels = runner.kernels + ("-row" if act == "row" and runner.kernels == "nibble" else "")
             for text in texts:
                 key = (text, str(hash(tok_key)))
                 if key not in token_cache:
                     token_cache[key] = text_tokens(text, tok, args.max_tokens + 1 if args.max_tokens else 0)
                 tokens = token_cache[key]
-                desc = f"{model_dir.name} [{runner.kernels}] {text}"
+                desc = f"{model_dir.name} [{kernels}] {text}"
                 r = perplexity(runner, tokens, args.ctx, progress=not args.no_progress, desc=desc)
                 row = {"model": model_dir.name, "model_dir": str(model_dir), "quantization": quant,
-                       "quantization_config": config.get("quantization"), "kernels": runner.kernels,
+                       "quantization_config": config.get("quantization"), "kernels": kernels,
                        "library": str(lib) if lib else None, "text": text, "ctx": args.ctx,
                        "max_tokens": args.max_tokens, "threads": args.threads, "session_load_s": load_s, **r}
                 rows.append(row)

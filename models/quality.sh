@@ -11,15 +11,17 @@
 #                                               kernel runs float zero points on its fp32 path even at level 4)
 #      (a directory is rebuilt only when the converter sources or its options change: .nibble-stamp inside)
 #   2. perplexity (models/perplexity.py: ctx 512, no BOS, --max-tokens predicted tokens of exllamav2's wiki.utf8
-#      and tiny.utf8) of fp32, and of every 4-bit graph with ORT's kernel and with nibble's;
-#      PASS when |ppl(nibble) / ppl(ORT) - 1| <= 0.5 % on both texts;
+#      and tiny.utf8) of fp32, and of every 4-bit graph with ORT's kernel and with nibble's — at accuracy_level 4
+#      once per int8 activation numerics in --acts (nibble.activation_quant: block, the default, and row);
+#      PASS when |ppl(nibble) / ppl(ORT) - 1| <= 0.5 % on both texts (every numerics);
 #   3. greedy agreement: the first --greedy-tokens generated tokens of 4 fixed prompts, fp32 graph vs each 4-bit
 #      graph (ORT and nibble), with the first differing position;
 #   4. writes $OUT/report.md (and ppl-*.json, greedy.json) and prints it. Exit status 1 if any row FAILs.
 #
 # Usage: models/quality.sh [--max-tokens N] [--ctx N] [--threads N] [--greedy-tokens N] [--out DIR] [--lib PATH]
 #                          [--schemes "sym-bs32 asym-bs32 sym-bs128 native"] [--levels "1 4"] [--no-greedy]
-#                          [--reuse]   (keep an existing ppl-<variant>.json instead of measuring it again)
+#                          [--acts "block row"] [--reuse]   (keep an existing ppl-<variant>.json instead of measuring it
+#                                                            again)
 # Defaults: --max-tokens 4096 (per text), --ctx 512, --greedy-tokens 32, --out target/llama/quality,
 # --lib target/release/libnibble_ort.so. With the defaults it takes ~40 min on a 2-core x86 box, almost all of it
 # nibble's portable kernels (about 35 ms per token at ctx 512); --max-tokens 1024 gives a rougher table in ~12 min.
@@ -38,6 +40,7 @@ OUT=${CARGO_TARGET_DIR:-$ROOT/target}/llama/quality
 LIB=${NIBBLE_LIB:-${CARGO_TARGET_DIR:-$ROOT/target}/release/libnibble_ort.so}
 SCHEMES="sym-bs32 asym-bs32 sym-bs128 native"
 LEVELS="1 4"
+ACTS="block row"
 GREEDY=1
 REUSE=0
 while [ $# -gt 0 ]; do
@@ -50,6 +53,7 @@ while [ $# -gt 0 ]; do
         --lib) LIB=$2; shift 2 ;;
         --schemes) SCHEMES=$2; shift 2 ;;
         --levels) LEVELS=$2; shift 2 ;;
+        --acts) ACTS=$2; shift 2 ;;
         --no-greedy) GREEDY=0; shift ;;
         --reuse) REUSE=1; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -97,15 +101,17 @@ for name in "${VARIANTS[@]}"; do
         log "perplexity $name: reusing ${json#"$ROOT"/} (--reuse)"
         continue
     fi
-    log "perplexity $name (wiki + tiny, $MAX_TOKENS tokens each, ctx $CTX)"
+    acts=block
+    [[ $name == *-acc4 ]] && acts=$(tr ' ' , <<<"$ACTS")
+    log "perplexity $name (wiki + tiny, $MAX_TOKENS tokens each, ctx $CTX, nibble numerics $acts)"
     "$PY" models/perplexity.py --model "$OUT/$name" --text wiki --text tiny --max-tokens "$MAX_TOKENS" --ctx "$CTX" \
-        --kernels both --nibble "$LIB" "${thread_args[@]}" --json "$json" >&2
+        --kernels both --nibble "$LIB" --activation-quant "$acts" "${thread_args[@]}" --json "$json" >&2
 done
 
 # -- 3. greedy agreement -------------------------------------------------------------------------------------------
 if [ "$GREEDY" = 1 ]; then
     log "greedy agreement ($GREEDY_TOKENS tokens, 4 prompts)"
-    OUT=$OUT LIB=$LIB N=$GREEDY_TOKENS THREADS=$THREADS VARIANTS="${VARIANTS[*]}" "$PY" - <<'EOF'
+    OUT=$OUT LIB=$LIB N=$GREEDY_TOKENS THREADS=$THREADS VARIANTS="${VARIANTS[*]}" ACTS=$ACTS "$PY" - <<'EOF'
 import json, os, sys, time
 from pathlib import Path
 sys.path.insert(0, "models")
@@ -138,17 +144,21 @@ def generate(model):
 
 ref = generate(P.OnnxLlama(out / "fp32", None, threads))
 rows = []
+acts = os.environ["ACTS"].split()
 for name in variants[1:]:
-    for kernel_lib in (None, lib):
+    runs = [(None, "block")] + [(lib, a) for a in (acts if name.endswith("-acc4") else ["block"])]
+    for kernel_lib, act in runs:
         t0 = time.perf_counter()
-        got = generate(P.OnnxLlama(out / name, kernel_lib, threads))
+        entries = {"nibble.activation_quant": act} if kernel_lib else None
+        got = generate(P.OnnxLlama(out / name, kernel_lib, threads, config_entries=entries))
         cells = {}
         for k in ids:
             a, b = ref[k], got[k]
             first = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]),
                          None if len(a) == len(b) else min(len(a), len(b)))
             cells[k] = {"first_diff": first, "tokens": b, "text": tok.decode(b)}
-        rows.append({"variant": name, "kernels": "nibble" if kernel_lib else "ORT", "prompts": cells,
+        kernels = ("nibble-row" if act == "row" else "nibble") if kernel_lib else "ORT"
+        rows.append({"variant": name, "kernels": kernels, "prompts": cells,
                      "seconds": time.perf_counter() - t0})
         print(f"[quality] greedy {name} {rows[-1]['kernels']}: "
               + ", ".join(f"{k} {'=' if c['first_diff'] is None else c['first_diff']}" for k, c in cells.items()),
@@ -191,7 +201,10 @@ lines = [
     f"{os.cpu_count()} cores; matrix run {int(os.environ['SECONDS_TOTAL']) / 60:.0f} min.",
     "",
     f"**Δ** = ppl(nibble) / ppl(ORT) − 1 on the same graph; **PASS** when |Δ| ≤ {TOL:.1%} on both texts. "
-    "vs fp32 = ppl(nibble) / ppl(fp32) − 1 (the cost of the quantization scheme itself).",
+    "vs fp32 = ppl(nibble) / ppl(fp32) − 1 (the cost of the quantization scheme itself). At accuracy_level 4 "
+    "nibble runs in both int8 activation numerics: per block (the default) and, on the \"row numerics\" lines, "
+    "`nibble.activation_quant=row` (per row, asymmetric: ORT-arm64's KleidiAI numerics; ORT's x86 kernel "
+    "quantizes per block).",
     "",
     "| graph | wiki ORT | wiki nibble | Δ wiki | tiny ORT | tiny nibble | Δ tiny | nibble vs fp32 (wiki / tiny) | nibble s/tok | result |",
     "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
@@ -199,18 +212,22 @@ lines = [
 ]
 failed = []
 for name in variants[1:]:
-    cells, ok, vs, sec = [], True, [], []
-    for text in ("wiki", "tiny"):
-        o, nb = ppl[(name, "ORT", text)], ppl[(name, "nibble", text)]
-        d = nb["ppl"] / o["ppl"] - 1
-        ok &= abs(d) <= TOL
-        cells += [f"{o['ppl']:.4f}", f"{nb['ppl']:.4f}", f"{d:+.3%}"]
-        vs.append(f"{nb['ppl'] / fp32[text] - 1:+.1%}")
-        sec.append(nb["seconds"] / nb["predicted"])
-    if not ok:
-        failed.append(name)
-    lines.append(f"| {name} | " + " | ".join(cells) + f" | {' / '.join(vs)} | {sum(sec) / len(sec) * 1e3:.0f} ms | "
-                 + ("PASS" if ok else "**FAIL**") + " |")
+    for kern in ("nibble", "nibble-row"):
+        if (name, kern, "wiki") not in ppl:
+            continue
+        cells, ok, vs, sec = [], True, [], []
+        for text in ("wiki", "tiny"):
+            o, nb = ppl[(name, "ORT", text)], ppl[(name, kern, text)]
+            d = nb["ppl"] / o["ppl"] - 1
+            ok &= abs(d) <= TOL
+            cells += [f"{o['ppl']:.4f}", f"{nb['ppl']:.4f}", f"{d:+.3%}"]
+            vs.append(f"{nb['ppl'] / fp32[text] - 1:+.1%}")
+            sec.append(nb["seconds"] / nb["predicted"])
+        label = name if kern == "nibble" else f"{name}, row numerics"
+        if not ok:
+            failed.append(label)
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {' / '.join(vs)} | {sum(sec) / len(sec) * 1e3:.0f} ms | "
+                     + ("PASS" if ok else "**FAIL**") + " |")
 lines += ["", f"Result: {'all PASS' if not failed else 'FAIL: ' + ', '.join(failed)}.", ""]
 
 if os.environ.get("GREEDY") == "1" and (out / "greedy.json").is_file():

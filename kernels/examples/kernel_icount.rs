@@ -3,6 +3,7 @@
 //! the per-kernel instruction budgets written in the kernels' module docs.
 //!
 //! kernel_icount --kernel NAME [--m 32] [--n 2048] [--k 2048] [--bits 4] [--bs 32] [--zp none|uint8] [--runs 1]
+//!               [--act block|row]
 //!
 //! Weights are fixed pseudo-random codes; the kernel runs on its own layout (as `benches/ukernels.rs`). Each run
 //! packs A once and runs every tile on this thread.
@@ -10,12 +11,13 @@
 use nibble_kernels::format::{Params, Weights, ZeroPoints};
 use nibble_kernels::pack::LhsSource;
 use nibble_kernels::ukernel::RhsReads;
-use nibble_kernels::{Cpu, OutTiles, Problem, Selected, registry};
+use nibble_kernels::{ActQuant, Cpu, OutTiles, Problem, Selected, registry};
 use std::hint::black_box;
 
 fn main() -> Result<(), String> {
     let (mut kernel, mut m, mut n, mut k, mut bits, mut bs, mut zp, mut runs) =
         (String::new(), 32usize, 2048usize, 2048usize, 4u32, 32usize, "none".to_string(), 1usize);
+    let mut act = ActQuant::Block;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -29,6 +31,7 @@ fn main() -> Result<(), String> {
             "--bs" => bs = num()?,
             "--zp" => zp = value.clone(),
             "--runs" => runs = num()?,
+            "--act" => act = ActQuant::parse(&value).ok_or(format!("--act {value}: block or row"))?,
             _ => return Err(format!("unknown argument {flag}")),
         }
     }
@@ -52,8 +55,9 @@ fn main() -> Result<(), String> {
         _ => return Err(format!("--zp {zp}: none or uint8")),
     };
     let w = Weights::new(p, &b, &scales, zero_points, None).map_err(|e| e.to_string())?;
-    let sel = Selected::single(uk, layout, &Problem::of(uk.path(), &w))?;
+    let sel = Selected::single(uk, layout, &Problem::of(uk.path(), &w))?.with_activation_quant(act);
     let rhs = sel.pack_rhs(&w).map_err(|e| e.to_string())?;
+    sel.col_sums(&rhs); // the row numerics' one-time work, outside the runs
     let a: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
     let mut out = vec![0f32; m * n];
     for _ in 0..runs {
@@ -64,6 +68,9 @@ fn main() -> Result<(), String> {
             sel.run_tile(&lhs, &rhs, None, &tiles, t);
         }
     }
-    println!("{kernel} M={m} N={n} K={k} bits={bits} bs={bs} zp={zp} runs={runs}: y[0]={}", black_box(out[0]));
+    println!(
+        "{kernel} M={m} N={n} K={k} bits={bits} bs={bs} zp={zp} act={act} runs={runs}: y[0]={}",
+        black_box(out[0])
+    );
     Ok(())
 }

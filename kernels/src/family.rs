@@ -10,7 +10,7 @@
 
 use crate::cpu::Cpu;
 use crate::format::{FormatError, Weights};
-use crate::pack::{LhsSource, PackedLhs, PackedRhs, QuantizeBlock, RhsLayout};
+use crate::pack::{ActQuant, LhsSource, PackedLhs, PackedRhs, QuantizeBlock, RhsLayout, Runs};
 use crate::plan::{OutTiles, TilePlan};
 use crate::problem::{ComputePath, Problem};
 use crate::ukernel::{Geometry, RunArgs, UKernel};
@@ -90,6 +90,8 @@ pub struct Selected {
     gemm_geometry: Geometry,
     /// The activation quantizer for the CPU this was resolved for (same numbers on every CPU).
     quantize: QuantizeBlock,
+    /// The int8 path's activation numerics (the fp32 path has none: always `Block` there).
+    act: ActQuant,
 }
 
 impl Selected {
@@ -132,7 +134,29 @@ impl Selected {
             }
         }
         let quantize = crate::arch::quantize_block_for(cpu);
-        Ok(Selected { name, path, layout, gemv, gemm, gemv_geometry: gv, gemm_geometry: gm, quantize })
+        Ok(Selected {
+            name,
+            path,
+            layout,
+            gemv,
+            gemm,
+            gemv_geometry: gv,
+            gemm_geometry: gm,
+            quantize,
+            act: ActQuant::Block,
+        })
+    }
+
+    /// This selection with the int8 path's activations quantized in `act` (per session; `Block` is the
+    /// default). The fp32 path has no activation numerics: it stays `Block` whatever `act` says.
+    pub fn with_activation_quant(mut self, act: ActQuant) -> Selected {
+        self.act = if self.path == ComputePath::Int8 { act } else { ActQuant::Block };
+        self
+    }
+
+    /// The activation numerics calls run in.
+    pub fn activation_quant(&self) -> ActQuant {
+        self.act
     }
 
     /// The family's name (the kernel's, for [`Selected::single`]).
@@ -205,7 +229,7 @@ impl Selected {
 
     /// Packs one call's activations in the format of the kernel that runs for `m` rows, on this thread.
     pub fn pack_lhs(&self, a: LhsSource<'_>, m: usize, rhs: &PackedRhs) -> PackedLhs {
-        PackedLhs::pack_with(a, m, rhs, self.kernel_for(m).0.lhs, self.quantize)
+        PackedLhs::pack_as(a, m, rhs, self.kernel_for(m).0.lhs, self.quantize, self.act)
     }
 
     /// [`Selected::pack_lhs`] through the parallel-for `par` (as in [`Selected::matmul`]) when M·K is large enough
@@ -229,7 +253,7 @@ impl Selected {
         tasks: usize,
         par: impl FnOnce(usize, &(dyn Fn(usize) + Sync)) -> Result<(), E>,
     ) -> Result<PackedLhs, E> {
-        PackedLhs::pack_par(a, m, rhs, self.kernel_for(m).0.lhs, self.quantize, tasks, par)
+        PackedLhs::pack_par(a, m, rhs, self.kernel_for(m).0.lhs, self.quantize, self.act, tasks, par)
     }
 
     /// The tile grid for an M×N output.
@@ -258,9 +282,32 @@ impl Selected {
             return Ok(());
         }
         let lhs = self.pack_lhs_par(a, m, rhs, &mut par)?;
+        if lhs.act == ActQuant::Row {
+            self.col_sums(rhs); // made once per packed weights, before the tiles wait on it
+        }
         let plan = self.plan(m, rhs);
         let tiles = OutTiles::new(out, plan);
         par(plan.count(), &|t| self.run_tile(&lhs, rhs, bias, &tiles, t))
+    }
+
+    /// Σ_k w[n, k] per column over every packed K position, as this family's GEMV computes with the weights
+    /// (the `Row` numerics' zero-point term): the GEMV run once on activations whose every packed value is 1
+    /// (scale 1, Σq = the block size), so K tails, g_idx gaps and zero-point corrections are counted exactly as
+    /// the kernels count them. Kept with the packed weights after the first call.
+    pub fn col_sums<'r>(&self, rhs: &'r PackedRhs) -> &'r [f32] {
+        rhs.col_sums.get_or_init(|| {
+            let (k, n) = (rhs.params.k, rhs.params.n);
+            let zeros = vec![0f32; k];
+            let ones = PackedLhs::pack_as(LhsSource::F32(&zeros), 1, rhs, self.gemv.lhs, ones, ActQuant::Block);
+            let mut out = vec![0f32; n];
+            let plan = self.plan(1, rhs);
+            let tiles = OutTiles::new(&mut out, plan);
+            for t in 0..plan.count() {
+                self.run_tile(&ones, rhs, None, &tiles, t);
+            }
+            drop(tiles);
+            out
+        })
     }
 
     /// Computes tile `t` of `out`: Y = A·Bᵀ (+ bias) for its rows and columns.
@@ -330,6 +377,8 @@ impl Selected {
             );
             (lhs.bytes[m0 * kp..].as_ptr(), lhs.scale[m0 * nb..].as_ptr(), lhs.sum[m0 * nb..].as_ptr())
         };
+        let row = lhs.act == ActQuant::Row;
+        let col_sums = if row { self.col_sums(rhs) } else { &[][..] };
         assert!(out.claim(t), "tile {t} computed twice into the same output");
         let rec = rhs.record;
         let args = RunArgs {
@@ -348,13 +397,14 @@ impl Selected {
             bits: p.bits as usize,
             has_zp: rec.has_zp as usize,
             default_zp: p.default_zero_point() as f32,
-            bias: bias.map_or(std::ptr::null(), |b| b[n0..].as_ptr()),
+            bias: if row { std::ptr::null() } else { bias.map_or(std::ptr::null(), |b| b[n0..].as_ptr()) },
             // SAFETY: (m0, n0) is inside the M×N buffer `out` borrows (tile from the plan it was built with).
             dst: unsafe { out.ptr.add(m0 * p.n + n0) },
             dst_stride: p.n,
             rows,
             cols,
             layout: self.layout,
+            row: row as usize,
         };
         // SAFETY: `uk` runs on this CPU (a `Selected` is only built after checking its feature set against
         // `Cpu::get()`), reads this layout and takes these bits/block size (checked when built, and above); the
@@ -362,7 +412,22 @@ impl Selected {
         // of the kernel's steps; the tile was claimed exactly once, so no other worker writes its elements, and
         // `out` holds the exclusive borrow of the output.
         unsafe { (uk.run)(&args) }
+        if row {
+            // SAFETY: the kernel has written the tile's rows × cols through `args.dst`, which this call claimed;
+            // `lhs.row` holds the plan's M rows (from m0: the tile's), the sums and bias N columns (from n0).
+            unsafe { crate::arch::finish_row_tile(&args, &lhs.row[m0..], &col_sums[n0..], bias.map(|b| &b[n0..])) }
+        }
     }
+}
+
+/// The [`QuantizeBlock`] of [`Selected::col_sums`]: every value's code is 1, the block's scale 1 and Σq its
+/// length.
+fn ones(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
+    runs.check(a.len(), dst.len());
+    for i in 0..a.len() {
+        dst[runs.at(i)] = 1 ^ runs.flip;
+    }
+    (1.0, a.len() as i32)
 }
 
 /// M·K (activation values) from which [`Selected::matmul`] packs A in parallel, measured through ORT's intra-op

@@ -23,7 +23,7 @@ pub mod ukernel;
 pub use cpu::{Cpu, Feature, Features, Isa};
 pub use family::{Family, Selected, matmul_serial};
 pub use format::{FormatError, Params, Weights, ZeroPoints};
-pub use pack::{LhsFormat, LhsSource, PackedLhs, PackedRhs, RhsLayout};
+pub use pack::{ActQuant, LhsFormat, LhsSource, PackedLhs, PackedRhs, RhsLayout};
 pub use plan::{OutTiles, TilePlan};
 pub use problem::{ComputePath, Problem};
 pub use registry::{SelectError, select};

@@ -154,6 +154,9 @@ pub struct RunArgs {
     pub cols: usize,
     /// The whole descriptor, for descriptor-driven (portable) kernels; fixed-layout kernels know theirs.
     pub layout: RhsLayout,
+    /// 1 for the `ActQuant::Row` numerics: every `lhs_scale` is 1 (a kernel may skip the multiply by it, its
+    /// result is the same bit for bit) and `bias` is null (the tile's row epilogue adds it after the kernel).
+    pub row: usize,
 }
 
 const _: () = {

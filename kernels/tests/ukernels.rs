@@ -10,7 +10,7 @@ mod common;
 use common::*;
 use nibble_kernels::pack::{Codes, LhsFormat, LhsSource, RhsLayout, ScaleType, ZpStorage};
 use nibble_kernels::ukernel::RhsReads;
-use nibble_kernels::{ComputePath, Cpu, Problem, Selected, UKernel, matmul_serial, reference, registry};
+use nibble_kernels::{ActQuant, ComputePath, Cpu, Problem, Selected, UKernel, matmul_serial, reference, registry};
 use proptest::prelude::{ProptestConfig, any, proptest};
 use std::collections::BTreeMap;
 
@@ -83,7 +83,8 @@ fn case_for(uk: &UKernel, layout: &RhsLayout, case: Case) -> Case {
     }
 }
 
-/// Runs `sel` on `case` with M rows and checks it against the references. Returns the max |error|.
+/// Runs `sel` on `case` with M rows, in its activation numerics, and checks it against the references.
+/// Returns the max |error|.
 fn check(sel: &Selected, case: &Case, m: usize, rng: &mut Rng) -> f64 {
     let w = case.weights();
     let p = w.params;
@@ -93,8 +94,9 @@ fn check(sel: &Selected, case: &Case, m: usize, rng: &mut Rng) -> f64 {
     matmul_serial(sel, &rhs, LhsSource::F32(&a), m, case.bias.as_deref(), &mut out);
     let (kernel, _) = sel.kernel_for(m);
     let what = format!(
-        "{} layout={} M={m} N={} K={} bits={} bl={} zp={:?} g_idx={} bias={}",
+        "{} act={} layout={} M={m} N={} K={} bits={} bl={} zp={:?} g_idx={} bias={}",
         kernel.name(),
+        sel.activation_quant(),
         sel.layout(),
         p.n,
         p.k,
@@ -115,6 +117,26 @@ fn check(sel: &Selected, case: &Case, m: usize, rng: &mut Rng) -> f64 {
             // f32 products and sums: a few ulps of the magnitude sum, far below any quantization effect.
             let cmag = code_magnitudes(&a, m, &we);
             assert_close(&what, &out, &exact, |i| 3e-6 * mag[i] + 1e-6 * cmag[i] + 1e-6 * bias_mag(i) + 1e-7);
+        }
+        ComputePath::Int8 if sel.activation_quant() == ActQuant::Row => {
+            // Y = Σ q·w and the z·Σw it is corrected by are each up to 128·sa·Σ|w| in f32: their rounding.
+            let wd = reference::dequantize(&we);
+            let wabs: Vec<f64> = (0..p.n).map(|n| wd[n * p.k..][..p.k].iter().map(|v| v.abs()).sum()).collect();
+            let cmag = code_magnitudes(&a, m, &we);
+            let float_tol = |i: usize| {
+                let (row, n) = (i / p.n, i % p.n);
+                let (sa, _, _) = reference::quantize_asymmetric_int8(&a[row * p.k..][..p.k]);
+                1e-5 * cmag[i] + 4e-5 * sa as f64 * 128.0 * wabs[n] + 1e-6 * bias_mag(i) + 1e-7
+            };
+            if !we.has_reordering_g_idx() {
+                let int_ref = reference::matmul_int8_row(&a, m, &we, case.bias.as_deref());
+                assert_close(&format!("{what} vs int8 row reference"), &out, &int_ref, float_tol);
+            }
+            assert_close(&format!("{what} vs exact"), &out, &exact, |i| {
+                let (row, n) = (i / p.n, i % p.n);
+                let bound = reference::int8_row_error_bound(&a[row * p.k..][..p.k], &wd[n * p.k..][..p.k]);
+                bound * 1.001 + float_tol(i)
+            });
         }
         ComputePath::Int8 => {
             let cmag = code_magnitudes(&a, m, &we);
@@ -173,8 +195,11 @@ fn every_kernel_edge_taxonomy() {
                             let case = case_for(uk, &layout, case);
                             let p = Problem::of(uk.path(), &case.weights());
                             let Ok(sel) = Selected::single(uk, layout, &p) else { continue };
-                            check(&sel, &case, m, &mut rng);
-                            *coverage.entry((uk.name(), layout.name())).or_default() += 1;
+                            let count = coverage.entry((uk.name(), layout.name())).or_default();
+                            // Every third case in the row numerics (the int8 path's second).
+                            let act = if *count % 3 == 1 { ActQuant::Row } else { ActQuant::Block };
+                            *count += 1;
+                            check(&sel.with_activation_quant(act), &case, m, &mut rng);
                         }
                     }
                 }
@@ -267,6 +292,9 @@ fn every_family_tiles_correctly() {
             assert_eq!(sel.name(), f.name());
             for m in [1usize, 2, 3, 4, 5, 7, 9, 33, 67] {
                 check(&sel, &case, m, &mut rng);
+                if f.path() == ComputePath::Int8 && m % 2 == 1 {
+                    check(&sel.with_activation_quant(ActQuant::Row), &case, m, &mut rng);
+                }
             }
             ran += 1;
         }
@@ -457,6 +485,7 @@ proptest! {
         g_i in 0usize..4,
         bias in any::<bool>(),
         layout_i in any::<usize>(),
+        row in any::<bool>(),
     ) {
         let bits = [2u32, 4, 8][bits_i];
         let bl = 1usize << bl_log;
@@ -469,7 +498,8 @@ proptest! {
             let layout = layouts[layout_i % layouts.len()];
             let case = case_for(uk, &layout, case.clone());
             if let Ok(sel) = Selected::single(uk, layout, &Problem::of(uk.path(), &case.weights())) {
-                check(&sel, &case, m, &mut rng);
+                let act = if row { ActQuant::Row } else { ActQuant::Block };
+                check(&sel.with_activation_quant(act), &case, m, &mut rng);
             }
         }
     }
@@ -485,13 +515,15 @@ fn nan_activations_propagate() {
         let Ok(l) = registry::build_ladder(Cpu::get(), None, Some(f.name())) else { continue };
         let sel = l.select(&Problem::of(f.path(), &w)).unwrap();
         let rhs = sel.pack_rhs(&w).unwrap();
-        for m in [3, 5] {
+        for (m, act) in [(3, ActQuant::Block), (5, ActQuant::Block), (3, ActQuant::Row), (5, ActQuant::Row)] {
+            let sel = sel.with_activation_quant(act);
             let mut a = activations(&mut rng, m, 93);
             a[93 + 40] = f32::NAN; // row 1
             let mut out = vec![0f32; m * 21];
             matmul_serial(&sel, &rhs, LhsSource::F32(&a), m, case.bias.as_deref(), &mut out);
-            assert!(out[21..42].iter().all(|y| y.is_nan()), "{}: row 1 should be NaN", f.name());
-            assert!(out[..21].iter().chain(&out[42..]).all(|y| y.is_finite()), "{}: other rows finite", f.name());
+            let name = format!("{} act={act}", f.name());
+            assert!(out[21..42].iter().all(|y| y.is_nan()), "{name}: row 1 should be NaN");
+            assert!(out[..21].iter().chain(&out[42..]).all(|y| y.is_finite()), "{name}: other rows finite");
         }
     }
 }
@@ -514,14 +546,15 @@ fn worst_case_sums_at_the_largest_block() {
                 let Ok(l) = registry::build_ladder(Cpu::get(), None, Some(f.name())) else { continue };
                 let sel = l.select(&Problem::of(f.path(), &w)).unwrap();
                 let rhs = sel.pack_rhs(&w).unwrap();
-                for m in [1, 5] {
+                for (m, act) in [(1, ActQuant::Block), (5, ActQuant::Block), (1, ActQuant::Row), (5, ActQuant::Row)] {
+                    let sel = sel.with_activation_quant(act);
                     let a = vec![sign; m * bl];
                     let mut out = vec![0f32; m * 3];
                     matmul_serial(&sel, &rhs, LhsSource::F32(&a), m, None, &mut out);
                     for &y in &out {
                         assert!(
                             (y as f64 - want).abs() <= want.abs() * 1e-6,
-                            "bits={bits} {}: {y} vs {want}",
+                            "bits={bits} {} act={act}: {y} vs {want}",
                             f.name()
                         );
                     }

@@ -3,8 +3,10 @@
 //!
 //! ```text
 //! run_matmul --ort-dylib libonnxruntime.so.1.31.1 --model mm.onnx --m 1 --runs 5 [--lib libnibble_ort.so]
+//!            [--config key=value]...
 //! ```
-//! Without `--lib` ORT's built-in op runs. One intra-op thread, no spinning; A is a fixed pseudo-random matrix
+//! Without `--lib` ORT's built-in op runs. `--config` adds a session config entry before the library is
+//! registered (e.g. `nibble.activation_quant=row`). One intra-op thread, no spinning; A is a fixed pseudo-random matrix
 //! [M, K] (K read from the model's input A).
 //!
 //! Runs 2 ..= R are bracketed by instruction-count markers (see [`Marker`]): the counting plugin reports the
@@ -42,11 +44,13 @@ struct Args {
     lib: Option<PathBuf>,
     m: usize,
     runs: usize,
+    config: Vec<(String, String)>,
 }
 
 fn args() -> Result<Args> {
     let mut it = std::env::args().skip(1);
     let (mut ort_dylib, mut model, mut lib, mut m, mut runs) = (None, None, None, 1, 1);
+    let mut config = Vec::new();
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
@@ -55,6 +59,11 @@ fn args() -> Result<Args> {
             "--lib" => lib = Some(PathBuf::from(value()?)),
             "--m" => m = value()?.parse().context("--m")?,
             "--runs" => runs = value()?.parse().context("--runs")?,
+            "--config" => {
+                let kv = value()?;
+                let (k, v) = kv.split_once('=').with_context(|| format!("--config {kv}: expected key=value"))?;
+                config.push((k.to_string(), v.to_string()));
+            }
             other => bail!("unknown argument {other} (see the doc comment of provider/examples/run_matmul.rs)"),
         }
     }
@@ -64,6 +73,7 @@ fn args() -> Result<Args> {
         lib,
         m,
         runs,
+        config,
     })
 }
 
@@ -83,6 +93,9 @@ fn main() -> Result<()> {
         .map_err(|e| anyhow!("{e}"))?
         .with_inter_op_spinning(false)
         .map_err(|e| anyhow!("{e}"))?;
+    for (k, v) in &a.config {
+        b = b.with_config_entry(k, v).map_err(|e| anyhow!("{e}"))?;
+    }
     if let Some(lib) = &a.lib {
         b = b.with_operator_library(lib).map_err(|e| anyhow!("{e}"))?;
     }

@@ -4,11 +4,18 @@
 use crate::OP_PREFIX;
 use crate::matmul_nbits::OpConfig;
 use crate::status::{Error, Result};
+use nibble_kernels::ActQuant;
 
 /// Session config key: "0" keeps ORT's own `com.microsoft::MatMulNBits`; "1" (default) replaces it.
 pub const KEY_OVERRIDE: &str = "nibble.override_com_microsoft";
 /// Session config key: what accuracy_level 0 (unset) means: "4" (default, int8 path) or "1" (fp32 path).
 pub const KEY_ACCURACY_DEFAULT: &str = "nibble.accuracy_level_default";
+/// Session config key: the int8 path's activation numerics, "block" (default: per block of the weights' block
+/// size) or "row" (per row, asymmetric: ORT-arm64's numerics).
+pub const KEY_ACT_QUANT: &str = "nibble.activation_quant";
+
+/// Every setting, for lookups and messages.
+pub const KEYS: [&str; 3] = [KEY_OVERRIDE, KEY_ACCURACY_DEFAULT, KEY_ACT_QUANT];
 
 /// The same setting as C++ `Ort::CustomOpConfigs().AddConfig("MatMulNBits", key, value)` stores it:
 /// `custom_op.MatMulNBits.<key without "nibble.">` (read when `nibble.<key>` is not set).
@@ -29,7 +36,7 @@ pub const KEY_REGISTERED: &str = "nibble.registered";
 /// The first config key that looks like one of ours but is not (`nibble.*`, or C++'s
 /// `custom_op.MatMulNBits.*` spelling): a typo would otherwise be ignored silently.
 pub fn unknown_key<'a>(keys: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let known = [KEY_OVERRIDE, KEY_ACCURACY_DEFAULT];
+    let known = KEYS;
     keys.into_iter().find(|k| {
         (k.starts_with("nibble.") && !known.contains(k) && *k != KEY_REGISTERED)
             || (k.starts_with("custom_op.MatMulNBits.") && !known.iter().any(|n| custom_op_config_key(n) == *k))
@@ -39,10 +46,11 @@ pub fn unknown_key<'a>(keys: impl IntoIterator<Item = &'a str>) -> Option<&'a st
 /// The error for [`unknown_key`].
 pub fn unknown_key_error(key: &str) -> Error {
     Error::invalid(format!(
-        "{OP_PREFIX} session config {key} is not a nibble setting: the settings are {KEY_OVERRIDE} (0 or 1) and \
-         {KEY_ACCURACY_DEFAULT} (1-4), also spelled {} and {}",
+        "{OP_PREFIX} session config {key} is not a nibble setting: the settings are {KEY_OVERRIDE} (0 or 1), \
+         {KEY_ACCURACY_DEFAULT} (1-4) and {KEY_ACT_QUANT} (block or row), also spelled {}, {} and {}",
         custom_op_config_key(KEY_OVERRIDE),
-        custom_op_config_key(KEY_ACCURACY_DEFAULT)
+        custom_op_config_key(KEY_ACCURACY_DEFAULT),
+        custom_op_config_key(KEY_ACT_QUANT)
     ))
 }
 
@@ -51,8 +59,10 @@ pub fn unknown_key_error(key: &str) -> Error {
 pub fn check_unchanged(registered: &Registration, now: &Registration) -> Result<()> {
     let late = if registered.domains != now.domains {
         Some((KEY_OVERRIDE, if now.domains.contains(&MS_DOMAIN) { "1" } else { "0" }.to_string()))
-    } else if registered.config != now.config {
+    } else if registered.config.default_accuracy != now.config.default_accuracy {
         Some((KEY_ACCURACY_DEFAULT, now.config.default_accuracy.to_string()))
+    } else if registered.config.activation_quant != now.config.activation_quant {
+        Some((KEY_ACT_QUANT, now.config.activation_quant.name().to_string()))
     } else {
         None
     };
@@ -76,15 +86,19 @@ pub struct Registration {
     pub config: OpConfig,
 }
 
-/// Decides the registration from `lookup(key)` of [`KEY_OVERRIDE`] and [`KEY_ACCURACY_DEFAULT`]: each frontend's
-/// lookup tries its own spellings of the key (None = not set).
+/// Decides the registration from `lookup(key)` of every key in [`KEYS`]: each frontend's lookup tries its own
+/// spellings of the key (None = not set).
 pub fn plan_from(mut lookup: impl FnMut(&str) -> Result<Option<String>>) -> Result<Registration> {
-    let (ov, acc) = (lookup(KEY_OVERRIDE)?, lookup(KEY_ACCURACY_DEFAULT)?);
-    plan(ov.as_deref(), acc.as_deref())
+    let (ov, acc, act) = (lookup(KEY_OVERRIDE)?, lookup(KEY_ACCURACY_DEFAULT)?, lookup(KEY_ACT_QUANT)?);
+    plan(ov.as_deref(), acc.as_deref(), act.as_deref())
 }
 
 /// Decides the registration from the session config entries (None = not set).
-pub fn plan(override_ms: Option<&str>, accuracy_default: Option<&str>) -> Result<Registration> {
+pub fn plan(
+    override_ms: Option<&str>,
+    accuracy_default: Option<&str>,
+    activation_quant: Option<&str>,
+) -> Result<Registration> {
     let override_ms = match override_ms.map(str::trim) {
         None | Some("1") | Some("true") => true,
         Some("0") | Some("false") => false,
@@ -106,11 +120,20 @@ pub fn plan(override_ms: Option<&str>, accuracy_default: Option<&str>) -> Result
             }
         },
     };
+    let activation_quant = match activation_quant {
+        None => ActQuant::Block,
+        Some(v) => ActQuant::parse(v).ok_or_else(|| {
+            Error::invalid(format!(
+                "{OP_PREFIX} session config {KEY_ACT_QUANT}={v:?} is invalid: use \"block\" (activations quantized \
+                 per block, the default) or \"row\" (per row, ORT-arm64's numerics)"
+            ))
+        })?,
+    };
     let mut domains = vec![OUR_DOMAIN];
     if override_ms {
         domains.push(MS_DOMAIN);
     }
-    Ok(Registration { domains, config: OpConfig { default_accuracy } })
+    Ok(Registration { domains, config: OpConfig { default_accuracy, activation_quant } })
 }
 
 #[cfg(test)]
@@ -129,35 +152,43 @@ mod tests {
 
     #[test]
     fn late_settings_are_named() {
-        let reg = plan(None, None).unwrap();
-        assert!(check_unchanged(&reg, &plan(Some("1"), Some("4")).unwrap()).is_ok());
-        let e = check_unchanged(&reg, &plan(Some("0"), None).unwrap()).unwrap_err().message;
+        let reg = plan(None, None, None).unwrap();
+        assert!(check_unchanged(&reg, &plan(Some("1"), Some("4"), Some("block")).unwrap()).is_ok());
+        let e = check_unchanged(&reg, &plan(Some("0"), None, None).unwrap()).unwrap_err().message;
         assert!(e.contains("nibble.override_com_microsoft=0 was set after"), "{e}");
-        let e = check_unchanged(&reg, &plan(None, Some("1")).unwrap()).unwrap_err().message;
+        let e = check_unchanged(&reg, &plan(None, Some("1"), None).unwrap()).unwrap_err().message;
         assert!(e.contains("nibble.accuracy_level_default=1 was set after"), "{e}");
+        let e = check_unchanged(&reg, &plan(None, None, Some("row")).unwrap()).unwrap_err().message;
+        assert!(e.contains("nibble.activation_quant=row was set after"), "{e}");
     }
 
     #[test]
     fn defaults_override_and_int8() {
-        let r = plan(None, None).unwrap();
+        let r = plan(None, None, None).unwrap();
         assert_eq!(r.domains, vec!["nibble", "com.microsoft"]);
         assert_eq!(r.config.default_accuracy, 4);
-        let r = plan(Some("0"), Some("1")).unwrap();
+        let r = plan(Some("0"), Some("1"), Some(" row ")).unwrap();
         assert_eq!(r.domains, vec!["nibble"]);
         assert_eq!(r.config.default_accuracy, 1);
+        assert_eq!(r.config.activation_quant, ActQuant::Row);
+        assert_eq!(plan(None, None, None).unwrap().config.activation_quant, ActQuant::Block);
     }
 
     #[test]
     fn custom_op_config_keys() {
         assert_eq!(custom_op_config_key(KEY_OVERRIDE), "custom_op.MatMulNBits.override_com_microsoft");
         assert_eq!(custom_op_config_key(KEY_ACCURACY_DEFAULT), "custom_op.MatMulNBits.accuracy_level_default");
+        assert_eq!(custom_op_config_key(KEY_ACT_QUANT), "custom_op.MatMulNBits.activation_quant");
+        assert_eq!(unknown_key(["nibble.activation_quant", "custom_op.MatMulNBits.activation_quant"]), None);
     }
 
     #[test]
     fn bad_values_are_named() {
-        let e = plan(Some("maybe"), None).unwrap_err();
+        let e = plan(Some("maybe"), None, None).unwrap_err();
         assert!(e.message.contains(KEY_OVERRIDE) && e.message.contains("maybe"));
-        let e = plan(None, Some("7")).unwrap_err();
+        let e = plan(None, Some("7"), None).unwrap_err();
         assert!(e.message.contains(KEY_ACCURACY_DEFAULT) && e.message.contains('7'));
+        let e = plan(None, None, Some("per_row")).unwrap_err();
+        assert!(e.message.contains(KEY_ACT_QUANT) && e.message.contains("per_row"), "{}", e.message);
     }
 }

@@ -117,6 +117,10 @@ impl Info {
                 }
             }
         }
+        s += "session settings (session config key; C++ CustomOpConfigs and EP provider options drop the \"nibble.\"):\n";
+        for (key, values, default) in settings() {
+            s += &format!("  {key} = {} (default {default})\n", values.join(" | "));
+        }
         s += "selection (weights with zero points; accuracy_level 4 = int8 path, 1-3 = fp32 path):\n";
         // One line per (path, bits) and run of block sizes with the same outcome.
         let outcome = |c: &Choice| match &c.family {
@@ -165,10 +169,25 @@ impl Info {
             "nibble_isa": self.isa_cap,
             "nibble_families": self.families_env,
             "ladder": ladder,
+            "settings": settings()
+                .iter()
+                .map(|(k, v, d)| json!({"key": k, "values": v, "default": d}))
+                .collect::<Vec<_>>(),
             "selection": selection,
         })
         .to_string()
     }
+}
+
+/// Each session setting: key, accepted values, default.
+fn settings() -> [(&'static str, Vec<&'static str>, &'static str); 3] {
+    use crate::domain::{KEY_ACCURACY_DEFAULT, KEY_ACT_QUANT, KEY_OVERRIDE};
+    use nibble_kernels::ActQuant;
+    [
+        (KEY_OVERRIDE, vec!["0", "1"], "1"),
+        (KEY_ACCURACY_DEFAULT, vec!["1", "2", "3", "4"], "4"),
+        (KEY_ACT_QUANT, vec![ActQuant::Block.name(), ActQuant::Row.name()], ActQuant::default().name()),
+    ]
 }
 
 /// The family for each (path, bits, block size) on `ladder`.

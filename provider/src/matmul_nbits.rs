@@ -9,7 +9,7 @@ use crate::api::{Dtype, KernelContext, KernelInfo, Output, ShapeInfer, Tensor};
 use crate::shared;
 use crate::status::{Error, Result};
 use nibble_kernels::format::fmt_shape;
-use nibble_kernels::{ComputePath, LhsSource, PackedRhs, Params, Problem, Selected, Weights, ZeroPoints};
+use nibble_kernels::{ActQuant, ComputePath, LhsSource, PackedRhs, Params, Problem, Selected, Weights, ZeroPoints};
 use std::sync::Arc;
 
 /// Inputs: A, B, scales, zero_points?, g_idx?, bias?
@@ -37,6 +37,8 @@ pub fn input_is_optional(i: usize) -> bool {
 pub struct OpConfig {
     /// What accuracy_level 0 (unset) means: 4 = int8 path, 1..3 = fp32 path.
     pub default_accuracy: i64,
+    /// The int8 path's activation numerics (`nibble.activation_quant`).
+    pub activation_quant: ActQuant,
 }
 
 /// When a node's weights are packed.
@@ -237,7 +239,7 @@ impl MatMulNBits {
         };
 
         let weights = Weights::new(params, b.u8s(), &scales, zero_points, g_idx.as_deref())?;
-        let sel = nibble_kernels::select(&Problem::of(path, &weights))?;
+        let sel = nibble_kernels::select(&Problem::of(path, &weights))?.with_activation_quant(config.activation_quant);
         let (rhs, packed) = match at {
             PackAt::Create => {
                 let (rhs, origin) = shared::packed(&sel, &weights)?;
@@ -276,7 +278,7 @@ impl MatMulNBits {
         };
         // A logging failure must not fail the session: the line is informational.
         let _ = info.log_info(&format!(
-            "{OP_PREFIX} node '{node}': K={} N={} bits={} block_size={} accuracy_level={accuracy} -> {} path, \
+            "{OP_PREFIX} node '{node}': K={} N={} bits={} block_size={} accuracy_level={accuracy} -> {} path{}, \
              family {}: GEMV {} (M<={}), GEMM {} (M>{}), layout {}, {packed}, zero_points={zp_kind}, \
              g_idx={g_idx_kind}, bias={bias_kind}, A={}",
             params.k,
@@ -284,6 +286,10 @@ impl MatMulNBits {
             params.bits,
             params.block_size,
             path.name(),
+            match path {
+                ComputePath::Int8 => format!(" (activations quantized per {})", sel.activation_quant()),
+                ComputePath::Fp32 => String::new(),
+            },
             sel.name(),
             sel.gemv().name(),
             sel.gemv_max_m(),

@@ -26,6 +26,8 @@ fn json_names_version_runtimes_ladder_and_a_family_per_shape() {
     assert_eq!(v["arch"], std::env::consts::ARCH);
     assert_eq!(v["ort"]["custom_op_min"], "1.17");
     assert_eq!(v["ort"]["ep_min"], "1.24");
+    let act = v["settings"].as_array().unwrap().iter().find(|s| s["key"] == "nibble.activation_quant").unwrap();
+    assert_eq!((act["values"].clone(), act["default"].clone()), (serde_json::json!(["block", "row"]), "block".into()));
     let ladder: Vec<&str> = v["ladder"].as_array().unwrap().iter().map(|f| f["family"].as_str().unwrap()).collect();
     assert!(
         ladder.iter().any(|f| f.starts_with("portable_")),
@@ -52,6 +54,7 @@ fn nibble_isa_caps_the_ladder_as_in_a_session() {
     let text = String::from_utf8(run(&[], Some("portable")).stdout).unwrap();
     assert!(text.contains("NIBBLE_ISA=portable") && text.contains("-> portable_int8_"), "{text}");
     assert!(text.contains("custom-op library from 1.17, execution provider from 1.24"), "{text}");
+    assert!(text.contains("nibble.activation_quant = block | row (default block)"), "{text}");
 }
 
 #[test]

@@ -56,6 +56,11 @@ SETTINGS: dict[str, tuple[str, str]] = {
         "nibble.accuracy_level_default",
         "what accuracy_level 0 (unset) means: 4 (default, int8 activations) or 1, 2, 3 (fp32 path)",
     ),
+    "activation_quant": (
+        "nibble.activation_quant",
+        "the int8 path's activation numerics: 'block' (default: per block, more accurate) or 'row' (per row, "
+        "ORT-arm64's numerics, fewer instructions)",
+    ),
 }
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -94,6 +99,10 @@ def _config_values(settings: dict[str, Any]) -> dict[str, str]:
             if not isinstance(value, bool):
                 raise TypeError(f"nibble_ort: override_com_microsoft must be True or False, not {value!r}")
             out[name] = "1" if value else "0"
+        elif name == "activation_quant":
+            if value not in ("block", "row"):
+                raise ValueError(f"nibble_ort: activation_quant must be 'block' or 'row', not {value!r}")
+            out[name] = value
         else:  # accuracy_level_default
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4:
                 raise ValueError(

@@ -5,14 +5,14 @@
 # own layout, every tile on one thread), counting by symbol: exact and repeatable (no session, no threads).
 #
 # Usage: scripts/aarch64/icount-kernel.sh KERNEL [--cpu max] [--m 32] [--n 2048] [--k 2048] [--bits 4] [--bs 32]
-#            [--zp none|uint8]
+#            [--zp none|uint8] [--act block|row]
 # Prints "KERNEL cpu M NxK bits bs zp: N insns/call, N SMMLA, N SDOT, N insns per SMMLA|SDOT, quantizer N insns/call".
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 [ $# -ge 1 ] || { sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 2; }
 kernel=$1; shift
-cpu=max; args=(); m=32; n=2048; k=2048; bits=4; bs=32; zp=none
+cpu=max; args=(); m=32; n=2048; k=2048; bits=4; bs=32; zp=none; act=block
 while [ $# -gt 0 ]; do
     case "$1" in
         --cpu) cpu=$2; shift 2 ;;
@@ -22,10 +22,11 @@ while [ $# -gt 0 ]; do
         --bits) bits=$2; shift 2 ;;
         --bs) bs=$2; shift 2 ;;
         --zp) zp=$2; shift 2 ;;
+        --act) act=$2; shift 2 ;;
         *) echo "icount-kernel: unknown argument $1" >&2; exit 2 ;;
     esac
 done
-args=(--kernel "$kernel" --m "$m" --n "$n" --k "$k" --bits "$bits" --bs "$bs" --zp "$zp" --runs 1)
+args=(--kernel "$kernel" --m "$m" --n "$n" --k "$k" --bits "$bits" --bs "$bs" --zp "$zp" --act "$act" --runs 1)
 export A64ENV=${A64ENV:-$root/.cache/a64env}
 bash scripts/aarch64/setup-aarch64.sh --no-ort --cpus "$cpu" >&2
 rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu

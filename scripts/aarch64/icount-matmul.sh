@@ -12,8 +12,9 @@
 # (max − min) / median of each side, and the script exits 1 (after the table) if any spread is >= 1%.
 #
 # Usage: scripts/aarch64/icount-matmul.sh [--cpus "max neoverse-n1 cortex-a72"] [--shapes "4096x4096"]
-#            [--m "1 32"] [--bits 4] [--bs 32] [--zp none|uint8|float] [--acc 4] [--runs 2] [--repeat 3]
-#            [--method marked|difference] [--out FILE.md]
+#            [--m "1 32"] [--bits 4] [--bs 32] [--zp none|uint8|float] [--acc 4] [--act block|row] [--runs 2]
+#            [--repeat 3] [--method marked|difference] [--out FILE.md]
+# --act: nibble's int8 activation numerics (session config nibble.activation_quant; ORT's side is unchanged).
 # Prints a markdown table (also written to --out); each count goes to stderr as it is taken. Benchmarks never run
 # in the tests.
 set -euo pipefail
@@ -21,7 +22,7 @@ shopt -s inherit_errexit
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 cpus="max neoverse-n1 cortex-a72"; shapes="4096x4096"; ms="1 32"; bits=4; bs=32; zp=none; acc=4; runs=2; out=""
-repeat=3; method=marked
+repeat=3; method=marked; act=block
 while [ $# -gt 0 ]; do
     case "$1" in
         --cpus) cpus=$2; shift 2 ;;
@@ -31,6 +32,7 @@ while [ $# -gt 0 ]; do
         --bs) bs=$2; shift 2 ;;
         --zp) zp=$2; shift 2 ;;
         --acc) acc=$2; shift 2 ;;
+        --act) act=$2; shift 2 ;;
         --runs) runs=$2; shift 2 ;;
         --repeat) repeat=$2; shift 2 ;;
         --method) method=$2; shift 2 ;;
@@ -41,6 +43,7 @@ while [ $# -gt 0 ]; do
 done
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "icount-matmul: --runs must be a positive integer, not $runs" >&2; exit 2; }
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "icount-matmul: --repeat must be a positive integer, not $repeat" >&2; exit 2; }
+case "$act" in block|row) ;; *) echo "icount-matmul: --act is block or row" >&2; exit 2 ;; esac
 case "$method" in marked|difference) ;; *) echo "icount-matmul: --method is marked or difference" >&2; exit 2 ;; esac
 export A64ENV=${A64ENV:-$root/.cache/a64env}
 source scripts/aarch64/ort-aarch64.sh
@@ -62,7 +65,7 @@ mkdir -p "$tdir/icount"
 # inside the marked Runs (marked; exactly one region required).
 count() {
     local cpu=$1 model=$2 m=$3 n=$4 lib_arg=() res
-    [ $# -ge 5 ] && lib_arg=(--lib "$5")
+    [ $# -ge 5 ] && lib_arg=(--lib "$5" --config "nibble.activation_quant=$act")
     res=$(bash scripts/aarch64/aarch64-icount.sh -q -c "$cpu" -p enc=sdot_idx -p enc=sdot -p enc=smmla -- \
         "$bin" --ort-dylib "$ort" --model "$model" --m "$m" --runs "$n" "${lib_arg[@]}" 2>"$tdir/icount/last.err") \
         || { cat "$tdir/icount/last.err" >&2; echo "icount-matmul: run_matmul failed ($cpu, $model, M=$m)" >&2; exit 1; }

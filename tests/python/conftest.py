@@ -33,6 +33,7 @@ SUMMARY_PATH = Path(os.environ.get("NIBBLE_PARITY_SUMMARY", REPO_ROOT / "target"
 # Session config keys read by the library (they must be set before register_custom_ops_library).
 OVERRIDE_KEY = "nibble.override_com_microsoft"
 ACCURACY_DEFAULT_KEY = "nibble.accuracy_level_default"
+ACT_QUANT_KEY = "nibble.activation_quant"
 
 
 FRONTEND_ENV = "NIBBLE_FRONTEND"

@@ -24,7 +24,7 @@ import onnxruntime as ort
 import pytest
 
 import build_matmulnbits as bm
-from conftest import ACCURACY_DEFAULT_KEY, EP_NAME, OVERRIDE_KEY, REPO_ROOT, add_library, create_session, ep_devices
+from conftest import ACCURACY_DEFAULT_KEY, ACT_QUANT_KEY, EP_NAME, OVERRIDE_KEY, REPO_ROOT, add_library, create_session, ep_devices
 from test_parity import BEHAVIOUR_CASE, Case, assert_bitwise_equal, build_model, case_data, run_all
 
 if tuple(int(x) for x in ort.__version__.split(".")[:2]) < (1, 24):
@@ -97,6 +97,7 @@ def test_accuracy_default_setting(nibble_lib: Path, how: str) -> None:
     ({"accuracy_level_default": "9"}, {}, ["accuracy_level_default", '"9"']),
     ({"override_com_microsoft": "maybe"}, {}, ["override_com_microsoft", "maybe"]),
     ({}, {OVERRIDE_KEY: "2"}, [OVERRIDE_KEY, '"2"']),
+    ({"activation_quant": "per_row"}, {}, ["activation_quant", '"per_row"', '"block"', '"row"']),
 ])
 def test_bad_setting_fails_session_creation_naming_it(nibble_lib: Path, options, config, words) -> None:
     model = build_model(BEHAVIOUR_CASE, "nibble")
@@ -104,6 +105,23 @@ def test_bad_setting_fails_session_creation_naming_it(nibble_lib: Path, options,
         session(model, nibble_lib, "ep", config=config, provider_options=options)
     for w in words:
         assert w in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("how", ("provider option", "session key"))
+def test_activation_quant_row_setting(nibble_lib: Path, how: str) -> None:
+    """activation_quant=row (provider option, or the session key) runs the int8 path in the row numerics:
+    bitwise the custom-op frontend's row output, and not the default (block) output."""
+    inputs = case_data(BEHAVIOUR_CASE.weight_key).inputs
+    model = build_model(BEHAVIOUR_CASE, "com.microsoft")
+    if how == "provider option":
+        s = session(model, nibble_lib, "ep", provider_options={"activation_quant": "row"})
+    else:
+        s = session(model, nibble_lib, "ep", config={ACT_QUANT_KEY: "row"})
+    row = run_all(s, inputs)
+    custom_row = session(model, nibble_lib, "custom-op", config={ACT_QUANT_KEY: "row"})
+    assert_bitwise_equal(row, run_all(custom_row, inputs), f"row via {how} vs custom-op row")
+    block = run_all(session(model, nibble_lib, "ep"), inputs)
+    assert any(not np.array_equal(a, b) for a, b in zip(row, block)), "row numerics gave the block output"
 
 
 def test_disable_prepacking_packs_at_creation(nibble_lib: Path) -> None:

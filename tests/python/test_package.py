@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pytest
 
 import nibble_ort
-from conftest import ACCURACY_DEFAULT_KEY, EP_NAME, OVERRIDE_KEY, REPO_ROOT, create_session, ep_devices
+from conftest import ACCURACY_DEFAULT_KEY, ACT_QUANT_KEY, EP_NAME, OVERRIDE_KEY, REPO_ROOT, create_session, ep_devices
 from test_parity import BEHAVIOUR_CASE, Case, assert_bitwise_equal, build_model, case_data, run_all
 
 ORT_MINOR = int(ort.__version__.split(".")[1])
@@ -97,6 +97,7 @@ def by_hand(model, config=None):
     ({}, {}),
     ({"accuracy_level_default": 1}, {ACCURACY_DEFAULT_KEY: "1"}),
     ({"accuracy_level_default": 4, "override_com_microsoft": True}, {}),
+    ({"activation_quant": "row"}, {ACT_QUANT_KEY: "row"}),
 ])
 def test_register_custom_ops_computes_what_registering_by_hand_does(settings, config) -> None:
     model, inputs = unset_accuracy_model()
@@ -121,6 +122,7 @@ def test_override_off_leaves_com_microsoft_to_ort(ort_session) -> None:
     ({"override_com_microsoft": "0"}, TypeError, "True or False"),
     ({"accuracy_level_default": 7}, ValueError, "1, 2, 3 (fp32 path) or 4"),
     ({"accuracy_level_default": "4"}, ValueError, "accuracy_level_default must be"),
+    ({"activation_quant": "per_row"}, ValueError, "activation_quant must be 'block' or 'row'"),
 ])
 def test_bad_settings_are_named_before_anything_is_registered(settings, error, words) -> None:
     so = ort.SessionOptions()
@@ -141,6 +143,7 @@ def test_registering_twice_is_an_error_naming_nibble() -> None:
 @pytest.mark.parametrize("settings, provider_options", [
     ({}, {}),
     ({"accuracy_level_default": 1, "override_com_microsoft": True}, {"accuracy_level_default": "1"}),
+    ({"activation_quant": "row"}, {"activation_quant": "row"}),
 ])
 def test_add_execution_provider_computes_what_the_ep_computes_by_hand(settings, provider_options) -> None:
     model, inputs = unset_accuracy_model()
@@ -162,4 +165,5 @@ def test_add_execution_provider_on_an_old_runtime_names_the_version(monkeypatch)
 
 def test_settings_table_names_the_librarys_keys() -> None:
     assert {k: v[0] for k, v in nibble_ort.SETTINGS.items()} == {
-        "override_com_microsoft": OVERRIDE_KEY, "accuracy_level_default": ACCURACY_DEFAULT_KEY}
+        "override_com_microsoft": OVERRIDE_KEY, "accuracy_level_default": ACCURACY_DEFAULT_KEY,
+        "activation_quant": ACT_QUANT_KEY}

@@ -23,13 +23,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
+import platform
+
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 
 import build_matmulnbits as bm
-from conftest import ACCURACY_DEFAULT_KEY, OVERRIDE_KEY
+from conftest import ACCURACY_DEFAULT_KEY, ACT_QUANT_KEY, OVERRIDE_KEY
 
 M_VALUES = (1, 2, 100)
 ZP_KINDS = (None, "uint8", "float")
@@ -216,6 +218,7 @@ class CaseData:
     expected: tuple[np.ndarray, ...]  # float64 reference per A
     magnitudes: tuple[np.ndarray, ...]  # |A|·|dequant(B)|ᵀ + |bias|: the scale of rounding errors per output
     int8_sigmas: tuple[np.ndarray, ...]  # std of the error int8 activations add to each output (see below)
+    row_sigmas: tuple[np.ndarray, ...]  # the same for activations quantized per row (nibble.activation_quant=row)
 
 
 def int8_error_sigma(a: np.ndarray, w: np.ndarray, block_size: int) -> np.ndarray:
@@ -228,6 +231,14 @@ def int8_error_sigma(a: np.ndarray, w: np.ndarray, block_size: int) -> np.ndarra
     step = blocks.reshape(*a.shape[:-1], -1, block_size).max(axis=-1) / 127  # [..., k_blocks]
     step_per_k = np.repeat(step, block_size, axis=-1)[..., :K]
     return np.sqrt((step_per_k**2 / 12) @ (w**2).T)
+
+
+def int8_row_error_sigma(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """`int8_error_sigma` for A quantized per row, asymmetrically (nibble.activation_quant=row, ORT-arm64's
+    KleidiAI numerics): one step per row, s = (max(0, max a) − min(0, min a)) / 255."""
+    a64 = a.astype(np.float64)
+    step = (np.maximum(a64.max(axis=-1), 0) - np.minimum(a64.min(axis=-1), 0)) / 255  # [...]
+    return np.sqrt(step[..., None] ** 2 / 12 * (w**2).sum(axis=-1))
 
 
 @functools.lru_cache(maxsize=4)  # cases that share weights are adjacent in CASES
@@ -248,7 +259,8 @@ def case_data(key: Case) -> CaseData:
     expected = tuple(bm.reference(a, *weights, g_idx, bias, key.K, key.N, key.bits, key.block_size) for a in inputs)
     magnitudes = tuple(np.abs(a.astype(np.float64)) @ np.abs(w_deq).T + bias_abs for a in inputs)
     int8_sigmas = tuple(int8_error_sigma(a, w_deq, key.block_size) for a in inputs)
-    return CaseData(weights, g_idx, bias, inputs, expected, magnitudes, int8_sigmas)
+    row_sigmas = tuple(int8_row_error_sigma(a, w_deq) for a in inputs)
+    return CaseData(weights, g_idx, bias, inputs, expected, magnitudes, int8_sigmas, row_sigmas)
 
 
 def build_model(case: Case, domain: str, accuracy_level: int | None | str = "case", **overrides) -> onnx.ModelProto:
@@ -328,9 +340,12 @@ class Checker:
         self.failures: list[str] = []
         self.outputs = 0
 
-    def close(self, name: str, actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], tol: Tol) -> None:
+    def close(self, name: str, actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], tol: Tol,
+              sigmas: Sequence[np.ndarray] | None = None) -> None:
+        """`sigmas`: the int8 error σ per output that `tol.sigmas` multiplies (default: per-block numerics)."""
         data = self.data
-        for a, act, exp, mag, sigma in zip(data.inputs, actual, expected, data.magnitudes, data.int8_sigmas):
+        sigmas = data.int8_sigmas if sigmas is None else sigmas
+        for a, act, exp, mag, sigma in zip(data.inputs, actual, expected, data.magnitudes, sigmas):
             self.outputs += 1
             want_shape = a.shape[:-1] + (self.case.N,)
             if act.shape != want_shape or act.dtype != np.dtype(self.case.dtype):
@@ -389,7 +404,35 @@ def test_parity(case: Case, request, ort_session, parity_log) -> None:
             check.close(f"ours vs ORT ({domain})", out, ort_out, tolerance(paths, case.dtype))
     # Both domains reach the same kernel with the same weights: the results must not differ at all.
     check.identical("ours: nibble vs com.microsoft domain", ours["com.microsoft"], ours["nibble"])
+    if case.accuracy_level == 4:
+        check_row_numerics(case, data, check, nibble_session, ort_out)
     check.finish()
+
+
+def ort_quantizes_per_row(case: Case) -> bool:
+    """Whether ORT's own kernel computes `case` with activations quantized per row (KleidiAI's qai8dxp kernels,
+    aarch64 ORT >= 1.24: 4-bit symmetric weights, float32 A, accuracy_level 4, blocks of a multiple of 32 up to
+    256, no g_idx): the numerics nibble.activation_quant=row reproduces."""
+    return (platform.machine() in ("aarch64", "arm64") and case.bits == 4 and case.zp is None
+            and case.dtype == "float32" and case.accuracy_level == 4 and not case.g_idx
+            and case.block_size % 32 == 0 and case.block_size <= 256)
+
+
+def check_row_numerics(case: Case, data: CaseData, check: Checker, nibble_session, ort_out) -> None:
+    """The int8 path with nibble.activation_quant=row (through the com.microsoft model: what replaces ORT's op)
+    against numpy within the per-row int8 error (6σ, ORT's atol/rtol as the floor), and against ORT's own output:
+    within ORT's own test tolerance where ORT quantizes per row too (the same numerics), else within both
+    numerics' error."""
+    out = run_all(nibble_session(build_model(case, "com.microsoft"), config={ACT_QUANT_KEY: "row"}), data.inputs)
+    row_tol = Tol(atol=0.1, rtol=0.02, sigmas=INT8_SIGMAS)
+    check.close("ours row vs numpy", out, data.expected, row_tol, sigmas=data.row_sigmas)
+    if ort_out is None:
+        return
+    if ort_quantizes_per_row(case):
+        check.close("ours row vs ORT row", out, ort_out, Tol(atol=0.1, rtol=0.02))
+    else:
+        both = [np.hypot(r, b) for r, b in zip(data.row_sigmas, data.int8_sigmas)]
+        check.close("ours row vs ORT", out, ort_out, row_tol, sigmas=both)
 
 
 # ---------------------------------------------------------------------------------------------------------------

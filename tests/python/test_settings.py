@@ -61,14 +61,23 @@ def test_unknown_key_is_named(nibble_lib: Path, key: str) -> None:
 @pytest.mark.skipif(MINOR < 24, reason="reading the session config at kernel creation needs ORT >= 1.24")
 @pytest.mark.parametrize(("key", "value"), [("nibble.accuracy_level_default", "1"),
                                             ("nibble.override_com_microsoft", "0"),
+                                            ("nibble.activation_quant", "row"),
                                             ("custom_op.MatMulNBits.accuracy_level_default", "2")])
 def test_key_set_after_registration_is_named(nibble_lib: Path, key: str, value: str) -> None:
     so = ort.SessionOptions()
     so.register_custom_ops_library(str(nibble_lib))
     so.add_session_config_entry(key, value)
     shown = key if key.startswith("nibble.") else "nibble.accuracy_level_default"
-    with pytest.raises(Exception, match=rf"{shown}=\d was set after libnibble_ort.so was registered"):
+    with pytest.raises(Exception, match=rf"{shown}=\w+ was set after libnibble_ort.so was registered"):
         run(so)
+
+
+@pytest.mark.parametrize("key", ["nibble.activation_quant", "custom_op.MatMulNBits.activation_quant"])
+def test_bad_activation_quant_is_named(nibble_lib: Path, key: str) -> None:
+    so = ort.SessionOptions()
+    so.add_session_config_entry(key, "per_row")
+    with pytest.raises(Exception, match=r'nibble.activation_quant="per_row" is invalid: use "block" .* or "row"'):
+        so.register_custom_ops_library(str(nibble_lib))
 
 
 def test_keys_set_before_registration_work(nibble_lib: Path) -> None:
@@ -76,3 +85,23 @@ def test_keys_set_before_registration_work(nibble_lib: Path) -> None:
     so.add_session_config_entry("nibble.accuracy_level_default", "1")
     so.register_custom_ops_library(str(nibble_lib))
     assert run(so).shape == (1, 64)
+
+
+def test_activation_quant_row_changes_the_int8_numerics(nibble_lib: Path) -> None:
+    """nibble.activation_quant=row (or C++ CustomOpConfigs' spelling) quantizes A per row: a different int8
+    result from the default per-block one, the same for both spellings."""
+    a = np.random.default_rng(5).normal(0, 0.25, size=(3, 256)).astype(np.float32)
+
+    def out(config: dict[str, str]) -> np.ndarray:
+        so = ort.SessionOptions()
+        for k, v in config.items():
+            so.add_session_config_entry(k, v)
+        so.register_custom_ops_library(str(nibble_lib))
+        sess = ort.InferenceSession(str(fixture_model()), so, providers=["CPUExecutionProvider"])
+        return sess.run(None, {"A": a})[0]
+
+    block, row = out({}), out({"nibble.activation_quant": "row"})
+    assert np.array_equal(row, out({"custom_op.MatMulNBits.activation_quant": "row"}))
+    assert np.array_equal(block, out({"nibble.activation_quant": "block"}))
+    assert not np.array_equal(block, row)
+    assert np.abs(block - row).max() < 0.05 * np.abs(block).max()

@@ -8,7 +8,9 @@
 /// - `chunk(bl)`: the chunk length min(bl, 32), 16 or 32 (bl is a power of two ≥ 16);
 /// - `chunk_one(bl)`: the chunk length and whether a block is one chunk (16 → 16, true; 32 → 32, true; larger →
 ///   32, false), two arguments;
-/// - `zp(has)`: whether the weights have zero points.
+/// - `zp(has)`: whether the weights have zero points;
+/// - `row(is)`: whether the activations are in the `Row` numerics (`RunArgs::row`: every activation scale is 1,
+///   so the epilogue skips multiplying by it).
 ///
 /// `dispatch!(unit_c::<R, P>(args, panel); bits(a.bits) chunk_one(a.bl) zp(a.has_zp != 0))` calls
 /// `unit_c::<R, P, 4, 32, true, false>(args, panel)` for 4-bit symmetric weights in blocks of 32; `f::<>(..)`
@@ -49,6 +51,13 @@ macro_rules! dispatch {
             $crate::arch::dispatch!(@go $f [$($g)* false,] ($($arg),*) $($rest)*)
         }
     };
+    (@go $f:ident [$($g:tt)*] ($($arg:expr),*) row($z:expr) $($rest:tt)*) => {
+        if $z {
+            $crate::arch::dispatch!(@go $f [$($g)* true,] ($($arg),*) $($rest)*)
+        } else {
+            $crate::arch::dispatch!(@go $f [$($g)* false,] ($($arg),*) $($rest)*)
+        }
+    };
     (@go $f:ident [$($g:tt)*] ($($arg:expr),*)) => {
         $f::<$($g)*>($($arg),*)
     };
@@ -63,7 +72,34 @@ pub mod portable;
 pub mod x86_64;
 
 use crate::cpu::Cpu;
+use crate::pack::RowQuant;
+use crate::ukernel::RunArgs;
 use std::sync::OnceLock;
+
+/// The row epilogue of the `ActQuant::Row` numerics, after the kernel has written `Y = Σ_k q·w` (no bias) into
+/// the tile: `y = sa·(Y − z·Σ_k w) + bias` per (row, column), with row r's quantization `row[r]` (scale sa, zero
+/// point z) and column j's weight sum `col_sums[j]`. Shared by every family (M·N operations against the
+/// kernel's M·N·K).
+///
+/// # Safety
+/// `args` is the tile's `RunArgs` as the kernel got it: `dst` (stride `dst_stride`) holds `rows` × `cols`
+/// initialised values that no other thread accesses during the call. `row` holds `rows` values, `col_sums` and
+/// `bias` (if any) `cols`.
+pub(crate) unsafe fn finish_row_tile(args: &RunArgs, row: &[RowQuant], col_sums: &[f32], bias: Option<&[f32]>) {
+    let (rows, cols) = (args.rows, args.cols);
+    assert!(row.len() >= rows && col_sums.len() >= cols && bias.is_none_or(|b| b.len() >= cols));
+    for (r, rq) in row[..rows].iter().enumerate() {
+        // SAFETY: row r < rows of the tile, `cols` values from its start (the caller's guarantee).
+        let y = unsafe { std::slice::from_raw_parts_mut(args.dst.add(r * args.dst_stride), cols) };
+        let z = rq.zero as f32;
+        // Separate multiplies and adds (not `mul_add`: a library call where the target has no FMA): they
+        // vectorise on every target.
+        match bias {
+            None => y.iter_mut().zip(col_sums).for_each(|(y, &w)| *y = rq.scale * (*y - z * w)),
+            Some(b) => y.iter_mut().zip(col_sums).zip(b).for_each(|((y, &w), &b)| *y = rq.scale * (*y - z * w) + b),
+        }
+    }
+}
 
 /// The fastest activation quantizer `cpu` runs (all give the same numbers as `pack::quantize_block`).
 pub(crate) fn quantize_block_for(cpu: &Cpu) -> crate::pack::QuantizeBlock {

@@ -17,6 +17,14 @@
 //! group of mr rows and per block the group's mr values (rows past M: 0), so that one load gives them
 //! ([`LhsFormat::scale_index`]). Either way a tile starting at row r0 (a group's first row) finds its scales at
 //! offset r0·blocks.
+//!
+//! The int8 formats have two numerics ([`ActQuant`]). `Block` (the default) is the above. `Row` is ORT-arm64's
+//! (KleidiAI's `qai8dxp`): each row quantized asymmetrically over its whole packed length, `a ≈ sa·(q − z)`
+//! with q in −128..127 ([`row_quant`]); the packed values are laid out exactly as above, every block's scale is
+//! 1 and its Σq the block's sum of q, so a kernel computes `Y = Σ_k q_k·w_k` with its usual block epilogue (or
+//! its row variant, which skips the multiply by 1), and the tile's row epilogue
+//! (`crate::arch::finish_row_tile`) gives `sa·(Y − z·Σ_k w_k) + bias`. Positions without a value (K tail,
+//! g_idx gaps) quantize to q = z, so they add nothing.
 
 use super::rhs::{NO_SOURCE, PackedRhs};
 use half::f16;
@@ -136,6 +144,105 @@ impl LhsFormat {
     }
 }
 
+/// The numerics of the int8 path's activations: quantized per block of the weights' block size (`block`, the
+/// default: more accurate) or per row (`row`: ORT-arm64's numerics, one scale and zero point per row; fewer
+/// instructions per block in the kernels). Chosen per session; decode and prefill of a session use the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ActQuant {
+    #[default]
+    Block,
+    Row,
+}
+
+impl ActQuant {
+    /// The setting's value: `block` or `row`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ActQuant::Block => "block",
+            ActQuant::Row => "row",
+        }
+    }
+
+    /// Parses a setting's value (`block` or `row`, surrounding spaces ignored); None for anything else.
+    pub fn parse(v: &str) -> Option<ActQuant> {
+        match v.trim() {
+            "block" => Some(ActQuant::Block),
+            "row" => Some(ActQuant::Row),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ActQuant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One row's asymmetric quantization (`ActQuant::Row`): `a ≈ scale·(q − zero)`, q = clamp(round_half_even(a ·
+/// inv) + zero, −128, 127).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowQuant {
+    pub scale: f32,
+    /// 1/scale, or 0 for a zero or non-finite row.
+    pub inv: f32,
+    pub zero: i32,
+}
+
+/// The quantization of a row whose values lie in [lo, hi] (the caller's min and max): the range is widened to
+/// hold 0, mapped onto −128..127 (scale = (hi − lo)/255) and the zero point, −128 − lo/scale, rounded (half to
+/// even) into −128..127 — KleidiAI's `qai8dxp` scheme. An all-zero row (or one whose range 1/range overflows)
+/// gets scale 0 and zero point 0 (q = 0);
+/// a row holding a NaN a NaN scale, an infinity an infinite one (as `Block` does), so non-finite activations
+/// reach the output instead of vanishing in the rounding.
+pub fn row_quant(lo: f32, hi: f32) -> RowQuant {
+    if lo.is_nan() || hi.is_nan() {
+        return RowQuant { scale: f32::NAN, inv: 0.0, zero: 0 };
+    }
+    let (lo, hi) = (lo.min(0.0), hi.max(0.0));
+    let range = hi - lo;
+    if !range.is_finite() {
+        return RowQuant { scale: f32::INFINITY, inv: 0.0, zero: 0 };
+    }
+    if range == 0.0 {
+        return RowQuant { scale: 0.0, inv: 0.0, zero: 0 };
+    }
+    let scale = range / 255.0;
+    let inv = 255.0 / range;
+    if !inv.is_finite() {
+        // A range of a few subnormals: quantized to 0 (an error of at most the range per value).
+        return RowQuant { scale: 0.0, inv: 0.0, zero: 0 };
+    }
+    let zero = (-128.0 - lo * inv).round_ties_even().clamp(-128.0, 127.0) as i32;
+    RowQuant { scale, inv, zero }
+}
+
+/// (min, max) of `a`, NaN if it holds one.
+pub fn min_max(a: &[f32]) -> (f32, f32) {
+    a.iter().fold(
+        (0f32, 0f32),
+        |(lo, hi), &x| {
+            if x.is_nan() || lo.is_nan() { (f32::NAN, f32::NAN) } else { (lo.min(x), hi.max(x)) }
+        },
+    )
+}
+
+/// One block of a row quantized with the row's [`RowQuant`], each code written to its packed place (see
+/// [`Runs`]); returns Σq. Panics as [`Runs::check`].
+pub fn quantize_block_row(a: &[f32], dst: &mut [u8], runs: Runs, rq: RowQuant) -> i32 {
+    runs.check(a.len(), dst.len());
+    let zero = rq.zero as f32;
+    let mut sum = 0i32;
+    for (r, vals) in a.chunks(runs.run).enumerate() {
+        for (d, &x) in dst[r * runs.stride..][..vals.len()].iter_mut().zip(vals) {
+            let v = ((x * rq.inv).round_ties_even() + zero).clamp(-128.0, 127.0) as i8;
+            *d = v as u8 ^ runs.flip;
+            sum += v as i32;
+        }
+    }
+    sum
+}
+
 /// Activations packed for one call.
 #[derive(Debug, Clone)]
 pub struct PackedLhs {
@@ -152,6 +259,9 @@ pub struct PackedLhs {
     /// [`LhsFormat::scale_index`].
     pub(crate) scale: Vec<f32>,
     pub(crate) sum: Vec<i32>,
+    /// The numerics; with `Row`, every block scale is 1 and `row` holds each row's quantization (`m` entries).
+    pub(crate) act: ActQuant,
+    pub(crate) row: Vec<RowQuant>,
 }
 
 /// Where a block's int8 codes go in the packed bytes: value i at `(i / run)·stride + i % run` of the destination,
@@ -196,8 +306,8 @@ impl Runs {
 /// (arch-specific versions are tested against it). Panics as [`Runs::check`].
 pub type QuantizeBlock = fn(&[f32], &mut [u8], Runs) -> (f32, i32);
 
-/// One task's rows of an int8 pack: bytes, scales, sums.
-type Int8Chunk<'a> = (&'a mut [u8], &'a mut [f32], &'a mut [i32]);
+/// One task's rows of an int8 pack: bytes, scales, sums, row quantizations (`Row` only, else empty).
+type Int8Chunk<'a> = (&'a mut [u8], &'a mut [f32], &'a mut [i32], &'a mut [RowQuant]);
 
 /// One pack: everything about a call that the row chunks share.
 #[derive(Clone, Copy)]
@@ -211,6 +321,7 @@ struct Job<'a> {
     k_map: Option<&'a [u32]>,
     format: LhsFormat,
     quant: QuantizeBlock,
+    act: ActQuant,
 }
 
 impl Job<'_> {
@@ -221,8 +332,9 @@ impl Job<'_> {
         }
     }
 
-    /// int8 formats: rows r0.. (r0 a group's first row) into the chunk's bytes, scales and sums.
-    fn fill_int8(&self, r0: usize, bytes: &mut [u8], scale: &mut [f32], sum: &mut [i32]) {
+    /// int8 formats: rows r0.. (r0 a group's first row) into the chunk's bytes, scales, sums and (`Row`) row
+    /// quantizations.
+    fn fill_int8(&self, r0: usize, bytes: &mut [u8], scale: &mut [f32], sum: &mut [i32], rows: &mut [RowQuant]) {
         let (k, kp, bl) = (self.k, self.kp, self.bl);
         let mut blk: Vec<f32> = Vec::new();
         for j in 0..(bytes.len() / kp).min(self.m.saturating_sub(r0)) {
@@ -243,6 +355,14 @@ impl Job<'_> {
                 }
                 LhsFormat::F32 => unreachable!("f32 rows are gathered"),
             };
+            let rq = match self.act {
+                ActQuant::Block => None,
+                ActQuant::Row => {
+                    let q = self.row_quant(i, &mut blk);
+                    *rows.get_mut(j).expect("Row packs have a slot per row") = q;
+                    Some(q)
+                }
+            };
             for b in 0..self.blocks {
                 // Straight from A when the block is K values in order; gathered (g_idx map, f16, zero tail) else.
                 let src: &[f32] = match self.a {
@@ -252,12 +372,30 @@ impl Job<'_> {
                         &blk
                     }
                 };
-                let (s, t) = (self.quant)(src, &mut bytes[off0 + b * off_step..], runs);
+                let dst = &mut bytes[off0 + b * off_step..];
+                let (s, t) = match rq {
+                    None => (self.quant)(src, dst, runs),
+                    Some(rq) => (1.0, quantize_block_row(src, dst, runs, rq)),
+                };
                 let at = at0 + b * at_step;
                 scale[at] = s;
                 sum[at] = t;
             }
         }
+    }
+
+    /// Row i's quantization (`Row`) from the min and max of its packed values (those without a source are 0,
+    /// which the range always holds): straight from A when K is in order and f32, else block by block.
+    fn row_quant(&self, i: usize, blk: &mut Vec<f32>) -> RowQuant {
+        let (lo, hi) = match self.a {
+            LhsSource::F32(a) if self.k_map.is_none() => min_max(&a[i * self.k..][..self.k]),
+            _ => (0..self.blocks).fold((0f32, 0f32), |(lo, hi), b| {
+                self.gather_block(i, b, blk);
+                let (l, h) = min_max(blk);
+                if l.is_nan() || lo.is_nan() { (f32::NAN, f32::NAN) } else { (lo.min(l), hi.max(h)) }
+            }),
+        };
+        row_quant(lo, hi)
     }
 
     /// Block b of row i as f32 through the K map (zero where nothing maps or past K).
@@ -302,7 +440,19 @@ impl PackedLhs {
 
     /// [`PackedLhs::pack`] with a given block quantizer (the CPU's fastest; the same numbers), on this thread.
     pub fn pack_with(a: LhsSource<'_>, m: usize, rhs: &PackedRhs, format: LhsFormat, quant: QuantizeBlock) -> Self {
-        let r: Result<Self, std::convert::Infallible> = Self::pack_par(a, m, rhs, format, quant, 1, |n, f| {
+        Self::pack_as(a, m, rhs, format, quant, ActQuant::Block)
+    }
+
+    /// [`PackedLhs::pack_with`] in the numerics `act` (int8 formats; F32 ignores it).
+    pub fn pack_as(
+        a: LhsSource<'_>,
+        m: usize,
+        rhs: &PackedRhs,
+        format: LhsFormat,
+        quant: QuantizeBlock,
+        act: ActQuant,
+    ) -> Self {
+        let r: Result<Self, std::convert::Infallible> = Self::pack_par(a, m, rhs, format, quant, act, 1, |n, f| {
             (0..n).for_each(f);
             Ok(())
         });
@@ -310,18 +460,20 @@ impl PackedLhs {
         lhs
     }
 
-    /// [`PackedLhs::pack_with`] in up to `tasks` chunks of whole row groups run through `par` (a parallel-for as
+    /// [`PackedLhs::pack_as`] in up to `tasks` chunks of whole row groups run through `par` (a parallel-for as
     /// in [`crate::Selected::matmul`]; not called at all for one task). The same bytes, scales and sums for any
     /// number of tasks.
     ///
     /// # Panics
     /// As [`PackedLhs::pack`]; also if the format's runs do not divide the block size.
+    #[allow(clippy::too_many_arguments)]
     pub fn pack_par<E>(
         a: LhsSource<'_>,
         m: usize,
         rhs: &PackedRhs,
         format: LhsFormat,
         quant: QuantizeBlock,
+        act: ActQuant,
         tasks: usize,
         par: impl FnOnce(usize, &(dyn Fn(usize) + Sync)) -> Result<(), E>,
     ) -> Result<Self, E> {
@@ -341,11 +493,14 @@ impl PackedLhs {
             bytes: Vec::new(),
             scale: Vec::new(),
             sum: Vec::new(),
+            act: if format.is_f32() { ActQuant::Block } else { act },
+            row: Vec::new(),
         };
         if m == 0 || kp == 0 {
             return Ok(out);
         }
-        let job = Job { a, m, k, kp, bl, blocks, k_map: rhs.k_map.as_deref(), format, quant };
+        let act = out.act;
+        let job = Job { a, m, k, kp, bl, blocks, k_map: rhs.k_map.as_deref(), format, quant, act };
         let mr = format.mr();
         let groups = m.div_ceil(mr);
         let per_task = groups.div_ceil(tasks.clamp(1, groups)) * mr;
@@ -364,22 +519,30 @@ impl PackedLhs {
         out.bytes = vec![0u8; rows * kp];
         out.scale = vec![0f32; rows * blocks];
         out.sum = vec![0i32; rows * blocks];
+        let row_len = if act == ActQuant::Row { per_task } else { 0 };
+        if act == ActQuant::Row {
+            out.row = vec![RowQuant { scale: 0.0, inv: 0.0, zero: 0 }; rows];
+        }
         if tasks == 1 {
-            job.fill_int8(0, &mut out.bytes, &mut out.scale, &mut out.sum);
+            job.fill_int8(0, &mut out.bytes, &mut out.scale, &mut out.sum, &mut out.row);
         } else {
+            let mut row_chunks: Vec<&mut [RowQuant]> = out.row.chunks_mut(row_len.max(1)).collect();
+            row_chunks.resize_with(tasks, Default::default);
             let chunks: Vec<Mutex<Int8Chunk<'_>>> = out
                 .bytes
                 .chunks_mut(per_task * kp)
                 .zip(out.scale.chunks_mut(per_task * blocks))
                 .zip(out.sum.chunks_mut(per_task * blocks))
-                .map(|((b, s), t)| Mutex::new((b, s, t)))
+                .zip(row_chunks)
+                .map(|(((b, s), t), r)| Mutex::new((b, s, t, r)))
                 .collect();
             par(tasks, &|t| {
                 let mut c = lock(&chunks[t]);
-                let (b, s, u) = &mut *c;
-                job.fill_int8(t * per_task, b, s, u);
+                let (b, s, u, r) = &mut *c;
+                job.fill_int8(t * per_task, b, s, u, r);
             })?;
         }
+        out.row.truncate(m);
         Ok(out)
     }
 
@@ -402,6 +565,16 @@ impl PackedLhs {
                 self.bytes[(row / mr) * mr * kp + ((kk / kr) * mr + row % mr) * kr + kk % kr] as i8
             }
         }
+    }
+
+    /// The numerics the activations were quantized in.
+    pub fn act(&self) -> ActQuant {
+        self.act
+    }
+
+    /// `Row`: row `row`'s quantization.
+    pub fn row_at(&self, row: usize) -> RowQuant {
+        self.row[row]
     }
 
     /// Scale and Σq of (row, block) (int8 formats).
@@ -518,6 +691,8 @@ mod tests {
             bytes: Vec::new(),
             scale: Vec::new(),
             sum: Vec::new(),
+            act: ActQuant::Block,
+            row: Vec::new(),
         };
         if format.is_f32() {
             out.f32s = vec![0f32; m * kp];
@@ -557,6 +732,9 @@ mod tests {
         assert_eq!(x.bytes, y.bytes, "{what}: bytes");
         assert_eq!(bits(&x.scale), bits(&y.scale), "{what}: scales");
         assert_eq!(x.sum, y.sum, "{what}: sums");
+        assert_eq!(x.act, y.act, "{what}: numerics");
+        let rows = |v: &[RowQuant]| v.iter().map(|r| (r.scale.to_bits(), r.inv.to_bits(), r.zero)).collect::<Vec<_>>();
+        assert_eq!(rows(&x.row), rows(&y.row), "{what}: row quantizations");
     }
 
     /// In-place quantization (portable and this CPU's quantizer), serial and in 2, 3 and 7 tasks on threads, gives
@@ -614,15 +792,78 @@ mod tests {
                         let old = pack_old(src, m, &rhs, format);
                         for quant in quants {
                             for tasks in [1, 2, 3, 7] {
-                                let new = PackedLhs::pack_par(src, m, &rhs, format, quant, tasks, threads).unwrap();
+                                let new =
+                                    PackedLhs::pack_par(src, m, &rhs, format, quant, ActQuant::Block, tasks, threads)
+                                        .unwrap();
                                 let what = format!("K={k} bl={bl} g_idx={gidx} M={m} {} tasks={tasks}", format.name());
                                 assert_same(&old, &new, &what);
+                                let row1 = PackedLhs::pack_as(src, m, &rhs, format, quant, ActQuant::Row);
+                                let row =
+                                    PackedLhs::pack_par(src, m, &rhs, format, quant, ActQuant::Row, tasks, threads)
+                                        .unwrap();
+                                assert_same(&row1, &row, &format!("{what} row"));
+                                if !format.is_f32() {
+                                    check_row_pack(&row, src, k, rhs.k_map.as_deref(), &what);
+                                }
                             }
                         }
                     }
                 }
             }
         }
+    }
+
+    /// A `Row` pack against its definition: every block scale 1, Σq per block, each packed value's code
+    /// q = clamp(round(a/scale) + z) with the row's (scale, z) from the row's min and max, within half a step.
+    fn check_row_pack(p: &PackedLhs, src: LhsSource<'_>, k: usize, k_map: Option<&[u32]>, what: &str) {
+        let kp = p.k_packed;
+        let bl = kp / p.blocks;
+        let mut row = vec![0f32; kp];
+        for i in 0..p.m {
+            src.gather_row(i, k, k_map, &mut row);
+            let rq = p.row_at(i);
+            let (lo, hi) = min_max(&row);
+            let bits = |r: RowQuant| (r.scale.to_bits(), r.inv.to_bits(), r.zero);
+            assert_eq!(bits(rq), bits(row_quant(lo, hi)), "{what}: row {i}");
+            for b in 0..p.blocks {
+                let (s, t) = p.block_at(i, b);
+                assert_eq!(s, 1.0, "{what}: row {i} block {b} scale");
+                let qs: i32 = (0..bl).map(|o| p.q_at(i, b * bl + o) as i32).sum();
+                assert_eq!(t, qs, "{what}: row {i} block {b} Σq");
+            }
+            if !rq.scale.is_finite() || rq.scale == 0.0 {
+                continue;
+            }
+            for (kk, &x) in row.iter().enumerate() {
+                let q = p.q_at(i, kk) as i32;
+                let back = rq.scale * (q - rq.zero) as f32;
+                assert!((back - x).abs() <= rq.scale * 0.5001 + 1e-6, "{what}: row {i} k {kk}: {x} -> q {q} -> {back}");
+            }
+        }
+    }
+
+    #[test]
+    fn row_quant_covers_the_range_with_zero_exact() {
+        for (lo, hi) in [(-1.0f32, 3.0), (0.5, 2.0), (-4.0, -0.25), (-1e-30, 1e-30), (-7.0, 7.0)] {
+            let rq = row_quant(lo, hi);
+            let (l, h) = (lo.min(0.0), hi.max(0.0));
+            // lo, 0 and hi quantize within half a step (clamped into −128..127), 0 exactly onto z.
+            for x in [l, 0.0, h, (l + h) / 2.0] {
+                let exact = x * rq.inv + rq.zero as f32;
+                let q = ((x * rq.inv).round_ties_even() + rq.zero as f32).clamp(-128.0, 127.0);
+                assert!((q - exact).abs() <= 0.5001, "{lo} {hi}: {rq:?}: {x} -> {q}, exactly {exact}");
+            }
+            assert_eq!(0.0 * rq.inv + rq.zero as f32, rq.zero as f32);
+            assert!((-128..=127).contains(&rq.zero));
+        }
+        assert_eq!(row_quant(0.0, 0.0), RowQuant { scale: 0.0, inv: 0.0, zero: 0 });
+        assert!(row_quant(f32::NAN, 1.0).scale.is_nan());
+        assert!(row_quant(-1.0, f32::INFINITY).scale.is_infinite());
+        // Non-negative rows (after ReLU/SiLU-like activations) use all 256 codes: z = −128.
+        assert_eq!(row_quant(0.0, 5.0).zero, -128);
+        assert_eq!(ActQuant::parse(" row "), Some(ActQuant::Row));
+        assert_eq!(ActQuant::parse("block"), Some(ActQuant::Block));
+        assert_eq!(ActQuant::parse("per_row"), None);
     }
 
     #[test]

@@ -9,5 +9,8 @@ pub mod rhs;
 pub use layout::{Codes, RecordLayout, RhsLayout, ScaleType, ZpStorage, code_position};
 #[cfg(test)]
 pub(crate) use lhs::assert_quantizer_matches_scalar;
-pub use lhs::{LhsFormat, LhsSource, PackedLhs, QuantizeBlock, Runs, quantize_block, quantize_block_runs};
+pub use lhs::{
+    ActQuant, LhsFormat, LhsSource, PackedLhs, QuantizeBlock, RowQuant, Runs, min_max, quantize_block,
+    quantize_block_row, quantize_block_runs, row_quant,
+};
 pub use rhs::{NO_SOURCE, PackedRhs, RhsBytes};

@@ -20,6 +20,9 @@ pub struct PackedRhs {
     /// For each packed K position, the source column of A, or `NO_SOURCE` (a zero). None = identity.
     pub(crate) k_map: Option<Vec<u32>>,
     pub(crate) data: RhsBytes,
+    /// Σ_k w[n, k] over every packed K position as the family's kernels see the weights, per column: the
+    /// `ActQuant::Row` numerics' zero-point term, made on first use (`crate::Selected::matmul`).
+    pub(crate) col_sums: std::sync::OnceLock<Vec<f32>>,
 }
 
 /// Where packed weights live.
@@ -139,7 +142,18 @@ impl PackedRhs {
         };
         let blocks = block_src.len();
         let rec = layout.record(p.bits, bl, has_zp);
-        Ok((PackedRhs { params: p, layout, blocks, record: rec, k_map, data: RhsBytes::Owned(Vec::new()) }, block_src))
+        Ok((
+            PackedRhs {
+                params: p,
+                layout,
+                blocks,
+                record: rec,
+                k_map,
+                data: RhsBytes::Owned(Vec::new()),
+                col_sums: std::sync::OnceLock::new(),
+            },
+            block_src,
+        ))
     }
 
     /// Writes the packed weights into `data` (zeroed, `panels · panel_bytes` long) on `threads` threads.

@@ -89,6 +89,60 @@ fn quantize_symmetric_int8(a: &[f32], q: &mut [i8]) -> (f32, i32) {
     (amax / 127.0, sum)
 }
 
+/// The `row` int8 numerics (ORT-arm64's, KleidiAI's `qai8dxp`), without g_idx reordering: each row of A
+/// quantized asymmetrically over its K values ([`quantize_asymmetric_int8`]), integer sums of (q − z)·code and
+/// (q − z) per block, then Σ_b sa·s·(…). f64 epilogue.
+///
+/// # Panics
+/// As [`matmul_int8`].
+pub fn matmul_int8_row(a: &[f32], m: usize, w: &Weights<'_>, bias: Option<&[f32]>) -> Vec<f64> {
+    assert!(!w.has_reordering_g_idx(), "matmul_int8_row does not model g_idx regrouping");
+    let p = w.params;
+    let bl = p.block_size;
+    let mut y = vec![0f64; m * p.n];
+    for i in 0..m {
+        let (sa, z, q) = quantize_asymmetric_int8(&a[i * p.k..][..p.k]);
+        for n in 0..p.n {
+            let mut acc = 0f64;
+            for b in 0..p.k_blocks() {
+                let ks = b * bl..((b + 1) * bl).min(p.k);
+                let isum: i64 = ks.clone().map(|k| (q[k] - z) as i64 * w.code(n, k) as i64).sum();
+                let qsum: i64 = ks.map(|k| (q[k] - z) as i64).sum();
+                acc += w.scale(n, b) as f64 * (isum as f64 - w.zero_point(n, b) as f64 * qsum as f64);
+            }
+            y[i * p.n + n] = sa as f64 * acc + bias.map_or(0.0, |b| b[n] as f64);
+        }
+    }
+    y
+}
+
+/// The documented per-row quantization, written out independently of `pack::row_quant`: lo = min(0, min a),
+/// hi = max(0, max a), scale = (hi − lo)/255, z = round-half-even(−128 − lo·255/(hi − lo)) in −128..127,
+/// q = round-half-even(a·255/(hi − lo)) + z clamped to −128..127 (scale 0, z 0, q 0 for an all-zero row).
+/// Returns (scale, z, q).
+pub fn quantize_asymmetric_int8(a: &[f32]) -> (f32, i32, Vec<i32>) {
+    let mut lo = 0f32;
+    let mut hi = 0f32;
+    for &x in a {
+        lo = lo.min(x);
+        hi = hi.max(x);
+    }
+    if hi == lo {
+        return (0.0, 0, vec![0; a.len()]);
+    }
+    let inv = 255.0 / (hi - lo);
+    let z = (-128.0 - lo * inv).round_ties_even().clamp(-128.0, 127.0) as i32;
+    let q = a.iter().map(|&x| ((x * inv).round_ties_even() + z as f32).clamp(-128.0, 127.0) as i32).collect();
+    ((hi - lo) / 255.0, z, q)
+}
+
+/// [`int8_error_bound`] for the `row` numerics: each activation moves by at most half a step of its row,
+/// (max(0, max a) − min(0, min a)) / 510, so the error is ≤ that · Σ_k |w_k|.
+pub fn int8_row_error_bound(a_row: &[f32], w_row_dequant: &[f64]) -> f64 {
+    let (lo, hi) = a_row.iter().fold((0f32, 0f32), |(l, h), &x| (l.min(x), h.max(x)));
+    (hi - lo) as f64 / 510.0 * w_row_dequant.iter().map(|v| v.abs()).sum::<f64>()
+}
+
 /// A rigorous bound on |int8 path − exact| for one output: each activation moves by at most half a
 /// quantization step of its block (amax_block / 254), so the error is ≤ Σ_blocks amax_block/254 · Σ_k∈block |w_k|.
 /// `block` = the length of the activation blocks along K (the whole row for g_idx-regrouped weights, whose

@@ -298,7 +298,7 @@ fn make_nibble_domain() -> Result<*mut OrtCustomOpDomain> {
     // it; `dom` is a writable local. We own the new domain (leaked below: ORT keeps it in session options).
     api::ort![unsafe CreateCustomOpDomain(name.as_ptr(), &mut dom)]?;
     for dtype in [Dtype::F32, Dtype::F16] {
-        let config = OpConfig { default_accuracy: 4 };
+        let config = OpConfig { default_accuracy: 4, activation_quant: nibble_kernels::ActQuant::Block };
         let def: &'static OpDef = Box::leak(Box::new(OpDef::new(dtype, config, api::API_VERSION, true)));
         // SAFETY: `dom` is the live domain created above; `def.raw()` points into a leaked, never mutated OpDef.
         api::ort![unsafe CustomOpDomain_Add(dom, def.raw())]?;

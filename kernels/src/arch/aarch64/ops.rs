@@ -181,15 +181,17 @@ pub(crate) fn walk_chunks<const ONE: bool>(blocks: usize, chunks: usize, mut ste
         }
     }
 }
-/// The block epilogue of the per-block int8 numerics, one vector of 4 outputs (every int8 body, GEMV and GEMM,
-/// ends each block with it): lane-wise `y + f(acc)·(s·sa) [+ c·sq]`, where `acc` holds the block's int32 sums
-/// (times 2^(8−BITS): `f` divides that out exactly), `s` / `c` the weight scale / zero-point correction of each
-/// lane's column, and `sa` / `sq` the activation scale / sa·Σq of each lane's row (how lanes map to rows and
-/// columns is the body's: one row × 4 columns for SDOT, 2 × 2 for SMMLA). One FMUL and one FMLA, and one more
-/// FMLA with zero points (`ZP`). [`block_epilogue_ref`] is its scalar reference.
+/// The block epilogue of the int8 numerics, one vector of 4 outputs (every int8 body, GEMV and GEMM, ends each
+/// block with it): lane-wise `y + f(acc)·(s·sa) [+ c·sq]`, where `acc` holds the block's int32 sums (times
+/// 2^(8−BITS): `f` divides that out exactly), `s` / `c` the weight scale / zero-point correction of each lane's
+/// column, and `sa` / `sq` the activation scale / sa·Σq of each lane's row (how lanes map to rows and columns is
+/// the body's: one row × 4 columns for SDOT, 2 × 2 for SMMLA). One FMUL and one FMLA, and one more FMLA with
+/// zero points (`ZP`). With `ROW` (the `Row` numerics, where every sa is 1) `sa` is not read and the FMUL is
+/// skipped: `y + f(acc)·s [+ c·sq]`, bit for bit what the per-block form gives with sa = 1.
+/// [`block_epilogue_ref`] is its scalar reference.
 #[target_feature(enable = "neon")]
 #[inline]
-pub(crate) fn block_epilogue<const BITS: usize, const ZP: bool>(
+pub(crate) fn block_epilogue<const BITS: usize, const ZP: bool, const ROW: bool>(
     y: float32x4_t,
     acc: int32x4_t,
     s: float32x4_t,
@@ -197,7 +199,8 @@ pub(crate) fn block_epilogue<const BITS: usize, const ZP: bool>(
     c: float32x4_t,
     sq: float32x4_t,
 ) -> float32x4_t {
-    let y = vfmaq_f32(y, to_f32_scaled::<BITS>(acc), vmulq_f32(s, sa));
+    let scale = if ROW { s } else { vmulq_f32(s, sa) };
+    let y = vfmaq_f32(y, to_f32_scaled::<BITS>(acc), scale);
     if ZP { vfmaq_f32(y, c, sq) } else { y }
 }
 
@@ -205,7 +208,7 @@ pub(crate) fn block_epilogue<const BITS: usize, const ZP: bool>(
 /// two, exact; the products and fused multiply-adds in the same order): the kernels' epilogue must equal it bit
 /// for bit.
 #[cfg(test)]
-pub(crate) fn block_epilogue_ref<const BITS: usize, const ZP: bool>(
+pub(crate) fn block_epilogue_ref<const BITS: usize, const ZP: bool, const ROW: bool>(
     y: f32,
     acc: i32,
     s: f32,
@@ -214,20 +217,21 @@ pub(crate) fn block_epilogue_ref<const BITS: usize, const ZP: bool>(
     sq: f32,
 ) -> f32 {
     let v = acc as f32 / (1u32 << (8 - BITS)) as f32;
-    let y = v.mul_add(s * sa, y);
+    let y = v.mul_add(if ROW { s } else { s * sa }, y);
     if ZP { c.mul_add(sq, y) } else { y }
 }
 
 /// One block's contribution for rows `0..R` × 8 columns: `y += sa·(s·acc + c·Σq)` per (row, column), from the
 /// int32 sums `acc` (columns 0..3, 4..7; times 2^(8−BITS)), the record's f16 scales and, when the
-/// weights have zero points (`ZP`, = `a.has_zp != 0`), its f32 corrections c.
+/// weights have zero points (`ZP`, = `a.has_zp != 0`), its f32 corrections c. `ROW` (= `a.row != 0`): the
+/// activation scales are all 1 and are not read (see [`block_epilogue`]).
 ///
 /// # Safety
 /// `rec` is block `b`'s record of a panel in `a`'s layout; `lhs_scale`/`lhs_sum` hold rows `0..R` row-major
 /// (stride `a.blocks`: the `qsi8db` LHS, not the group-major `qsi8dbp4x8`).
 #[target_feature(enable = "neon")]
 #[inline]
-pub(crate) unsafe fn accumulate_block<const R: usize, const BITS: usize, const ZP: bool>(
+pub(crate) unsafe fn accumulate_block<const R: usize, const BITS: usize, const ZP: bool, const ROW: bool>(
     y: &mut [[float32x4_t; 2]; R],
     acc: &[[int32x4_t; 2]; R],
     a: &RunArgs,
@@ -247,11 +251,19 @@ pub(crate) unsafe fn accumulate_block<const R: usize, const BITS: usize, const Z
         [vdupq_n_f32(0.0); 2]
     };
     for r in 0..R {
-        // SAFETY: row r's scale and Σq of block b.
-        let (sa, qs) = unsafe { (*lhs_scale.add(r * a.blocks + b), *lhs_sum.add(r * a.blocks + b)) };
-        let (sa, sq) = (vdupq_n_f32(sa), vdupq_n_f32(sa * qs as f32));
+        debug_assert_eq!(ROW, a.row != 0);
+        // SAFETY: row r's scale (with ROW: 1, not read) and Σq of block b.
+        let sa = if ROW { 1.0 } else { unsafe { *lhs_scale.add(r * a.blocks + b) } };
+        let sq = if ZP {
+            // SAFETY: as above.
+            let qs = unsafe { *lhs_sum.add(r * a.blocks + b) } as f32;
+            vdupq_n_f32(if ROW { qs } else { sa * qs })
+        } else {
+            vdupq_n_f32(0.0)
+        };
+        let sa = vdupq_n_f32(sa);
         for q in 0..2 {
-            y[r][q] = block_epilogue::<BITS, ZP>(y[r][q], acc[r][q], s[q], sa, c[q], sq);
+            y[r][q] = block_epilogue::<BITS, ZP, ROW>(y[r][q], acc[r][q], s[q], sa, c[q], sq);
         }
     }
 }
@@ -324,20 +336,39 @@ mod tests {
             // SAFETY: the CPU has NEON (checked above; every aarch64 Linux CPU has it).
             let got = unsafe {
                 [
-                    block_epilogue::<2, false>(y, a, s, sa, c, sq),
-                    block_epilogue::<2, true>(y, a, s, sa, c, sq),
-                    block_epilogue::<4, false>(y, a, s, sa, c, sq),
-                    block_epilogue::<4, true>(y, a, s, sa, c, sq),
-                    block_epilogue::<8, false>(y, a, s, sa, c, sq),
-                    block_epilogue::<8, true>(y, a, s, sa, c, sq),
+                    block_epilogue::<2, false, false>(y, a, s, sa, c, sq),
+                    block_epilogue::<2, true, false>(y, a, s, sa, c, sq),
+                    block_epilogue::<4, false, false>(y, a, s, sa, c, sq),
+                    block_epilogue::<4, true, false>(y, a, s, sa, c, sq),
+                    block_epilogue::<8, false, false>(y, a, s, sa, c, sq),
+                    block_epilogue::<8, true, false>(y, a, s, sa, c, sq),
+                    block_epilogue::<4, false, true>(y, a, s, sa, c, sq),
+                    block_epilogue::<4, true, true>(y, a, s, sa, c, sq),
+                    block_epilogue::<2, true, true>(y, a, s, sa, c, sq),
                 ]
             };
-            check(got[0], block_epilogue_ref::<2, false>, "2-bit");
-            check(got[1], block_epilogue_ref::<2, true>, "2-bit zp");
-            check(got[2], block_epilogue_ref::<4, false>, "4-bit");
-            check(got[3], block_epilogue_ref::<4, true>, "4-bit zp");
-            check(got[4], block_epilogue_ref::<8, false>, "8-bit");
-            check(got[5], block_epilogue_ref::<8, true>, "8-bit zp");
+            check(got[0], block_epilogue_ref::<2, false, false>, "2-bit");
+            check(got[1], block_epilogue_ref::<2, true, false>, "2-bit zp");
+            check(got[2], block_epilogue_ref::<4, false, false>, "4-bit");
+            check(got[3], block_epilogue_ref::<4, true, false>, "4-bit zp");
+            check(got[4], block_epilogue_ref::<8, false, false>, "8-bit");
+            check(got[5], block_epilogue_ref::<8, true, false>, "8-bit zp");
+            check(got[6], block_epilogue_ref::<4, false, true>, "4-bit row");
+            check(got[7], block_epilogue_ref::<4, true, true>, "4-bit zp row");
+            check(got[8], block_epilogue_ref::<2, true, true>, "2-bit zp row");
+            // The row form is the per-block form with sa = 1, bit for bit.
+            // SAFETY: as above.
+            let (r, b) = unsafe {
+                let one = vdupq_n_f32(1.0);
+                (
+                    block_epilogue::<4, true, true>(y, a, s, sa, c, sq),
+                    block_epilogue::<4, true, false>(y, a, s, one, c, sq),
+                )
+            };
+            let (mut ro, mut bo) = ([0f32; 4], [0f32; 4]);
+            // SAFETY: 4 lanes into 4-value arrays.
+            unsafe { (vst1q_f32(ro.as_mut_ptr(), r), vst1q_f32(bo.as_mut_ptr(), b)) };
+            assert_eq!(ro.map(f32::to_bits), bo.map(f32::to_bits));
         }
     }
 }

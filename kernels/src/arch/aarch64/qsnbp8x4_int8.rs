@@ -114,7 +114,7 @@ pub(crate) unsafe fn unit<const OP: u8, const R: usize, const P: usize, const BI
     unsafe {
         // Blocks of one chunk (16 or 32 K) get a loop without chunk bookkeeping.
         crate::arch::dispatch!(unit_c::<OP, R, P, BITS>(args, panel, lhs, lhs_scale, lhs_sum, dst);
-                  chunk_one(args.bl) zp(args.has_zp != 0))
+                  chunk_one(args.bl) zp(args.has_zp != 0) row(args.row != 0))
     }
 }
 
@@ -131,6 +131,7 @@ unsafe fn unit_c<
     const CHUNK: usize,
     const ONE: bool,
     const ZP: bool,
+    const ROW: bool,
 >(
     a: &RunArgs,
     panel: usize,
@@ -184,7 +185,7 @@ unsafe fn unit_c<
                 let folded: [[int32x4_t; 2]; R] =
                     core::array::from_fn(|r| [fold::<OP>(acc[p][r][0]), fold::<OP>(acc[p][r][1])]);
                 // SAFETY: block b's record of panel p; rows 0..R of the tile's scales and sums.
-                unsafe { accumulate_block::<R, BITS, ZP>(&mut y[p], &folded, a, rec[p], lhs_scale, lhs_sum, b) };
+                unsafe { accumulate_block::<R, BITS, ZP, ROW>(&mut y[p], &folded, a, rec[p], lhs_scale, lhs_sum, b) };
                 rec[p] = rec[p].wrapping_add(a.rhs_record);
                 codes[p] = rec[p];
             }

@@ -48,7 +48,8 @@ pub(crate) unsafe fn gemv_unit<const R: usize, const P: usize, const BITS: usize
     // SAFETY: forwarded.
     unsafe {
         // Blocks of one chunk (16 or 32 K) get a loop without chunk bookkeeping.
-        crate::arch::dispatch!(gemv_c::<R, P, BITS>(a, panel, lhs, lhs_scale, lhs_sum, dst); chunk_one(a.bl) zp(a.has_zp != 0))
+        crate::arch::dispatch!(gemv_c::<R, P, BITS>(a, panel, lhs, lhs_scale, lhs_sum, dst);
+                  chunk_one(a.bl) zp(a.has_zp != 0) row(a.row != 0))
     }
 }
 
@@ -64,6 +65,7 @@ unsafe fn gemv_c<
     const CHUNK: usize,
     const ONE: bool,
     const ZP: bool,
+    const ROW: bool,
 >(
     a: &RunArgs,
     panel: usize,
@@ -131,7 +133,7 @@ unsafe fn gemv_c<
                     [vpaddq_s32(acc[p][r][0], acc[p][r][1]), vpaddq_s32(acc[p][r][2], acc[p][r][3])]
                 });
                 // SAFETY: block b's record of panel p; rows 0..R of the tile's scales and sums.
-                unsafe { accumulate_block::<R, BITS, ZP>(&mut y[p], &folded, a, rec[p], lhs_scale, lhs_sum, b) };
+                unsafe { accumulate_block::<R, BITS, ZP, ROW>(&mut y[p], &folded, a, rec[p], lhs_scale, lhs_sum, b) };
                 rec[p] = rec[p].wrapping_add(a.rhs_record);
                 codes[p] = rec[p];
             }
@@ -164,13 +166,20 @@ pub(crate) unsafe fn gemm_pairs<const RP: usize, const BITS: usize>(a: &RunArgs,
     // SAFETY: forwarded.
     unsafe {
         // Blocks of one chunk (16 or 32 K) get a block loop without a chunk loop inside.
-        crate::arch::dispatch!(gemm_pairs_c::<RP, BITS>(a, panel, p0, rows); chunk_one(a.bl) zp(a.has_zp != 0))
+        crate::arch::dispatch!(gemm_pairs_c::<RP, BITS>(a, panel, p0, rows); chunk_one(a.bl) zp(a.has_zp != 0) row(a.row != 0))
     }
 }
 
 #[target_feature(enable = "neon")]
 #[inline]
-unsafe fn gemm_pairs_c<const RP: usize, const BITS: usize, const CHUNK: usize, const ONE: bool, const ZP: bool>(
+unsafe fn gemm_pairs_c<
+    const RP: usize,
+    const BITS: usize,
+    const CHUNK: usize,
+    const ONE: bool,
+    const ZP: bool,
+    const ROW: bool,
+>(
     a: &RunArgs,
     panel: usize,
     p0: usize,
@@ -235,20 +244,21 @@ unsafe fn gemm_pairs_c<const RP: usize, const BITS: usize, const CHUNK: usize, c
             [vdupq_n_f32(0.0); 4]
         };
         for i in 0..RP {
-            // SAFETY: row pair p0 + i's 2 scales (and Σq) of block b (group-major; padding rows hold 0).
-            let sa2 = unsafe { vld1_f32(a.lhs_scale.add(at[i] + b * MR)) };
+            // SAFETY: row pair p0 + i's 2 scales (and Σq) of block b (group-major; padding rows hold 0). With ROW
+            // the scales are 1 and not read.
+            let sa2 = if ROW { vdup_n_f32(1.0) } else { unsafe { vld1_f32(a.lhs_scale.add(at[i] + b * MR)) } };
             // (r0, r0, r1, r1)
             let rows2 = |v: float32x2_t| vzip1q_f32(vcombine_f32(v, v), vcombine_f32(v, v));
             let sa = rows2(sa2);
             let sq = if ZP {
                 // SAFETY: as above.
-                let q2 = unsafe { vld1_s32(a.lhs_sum.add(at[i] + b * MR)) };
-                rows2(vmul_f32(sa2, vcvt_f32_s32(q2)))
+                let q2 = vcvt_f32_s32(unsafe { vld1_s32(a.lhs_sum.add(at[i] + b * MR)) });
+                rows2(if ROW { q2 } else { vmul_f32(sa2, q2) })
             } else {
                 vdupq_n_f32(0.0)
             };
             for j in 0..4 {
-                y[i][j] = block_epilogue::<BITS, ZP>(y[i][j], acc[i][j], sp[j], sa, z[j], sq);
+                y[i][j] = block_epilogue::<BITS, ZP, ROW>(y[i][j], acc[i][j], sp[j], sa, z[j], sq);
             }
         }
         acc = [[zero; 4]; RP];
