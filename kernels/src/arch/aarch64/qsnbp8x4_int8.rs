@@ -217,15 +217,15 @@ pub(crate) unsafe fn gemm_group<const BITS: usize>(a: &RunArgs, panel: usize, g:
     // SAFETY: forwarded.
     unsafe {
         // Blocks of one chunk (16 or 32 K) get a loop without chunk bookkeeping.
-        crate::arch::dispatch!(gemm_group_c::<BITS>(a, panel, g, rows); chunk_one(a.bl) zp(a.has_zp != 0))
+        crate::arch::dispatch!(gemm_group_c::<BITS>(a, panel, g, rows); chunk_one(a.bl) zp(a.has_zp != 0) row(a.row != 0))
     }
 }
 
-/// [`gemm_group`] with the chunk length, whether a block is one chunk (`ONE`) and the presence of zero points as
-/// constants.
+/// [`gemm_group`] with the chunk length, whether a block is one chunk (`ONE`), the presence of zero points and
+/// the `Row` numerics (`ROW`: activation scales all 1, not read) as constants.
 #[target_feature(enable = "neon")]
 #[inline]
-unsafe fn gemm_group_c<const BITS: usize, const CHUNK: usize, const ONE: bool, const ZP: bool>(
+unsafe fn gemm_group_c<const BITS: usize, const CHUNK: usize, const ONE: bool, const ZP: bool, const ROW: bool>(
     a: &RunArgs,
     panel: usize,
     g: usize,
@@ -238,6 +238,7 @@ unsafe fn gemm_group_c<const BITS: usize, const CHUNK: usize, const ONE: bool, c
     debug_assert!(a.bl.min(32) == CHUNK && (1..=R).contains(&rows) && panel < a.cols.div_ceil(NR));
     debug_assert!(!ONE || a.bl == CHUNK);
     debug_assert_eq!(ZP, a.has_zp != 0);
+    debug_assert_eq!(ROW, a.row != 0);
     // The panel's first record; the group's first run; the index of its 4 scales / Σq of block 0.
     let prec = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
     let lhs = a.lhs.cast::<i8>().wrapping_add(g * MR * a.lhs_stride);
@@ -285,18 +286,20 @@ unsafe fn gemm_group_c<const BITS: usize, const CHUNK: usize, const ONE: bool, c
         } else {
             [vdupq_n_f32(0.0); 2]
         };
-        // SAFETY: the group's 4 scales (and Σq) of block b (group-major; padding rows hold 0).
-        let sa4 = unsafe { vld1q_f32(a.lhs_scale.add(at + b * MR)) };
+        // SAFETY: the group's 4 scales (and Σq) of block b (group-major; padding rows hold 0). With ROW the
+        // scales are 1 and not read.
+        let sa4 = if ROW { vdupq_n_f32(1.0) } else { unsafe { vld1q_f32(a.lhs_scale.add(at + b * MR)) } };
         let sq4 = if ZP {
             // SAFETY: as above.
-            vmulq_f32(sa4, vcvtq_f32_s32(unsafe { vld1q_s32(a.lhs_sum.add(at + b * MR)) }))
+            let q4 = vcvtq_f32_s32(unsafe { vld1q_s32(a.lhs_sum.add(at + b * MR)) });
+            if ROW { q4 } else { vmulq_f32(sa4, q4) }
         } else {
             vdupq_n_f32(0.0)
         };
         for r in 0..R {
             let (sa, sq) = (lane(sa4, r), lane(sq4, r));
             for q in 0..2 {
-                y[r][q] = block_epilogue::<BITS, ZP>(y[r][q], fold::<SDOT>(acc[0][r][q]), s[q], sa, c[q], sq);
+                y[r][q] = block_epilogue::<BITS, ZP, ROW>(y[r][q], fold::<SDOT>(acc[0][r][q]), s[q], sa, c[q], sq);
             }
         }
         acc = [[[[zero; 2]; 2]; R]; 1];
