@@ -50,8 +50,9 @@ fn step<const OP: u8>(acc: &mut [int32x4_t; 2], w: int8x16_t, a: int8x16_t, e: u
 
 /// Two [`SMULL`] steps (fields `w0`, `w1` against elements `e0` of `a0`, `e1` of `a1`) with one widening: SMULL,
 /// SMLAL into int16 lanes, then SADALP (and the same for the high halves): 6 instructions per 32 multiply-adds
-/// instead of 8. Exact: each product is at most 2^(8−bits)·2^(bits−1)·127 = 16256 in magnitude, two of them
-/// at most 32512 < 2^15.
+/// instead of 8. Exact for activations in −127..=127 (the per-block numerics): each product is at most
+/// 2^(8−bits)·2^(bits−1)·127 = 16256 in magnitude, two of them at most 32512 < 2^15. Asymmetric per-row int8
+/// activations reach −128 (two products of 16384 overflow int16): bodies pair only outside them (`ROW`).
 #[target_feature(enable = "neon")]
 #[inline]
 fn step_pair(
@@ -166,14 +167,14 @@ unsafe fn unit_c<
         });
         // SAFETY: the current chunk of each panel's record (groups past the chunk's are no-ops).
         unsafe {
-            group::<OP, R, P, BITS, CHUNK, 0>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, 1>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, 2>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, 3>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, 4>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, 5>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, 6>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, 7>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 0>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 1>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 2>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 3>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 4>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 5>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 6>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 7>(&mut acc, &av, &codes);
         }
         // The next chunk of the row and of each record (past the last block: never read).
         act = act.wrapping_add(CHUNK);
@@ -263,14 +264,14 @@ unsafe fn gemm_group_c<const BITS: usize, const CHUNK: usize, const ONE: bool, c
         let cs = [codes];
         // SAFETY: the current chunk of the panel's record (groups past the chunk's are no-ops).
         unsafe {
-            group::<SDOT, R, 1, BITS, CHUNK, 0>(&mut acc, &av, &cs);
-            group::<SDOT, R, 1, BITS, CHUNK, 1>(&mut acc, &av, &cs);
-            group::<SDOT, R, 1, BITS, CHUNK, 2>(&mut acc, &av, &cs);
-            group::<SDOT, R, 1, BITS, CHUNK, 3>(&mut acc, &av, &cs);
-            group::<SDOT, R, 1, BITS, CHUNK, 4>(&mut acc, &av, &cs);
-            group::<SDOT, R, 1, BITS, CHUNK, 5>(&mut acc, &av, &cs);
-            group::<SDOT, R, 1, BITS, CHUNK, 6>(&mut acc, &av, &cs);
-            group::<SDOT, R, 1, BITS, CHUNK, 7>(&mut acc, &av, &cs);
+            group::<SDOT, R, 1, BITS, CHUNK, ROW, 0>(&mut acc, &av, &cs);
+            group::<SDOT, R, 1, BITS, CHUNK, ROW, 1>(&mut acc, &av, &cs);
+            group::<SDOT, R, 1, BITS, CHUNK, ROW, 2>(&mut acc, &av, &cs);
+            group::<SDOT, R, 1, BITS, CHUNK, ROW, 3>(&mut acc, &av, &cs);
+            group::<SDOT, R, 1, BITS, CHUNK, ROW, 4>(&mut acc, &av, &cs);
+            group::<SDOT, R, 1, BITS, CHUNK, ROW, 5>(&mut acc, &av, &cs);
+            group::<SDOT, R, 1, BITS, CHUNK, ROW, 6>(&mut acc, &av, &cs);
+            group::<SDOT, R, 1, BITS, CHUNK, ROW, 7>(&mut acc, &av, &cs);
         }
         // The next chunk (past the last block: never read).
         act = act.wrapping_add(MR * CHUNK);
@@ -345,6 +346,7 @@ unsafe fn group<
     const P: usize,
     const BITS: usize,
     const CHUNK: usize,
+    const ROW: bool,
     const GRP: usize,
 >(
     acc: &mut [[[[int32x4_t; 2]; 2]; R]; P],
@@ -359,7 +361,8 @@ unsafe fn group<
     for p in 0..P {
         // SAFETY: group GRP of the chunk: 32 bytes inside it.
         let w = unsafe { [vld1q_s8(codes[p].add(32 * GRP).cast()), vld1q_s8(codes[p].add(32 * GRP + 16).cast())] };
-        if OP == SMULL && cpb >= 2 {
+        // Not in the Row numerics: their activations reach −128, and two products of 16384 overflow int16.
+        if OP == SMULL && cpb >= 2 && !ROW {
             // Fields in pairs: the two int16 products of a lane summed before the widening (see `step_pair`).
             for l in (0..cpb).step_by(2) {
                 let x0 = [field::<BITS>(w[0], l), field::<BITS>(w[1], l)];
