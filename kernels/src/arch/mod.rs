@@ -13,9 +13,13 @@
 ///   so the epilogue skips multiplying by it).
 ///
 /// `dispatch!(unit_c::<R, P>(args, panel); bits(a.bits) chunk_one(a.bl) zp(a.has_zp != 0))` calls
-/// `unit_c::<R, P, 4, 32, true, false>(args, panel)` for 4-bit symmetric weights in blocks of 32. Expands to
+/// `unit_c::<R, P, 4, 32, true, false>(args, panel)` for 4-bit symmetric weights in blocks of 32; `f::<>(..)`
+/// when every const argument comes from the dimensions. Expands to
 /// calls only (the caller's `unsafe` block covers them).
 macro_rules! dispatch {
+    ($f:ident::<>($($arg:expr),* $(,)?); $($dims:tt)*) => {
+        $crate::arch::dispatch!(@go $f [] ($($arg),*) $($dims)*)
+    };
     ($f:ident::<$($g:tt),* $(,)?>($($arg:expr),* $(,)?); $($dims:tt)*) => {
         $crate::arch::dispatch!(@go $f [$($g,)*] ($($arg),*) $($dims)*)
     };

@@ -14,5 +14,5 @@ use crate::ukernel::RunArgs;
 /// (f16 scales) of `args.bits` ∈ {2, 4, 8}.
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn run(args: &RunArgs) {
-    walk_panels!(args, unit, SMULL, nr = NR, rows = [2, 1]);
+    walk_panels!(args, unit, SMULL, nr = NR, rows = [2, 1], panels = [2]);
 }

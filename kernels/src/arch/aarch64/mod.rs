@@ -13,8 +13,8 @@ mod matmul_f32_f32_qsnbp8x4_sf32_zpc_4x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_2x8_neon;
-mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_4x8_neon_dotprod;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x8_neon_dotprod;
+mod matmul_f32_qsi8dbp4x16_qsnbp8x4_sf16_zpc_4x8_neon_dotprod;
 mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_4x8_neon_i8mm;
 mod ops;
 mod qsnbp8x4_fp32;
@@ -70,11 +70,13 @@ pub static INT8_GEMV_DOTPROD: UKernel = UKernel {
     run: matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon_dotprod::run,
 };
 
-/// int8 GEMM, dotprod: 4 rows × 8 columns per register tile.
+/// int8 GEMM, dotprod: 4 rows (one `qsi8dbp4x16` group) × 8 columns per register tile, all accumulators in
+/// registers.
 pub static INT8_GEMM_DOTPROD: UKernel = UKernel {
-    name: "matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_4x8_neon_dotprod",
-    geometry: |_, _| Geometry::new(4, qsnbp8x4_int8::NR, usize::MAX),
-    run: matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_4x8_neon_dotprod::run,
+    name: "matmul_f32_qsi8dbp4x16_qsnbp8x4_sf16_zpc_4x8_neon_dotprod",
+    lhs: LhsFormat::Qsi8DbP { mr: qsnbp8x4_int8::MR, kr: qsnbp8x4_int8::LHS_KR },
+    geometry: |_, _| Geometry::new(qsnbp8x4_int8::MR, qsnbp8x4_int8::NR, usize::MAX),
+    run: matmul_f32_qsi8dbp4x16_qsnbp8x4_sf16_zpc_4x8_neon_dotprod::run,
     ..INT8_GEMV_DOTPROD
 };
 
@@ -143,16 +145,25 @@ pub static FP32_GEMM_NEON: UKernel = UKernel {
 /// The walk of an int8 kernel's tile on 8-column panels: each panel, then the rows in blocks of up to the first
 /// listed count (the last block smaller), each block computed by `$body::<$op, rows, panels, bits>` (`$op` picks
 /// the instruction where the body has several) with the row count and the bit width (2, 4, 8) dispatched to
-/// constants. A one-row tile walks the panels in pairs (`panels` = 2; an odd last one alone): its activation
-/// loads and per-block work are shared by 16 columns.
+/// constants. A one-row tile walks the panels in groups of the listed `panels` counts (the largest that
+/// remains, then smaller ones, the last alone): its activation loads and per-block work are shared by 8·count
+/// columns.
 macro_rules! walk_panels {
-    ($args:ident, $body:ident, $op:expr, nr = $nr:expr, rows = [$($r:literal),+]) => {{
+    ($args:ident, $body:ident, $op:expr, nr = $nr:expr, rows = [$($r:literal),+], panels = [$($pp:literal),+]) => {{
         let a = $args;
         let mr = [$($r),+][0];
         let panels = a.cols.div_ceil($nr);
         let mut panel = 0;
         while panel < panels {
-            let pp = if a.rows == 1 && panel + 2 <= panels { 2 } else { 1 };
+            let mut pp = 1;
+            if a.rows == 1 {
+                for c in [$($pp),+] {
+                    if panel + c <= panels {
+                        pp = c;
+                        break;
+                    }
+                }
+            }
             let mut r0 = 0;
             while r0 < a.rows {
                 let rows = (a.rows - r0).min(mr);
@@ -164,7 +175,9 @@ macro_rules! walk_panels {
                     let (sc, sm) = (a.lhs_scale.add(r0 * a.blocks), a.lhs_sum.add(r0 * a.blocks));
                     let dst = a.dst.add(r0 * a.dst_stride);
                     match (rows, pp) {
-                        (1, 2) => $crate::arch::dispatch!($body::<$op, 1, 2>(a, panel, lhs, sc, sm, dst); bits(a.bits)),
+                        $(
+                            (1, $pp) => $crate::arch::dispatch!($body::<$op, 1, $pp>(a, panel, lhs, sc, sm, dst); bits(a.bits)),
+                        )+
                         $(
                             ($r, _) => $crate::arch::dispatch!($body::<$op, $r, 1>(a, panel, lhs, sc, sm, dst); bits(a.bits)),
                         )+

@@ -1,5 +1,6 @@
-//! The body shared by the aarch64 int8 kernels on `qsnbp8x4_sf16_zpc` weights (signed n-bit codes, panels
-//! of 8 columns × 4 K, zero points as a per-block correction c = s·(m − z)), with row-major `qsi8db` activations.
+//! The bodies of the aarch64 int8 kernels on `qsnbp8x4_sf16_zpc` weights (signed n-bit codes, panels of 8
+//! columns × 4 K, zero points as a per-block correction c = s·(m − z)): [`unit`] on row-major `qsi8db`
+//! activations (the GEMVs and the NEON GEMM), [`gemm_group`] on `qsi8dbp4x16` row groups (the dotprod GEMM).
 //!
 //! Per (panel, block) record, one chunk (C = min(bl, 32) K values) is `C/4/cpb` groups of 32 bytes: two 16-byte
 //! vectors, columns 0..3 and 4..7, each column's 32-bit lane holding 4 consecutive K of each of the `cpb = 8/bits`
@@ -8,21 +9,25 @@
 //! - [`SDOT`] (dotprod): `sdot acc.4s, w.16b, a.4b[e]`: 16 multiply-adds per instruction, one accumulator per 4
 //!   columns;
 //! - [`SMULL`] (any NEON, Cortex-A72 class): the element duplicated (`dup .4s`), `smull`/`smull2` to int16
-//!   (|2^(8−bits)·v·q| ≤ 16256 fits) and `sadalp` into int32 pairs, two accumulators per 4 columns, folded with
-//!   `addp` once per block.
+//!   (|2^(8−bits)·v·q| ≤ 16256 fits), two fields' products summed in int16 (`smlal`/`smlal2`: ≤ 32512 fits)
+//!   and `sadalp` into int32 pairs, two accumulators per 4 columns, folded with `addp` once per block.
 //!
 //! Per (row, column, block): `y += sa·(s·Σ q·v + c·Σ q)` (no correction without zero points: the signed field is
 //! exactly q − m). int32 sums stay exact: 2^(8−bits)·127·2^(bits−1)·65536 < 2^31 at the largest block.
 
 // Register tiles are indexed [row][column quad]: index loops read like the algebra.
 #![allow(clippy::needless_range_loop)]
-use super::ops::{accumulate_block, field, sdot_elem, store_rows, walk_chunks};
+use super::ops::{accumulate_block, block_epilogue, field, scales8, sdot_elem, store_rows, store4, walk_chunks};
+use crate::pack::ScaleType;
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
 
 /// Columns per panel and K values per column group of the layout.
 pub(crate) const NR: usize = 8;
 pub(crate) const KR: usize = 4;
+/// Rows per group and K values per run of the GEMM's packed activations (`qsi8dbp4x16`).
+pub(crate) const MR: usize = 4;
+pub(crate) const LHS_KR: usize = 16;
 
 /// How 4 int8 activations (element `e` of a 16-byte vector) meet a vector of 4 columns × 4 K, chosen by the
 /// body's `OP` constant.
@@ -37,16 +42,46 @@ fn step<const OP: u8>(acc: &mut [int32x4_t; 2], w: int8x16_t, a: int8x16_t, e: u
     if OP == SDOT {
         acc[0] = sdot_elem(acc[0], w, a, e);
     } else {
-        let a32 = vreinterpretq_s32_s8(a);
-        let d = vreinterpretq_s8_s32(match e {
-            0 => vdupq_laneq_s32::<0>(a32),
-            1 => vdupq_laneq_s32::<1>(a32),
-            2 => vdupq_laneq_s32::<2>(a32),
-            _ => vdupq_laneq_s32::<3>(a32),
-        });
+        let d = dup_elem(a, e);
         acc[0] = vpadalq_s16(acc[0], vmull_s8(vget_low_s8(w), vget_low_s8(d)));
         acc[1] = vpadalq_s16(acc[1], vmull_high_s8(w, d));
     }
+}
+
+/// Two [`SMULL`] steps (fields `w0`, `w1` against elements `e0` of `a0`, `e1` of `a1`) with one widening: SMULL,
+/// SMLAL into int16 lanes, then SADALP (and the same for the high halves): 6 instructions per 32 multiply-adds
+/// instead of 8. Exact for activations in −127..=127 (the per-block numerics): each product is at most
+/// 2^(8−bits)·2^(bits−1)·127 = 16256 in magnitude, two of them at most 32512 < 2^15. Asymmetric per-row int8
+/// activations reach −128 (two products of 16384 overflow int16): bodies pair only outside them (`ROW`).
+#[target_feature(enable = "neon")]
+#[inline]
+fn step_pair(
+    acc: &mut [int32x4_t; 2],
+    w0: int8x16_t,
+    a0: int8x16_t,
+    e0: usize,
+    w1: int8x16_t,
+    a1: int8x16_t,
+    e1: usize,
+) {
+    let (d0, d1) = (dup_elem(a0, e0), dup_elem(a1, e1));
+    let lo = vmlal_s8(vmull_s8(vget_low_s8(w0), vget_low_s8(d0)), vget_low_s8(w1), vget_low_s8(d1));
+    let hi = vmlal_high_s8(vmull_high_s8(w0, d0), w1, d1);
+    acc[0] = vpadalq_s16(acc[0], lo);
+    acc[1] = vpadalq_s16(acc[1], hi);
+}
+
+/// 32-bit element `e` of `a` in every element (`dup .4s`).
+#[target_feature(enable = "neon")]
+#[inline]
+fn dup_elem(a: int8x16_t, e: usize) -> int8x16_t {
+    let a32 = vreinterpretq_s32_s8(a);
+    vreinterpretq_s8_s32(match e {
+        0 => vdupq_laneq_s32::<0>(a32),
+        1 => vdupq_laneq_s32::<1>(a32),
+        2 => vdupq_laneq_s32::<2>(a32),
+        _ => vdupq_laneq_s32::<3>(a32),
+    })
 }
 
 /// The accumulators of `OP` folded to one int32 per column.
@@ -132,14 +167,14 @@ unsafe fn unit_c<
         });
         // SAFETY: the current chunk of each panel's record (groups past the chunk's are no-ops).
         unsafe {
-            group::<OP, R, P, BITS, CHUNK, 0>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, 1>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, 2>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, 3>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, 4>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, 5>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, 6>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, 7>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 0>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 1>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 2>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 3>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 4>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 5>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 6>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 7>(&mut acc, &av, &codes);
         }
         // The next chunk of the row and of each record (past the last block: never read).
         act = act.wrapping_add(CHUNK);
@@ -164,6 +199,138 @@ unsafe fn unit_c<
     }
 }
 
+/// Row group `g` (4 rows, the first `rows` real) of a `qsi8dbp4x16` tile × the 8 columns of `panel`, over all K,
+/// SDOT by element, every accumulator meant for a register: 8 int32 (row × column quad) for the current block
+/// and 8 f32 for the sums; the rest of the 32 vector registers hold the rows' 8 activation vectors of the chunk
+/// and the codes of one group, one field at a time.
+///
+/// A run of 16 K of the group is 64 bytes, rows 0..3's 16 values each: row r's activation vectors are 16 bytes
+/// 64 apart, and the group's 4 scales and Σq per block are consecutive (group-major), one load each; each
+/// (row, column quad) then takes its row's values by element in the shared epilogue.
+///
+/// # Safety
+/// The CPU has dotprod. `a` satisfies the `RunArgs` contract for a `qsi8dbp4x16` LHS (the tile starts at a row
+/// group) and a `qsnbp8x4_sf16_zpc` RHS of `BITS` bits; group `g` is the tile's, with `rows` (1..=4) real rows;
+/// `panel` is one of the tile's panels.
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) unsafe fn gemm_group<const BITS: usize>(a: &RunArgs, panel: usize, g: usize, rows: usize) {
+    // SAFETY: forwarded.
+    unsafe {
+        // Blocks of one chunk (16 or 32 K) get a loop without chunk bookkeeping.
+        crate::arch::dispatch!(gemm_group_c::<BITS>(a, panel, g, rows); chunk_one(a.bl) zp(a.has_zp != 0) row(a.row != 0))
+    }
+}
+
+/// [`gemm_group`] with the chunk length, whether a block is one chunk (`ONE`), the presence of zero points and
+/// the `Row` numerics (`ROW`: activation scales all 1, not read) as constants.
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn gemm_group_c<const BITS: usize, const CHUNK: usize, const ONE: bool, const ZP: bool, const ROW: bool>(
+    a: &RunArgs,
+    panel: usize,
+    g: usize,
+    rows: usize,
+) {
+    const R: usize = MR;
+    let chunk_bytes = CHUNK * NR * BITS / 8;
+    let chunks = if ONE { 1 } else { a.bl / CHUNK };
+    debug_assert_eq!(a.layout.scales, ScaleType::F16);
+    debug_assert!(a.bl.min(32) == CHUNK && (1..=R).contains(&rows) && panel < a.cols.div_ceil(NR));
+    debug_assert!(!ONE || a.bl == CHUNK);
+    debug_assert_eq!(ZP, a.has_zp != 0);
+    debug_assert_eq!(ROW, a.row != 0);
+    // The panel's first record; the group's first run; the index of its 4 scales / Σq of block 0.
+    let prec = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
+    let lhs = a.lhs.cast::<i8>().wrapping_add(g * MR * a.lhs_stride);
+    let at = g * MR * a.blocks;
+    let zero = vdupq_n_s32(0);
+    let mut y = [[vdupq_n_f32(0.0); 2]; R];
+    let mut acc = [[[[zero; 2]; 2]; R]; 1];
+    // The current block's record, and the current chunk: its codes and its first activation run.
+    let (mut rec, mut codes, mut act) = (prec, prec, lhs);
+    walk_chunks::<ONE>(a.blocks, chunks, |b, last| {
+        // Row r's activations of this chunk: CHUNK/16 vectors, one per run.
+        let av: [[int8x16_t; 2]; R] = core::array::from_fn(|r| {
+            core::array::from_fn(|j| {
+                if 16 * j < CHUNK {
+                    // SAFETY: run j of the chunk, row r of the group: 16 values inside the tile's groups.
+                    unsafe { vld1q_s8(act.add(MR * LHS_KR * j + LHS_KR * r)) }
+                } else {
+                    vdupq_n_s8(0)
+                }
+            })
+        });
+        let cs = [codes];
+        // SAFETY: the current chunk of the panel's record (groups past the chunk's are no-ops).
+        unsafe {
+            group::<SDOT, R, 1, BITS, CHUNK, ROW, 0>(&mut acc, &av, &cs);
+            group::<SDOT, R, 1, BITS, CHUNK, ROW, 1>(&mut acc, &av, &cs);
+            group::<SDOT, R, 1, BITS, CHUNK, ROW, 2>(&mut acc, &av, &cs);
+            group::<SDOT, R, 1, BITS, CHUNK, ROW, 3>(&mut acc, &av, &cs);
+            group::<SDOT, R, 1, BITS, CHUNK, ROW, 4>(&mut acc, &av, &cs);
+            group::<SDOT, R, 1, BITS, CHUNK, ROW, 5>(&mut acc, &av, &cs);
+            group::<SDOT, R, 1, BITS, CHUNK, ROW, 6>(&mut acc, &av, &cs);
+            group::<SDOT, R, 1, BITS, CHUNK, ROW, 7>(&mut acc, &av, &cs);
+        }
+        // The next chunk (past the last block: never read).
+        act = act.wrapping_add(MR * CHUNK);
+        codes = codes.wrapping_add(chunk_bytes);
+        if !last {
+            return;
+        }
+        // SAFETY: the record's 8 scales.
+        let s = unsafe { scales8(rec.add(a.rhs_scales)) };
+        let c = if ZP {
+            // SAFETY: the record's 8 f32 corrections (present with zero points).
+            unsafe { [vld1q_f32(rec.add(a.rhs_zp).cast()), vld1q_f32(rec.add(a.rhs_zp + 16).cast())] }
+        } else {
+            [vdupq_n_f32(0.0); 2]
+        };
+        // SAFETY: the group's 4 scales (and Σq) of block b (group-major; padding rows hold 0). With ROW the
+        // scales are 1 and not read.
+        let sa4 = if ROW { vdupq_n_f32(1.0) } else { unsafe { vld1q_f32(a.lhs_scale.add(at + b * MR)) } };
+        let sq4 = if ZP {
+            // SAFETY: as above.
+            let q4 = vcvtq_f32_s32(unsafe { vld1q_s32(a.lhs_sum.add(at + b * MR)) });
+            if ROW { q4 } else { vmulq_f32(sa4, q4) }
+        } else {
+            vdupq_n_f32(0.0)
+        };
+        for r in 0..R {
+            let (sa, sq) = (lane(sa4, r), lane(sq4, r));
+            for q in 0..2 {
+                y[r][q] = block_epilogue::<BITS, ZP, ROW>(y[r][q], fold::<SDOT>(acc[0][r][q]), s[q], sa, c[q], sq);
+            }
+        }
+        acc = [[[[zero; 2]; 2]; R]; 1];
+        rec = rec.wrapping_add(a.rhs_record);
+        codes = rec;
+    });
+    for r in 0..rows {
+        for q in 0..2 {
+            let col = panel * NR + 4 * q;
+            if col < a.cols {
+                // SAFETY: row r < rows of the group is a real row of the tile; columns below cols are inside
+                // dst and bias.
+                unsafe { store4(a.dst.add((g * MR + r) * a.dst_stride), a.bias, col, a.cols, y[r][q]) };
+            }
+        }
+    }
+}
+
+/// Lane `i` of `v` in every lane (`dup .4s, v.s[i]`; multiplied by, LLVM folds it into a by-element FMUL/FMLA).
+#[target_feature(enable = "neon")]
+#[inline]
+fn lane(v: float32x4_t, i: usize) -> float32x4_t {
+    match i {
+        0 => vdupq_laneq_f32::<0>(v),
+        1 => vdupq_laneq_f32::<1>(v),
+        2 => vdupq_laneq_f32::<2>(v),
+        _ => vdupq_laneq_f32::<3>(v),
+    }
+}
+
 /// Group `GRP` (32 bytes per panel: 4 K of every field for the 8 columns) of the current chunk into the
 /// accumulators, a no-op past the chunk's `CHUNK / (8 / BITS) / 4` groups. One function per group, so that the
 /// activation element each step reads is a constant (LLVM does not fully unroll the group loop of the larger
@@ -179,6 +346,7 @@ unsafe fn group<
     const P: usize,
     const BITS: usize,
     const CHUNK: usize,
+    const ROW: bool,
     const GRP: usize,
 >(
     acc: &mut [[[[int32x4_t; 2]; 2]; R]; P],
@@ -193,6 +361,22 @@ unsafe fn group<
     for p in 0..P {
         // SAFETY: group GRP of the chunk: 32 bytes inside it.
         let w = unsafe { [vld1q_s8(codes[p].add(32 * GRP).cast()), vld1q_s8(codes[p].add(32 * GRP + 16).cast())] };
+        // Not in the Row numerics: their activations reach −128, and two products of 16384 overflow int16.
+        if OP == SMULL && cpb >= 2 && !ROW {
+            // Fields in pairs: the two int16 products of a lane summed before the widening (see `step_pair`).
+            for l in (0..cpb).step_by(2) {
+                let x0 = [field::<BITS>(w[0], l), field::<BITS>(w[1], l)];
+                let x1 = [field::<BITS>(w[0], l + 1), field::<BITS>(w[1], l + 1)];
+                let (o0, o1) = (l * lane_len + KR * GRP, (l + 1) * lane_len + KR * GRP);
+                for r in 0..R {
+                    for q in 0..2 {
+                        let (a0, a1) = (av[r][o0 / 16], av[r][o1 / 16]);
+                        step_pair(&mut acc[p][r][q], x0[q], a0, (o0 % 16) / 4, x1[q], a1, (o1 % 16) / 4);
+                    }
+                }
+            }
+            continue;
+        }
         for l in 0..cpb {
             let x = [field::<BITS>(w[0], l), field::<BITS>(w[1], l)];
             let off = l * lane_len + KR * GRP;
