@@ -634,66 +634,16 @@ fn code(x: f32, inv: f32) -> i8 {
     (x * inv).round_ties_even().clamp(-127.0, 127.0) as i8
 }
 
-/// Test helper: `f` gives [`quantize_block`]'s results bit for bit (codes, scale bits, Σq) on random blocks of
-/// 16 … 4096 values, zero blocks, NaN and ±infinity, tiny values and exact ties, written through every kind of
-/// [`Runs`] the packer uses (contiguous, runs of 4, 8 and 16 bytes, + 128) and touching no other byte.
+/// The blocks the quantizer tests run on, each with its length and trial number: random values of 16 … 4096, zero
+/// blocks, NaN and ±infinity, tiny values, exact ties, and one-signed blocks (all ≥ 0, all ≤ 0).
 #[cfg(test)]
-pub(crate) fn assert_quantizer_matches_scalar(f: QuantizeBlock) {
-    let mut seed = 0x1234_5678_u64;
+fn for_each_test_block(mut seed: u64, mut f: impl FnMut(usize, usize, &[f32])) {
     let mut next = || {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
         seed
     };
-    for len in [16usize, 32, 64, 128, 4096] {
-        for trial in 0..200 {
-            let mut a: Vec<f32> = (0..len).map(|_| (next() % 20001) as f32 / 1000.0 - 10.0).collect();
-            match trial % 10 {
-                0 => a.fill(0.0),
-                1 => a[len / 2] = f32::NAN,
-                2 => a[3] = f32::INFINITY,
-                3 => a[len - 1] = f32::NEG_INFINITY,
-                4 => a.iter_mut().for_each(|x| *x *= 1e-30),
-                5 => a.iter_mut().enumerate().for_each(|(i, x)| *x = (i as f32 - 8.0) * 0.5), // ties
-                _ => {}
-            }
-            let mut q1 = vec![0i8; len];
-            let r1 = quantize_block(&a, &mut q1);
-            for runs in [
-                Runs::contiguous(len, 0),
-                Runs::contiguous(len, 0x80),
-                Runs { run: 8, stride: 32, flip: 0 },
-                Runs { run: 4, stride: 16, flip: 0 },
-                Runs { run: 16, stride: 48, flip: 0x80 },
-                Runs { run: 8, stride: 8, flip: 0 },
-            ] {
-                let span = (len / runs.run - 1) * runs.stride + runs.run;
-                let (mut want, mut got) = (vec![0x5au8; span + 3], vec![0x5au8; span + 3]);
-                for (i, &v) in q1.iter().enumerate() {
-                    want[runs.at(i)] = v as u8 ^ runs.flip;
-                }
-                let r2 = f(&a, &mut got, runs);
-                assert_eq!(want, got, "len {len} trial {trial} {runs:?}");
-                assert_eq!((r1.0.to_bits(), r1.1), (r2.0.to_bits(), r2.1), "len {len} trial {trial}: {r1:?} {r2:?}");
-            }
-        }
-    }
-}
-
-/// Test helper: `q` and `mm` give [`quantize_block_row`]'s and [`min_max`]'s results bit for bit (codes, Σq, and
-/// the [`row_quant`] of the range) on random rows of 16 … 4096 values (with and without a 1..3-value tail for the
-/// range), zero rows, NaN, ±infinity, tiny values, exact ties and one-signed rows, through every kind of [`Runs`].
-#[cfg(test)]
-pub(crate) fn assert_row_quantizer_matches_scalar(q: QuantizeRow, mm: MinMax) {
-    let mut seed = 0x8765_4321_u64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
-    let bits = |r: RowQuant| (r.scale.to_bits(), r.inv.to_bits(), r.zero);
     for len in [16usize, 32, 64, 128, 4096] {
         for trial in 0..200 {
             let mut a: Vec<f32> = (0..len).map(|_| (next() % 20001) as f32 / 1000.0 - 10.0).collect();
@@ -708,37 +658,70 @@ pub(crate) fn assert_row_quantizer_matches_scalar(q: QuantizeRow, mm: MinMax) {
                 7 => a.iter_mut().for_each(|x| *x = -x.abs()),
                 _ => {}
             }
-            for tail in [0, 1, 3] {
-                let r = &a[..len - tail];
-                assert_eq!(
-                    bits(row_quant_of(mm(r))),
-                    bits(row_quant_of(min_max(r))),
-                    "len {len} trial {trial} tail {tail}"
-                );
-            }
-            let rq = row_quant_of(min_max(&a));
-            for runs in [
-                Runs::contiguous(len, 0),
-                Runs::contiguous(len, 0x80),
-                Runs { run: 8, stride: 32, flip: 0 },
-                Runs { run: 4, stride: 16, flip: 0 },
-                Runs { run: 16, stride: 48, flip: 0x80 },
-                Runs { run: 8, stride: 8, flip: 0 },
-            ] {
-                let span = (len / runs.run - 1) * runs.stride + runs.run;
-                let (mut want, mut got) = (vec![0x5au8; span + 3], vec![0x5au8; span + 3]);
-                let s1 = quantize_block_row(&a, &mut want, runs, rq);
-                let s2 = q(&a, &mut got, runs, rq);
-                assert_eq!(want, got, "len {len} trial {trial} {runs:?} {rq:?}");
-                assert_eq!(s1, s2, "len {len} trial {trial}");
-            }
+            f(len, trial, &a);
         }
     }
 }
 
+/// Every kind of [`Runs`] the packer uses for a block of `len` (contiguous, runs of 4, 8 and 16 bytes, + 128).
 #[cfg(test)]
-fn row_quant_of((lo, hi): (f32, f32)) -> RowQuant {
-    row_quant(lo, hi)
+fn test_runs(len: usize) -> [Runs; 6] {
+    [
+        Runs::contiguous(len, 0),
+        Runs::contiguous(len, 0x80),
+        Runs { run: 8, stride: 32, flip: 0 },
+        Runs { run: 4, stride: 16, flip: 0 },
+        Runs { run: 16, stride: 48, flip: 0x80 },
+        Runs { run: 8, stride: 8, flip: 0 },
+    ]
+}
+
+/// Bytes around a block of `len` laid out by `runs` (3 past its span), all 0x5a: writes outside it show.
+#[cfg(test)]
+fn test_span(len: usize, runs: Runs) -> Vec<u8> {
+    vec![0x5au8; (len / runs.run - 1) * runs.stride + runs.run + 3]
+}
+
+/// Test helper: `f` gives [`quantize_block`]'s results bit for bit (codes, scale bits, Σq) on every test block
+/// ([`for_each_test_block`]), written through every kind of [`Runs`] ([`test_runs`]) and touching no other byte.
+#[cfg(test)]
+pub(crate) fn assert_quantizer_matches_scalar(f: QuantizeBlock) {
+    for_each_test_block(0x1234_5678, |len, trial, a| {
+        let mut q1 = vec![0i8; len];
+        let r1 = quantize_block(a, &mut q1);
+        for runs in test_runs(len) {
+            let (mut want, mut got) = (test_span(len, runs), test_span(len, runs));
+            for (i, &v) in q1.iter().enumerate() {
+                want[runs.at(i)] = v as u8 ^ runs.flip;
+            }
+            let r2 = f(a, &mut got, runs);
+            assert_eq!(want, got, "len {len} trial {trial} {runs:?}");
+            assert_eq!((r1.0.to_bits(), r1.1), (r2.0.to_bits(), r2.1), "len {len} trial {trial}: {r1:?} {r2:?}");
+        }
+    });
+}
+
+/// Test helper: `q` and `mm` give [`quantize_block_row`]'s and [`min_max`]'s results bit for bit (codes, Σq, and
+/// the [`row_quant`] of the range, also over lengths with a 1..3-value tail) on every test block, through every
+/// kind of [`Runs`].
+#[cfg(test)]
+pub(crate) fn assert_row_quantizer_matches_scalar(q: QuantizeRow, mm: MinMax) {
+    let bits = |r: RowQuant| (r.scale.to_bits(), r.inv.to_bits(), r.zero);
+    let quant = |(lo, hi): (f32, f32)| row_quant(lo, hi);
+    for_each_test_block(0x8765_4321, |len, trial, a| {
+        for tail in [0, 1, 3] {
+            let r = &a[..len - tail];
+            assert_eq!(bits(quant(mm(r))), bits(quant(min_max(r))), "len {len} trial {trial} tail {tail}");
+        }
+        let rq = quant(min_max(a));
+        for runs in test_runs(len) {
+            let (mut want, mut got) = (test_span(len, runs), test_span(len, runs));
+            let s1 = quantize_block_row(a, &mut want, runs, rq);
+            let s2 = q(a, &mut got, runs, rq);
+            assert_eq!(want, got, "len {len} trial {trial} {runs:?} {rq:?}");
+            assert_eq!(s1, s2, "len {len} trial {trial}");
+        }
+    });
 }
 
 #[cfg(test)]
