@@ -5,7 +5,15 @@ removed and added back, and examples/ray/serve-config.yaml deployed as `serve de
 replicas under load.
 
 Needs target/release/nibble-serve and target/llama/smollm2-q4 (NIBBLE_LLAMA_Q4_DIR), as tests/server does. Each
-node has 1 CPU and each replica asks for 1, so 2 replicas can only run on 2 different nodes."""
+node has 1 CPU and each replica asks for 1, so 2 replicas can only run on 2 different nodes.
+
+Both nodes run on this one host, so their proxies cannot both own one port without SO_REUSEPORT, whose kernel hash
+would pick the node for each connection at random. The worker's proxy gets a port of its own instead
+(RAY_SERVE_WORKER_PROXY_HTTP_PORT, read by the proxy on non-head nodes), and the tests address each node's proxy as
+a load balancer in front of N machines would: a request to a node's proxy reaches that node's replica (Ray prefers
+local replicas while they have room), so which node serves what is decided by the test, not by chance. A proxy
+starts only on a node with a replica and learns the routes a moment later (a 404 until then): the tests wait until
+every node's proxy answers GET /v1/models before they count on it."""
 
 from __future__ import annotations
 
@@ -60,6 +68,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+HEAD_PORT, WORKER_PORT = free_port(), free_port()
+while WORKER_PORT == HEAD_PORT:
+    WORKER_PORT = free_port()
+os.environ["RAY_SERVE_WORKER_PROXY_HTTP_PORT"] = str(WORKER_PORT)
+
+
 def pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -79,13 +93,44 @@ class Service:
         self.cluster = Cluster(initialize_head=True, head_node_args=dict(NODE_ARGS, temp_dir=self.temp_dir))
         self.worker = self.cluster.add_node(**NODE_ARGS)
         ray.init(address=self.cluster.address, log_to_driver=False)
-        self.port = free_port()
+        self.port = HEAD_PORT
         serve.start(proxy_location="EveryNode", http_options={"host": "127.0.0.1", "port": self.port})
         self.url = f"http://127.0.0.1:{self.port}"
-        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        self.worker_url = f"http://127.0.0.1:{WORKER_PORT}"
+        self.client = self.client_of(self.url)
+
+    @staticmethod
+    def client_of(url: str) -> openai.OpenAI:
+        return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
 
     def node_ids(self) -> set[str]:
         return {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+
+    def proxy_urls(self) -> list[str]:
+        """The URLs of the proxies Ray runs (head first): the head's always, a worker's while it has a replica."""
+        urls = {self.cluster.head_node.node_id: self.url}
+        if self.worker is not None:
+            urls[self.worker.node_id] = self.worker_url
+        proxies = serve.status().proxies
+        return [url for node, url in urls.items() if node in proxies]
+
+    def wait_proxies(self, n: int = 1, timeout: float = 120) -> list[str]:
+        """Until Ray runs at least n proxies and each answers GET /v1/models (a worker's proxy starts after its
+        node's first replica and gets the routes from the controller after that); their URLs."""
+        deadline = time.time() + timeout
+        while True:
+            urls, ready = self.proxy_urls(), []
+            for url in urls:
+                try:
+                    with urllib.request.urlopen(url + "/v1/models", timeout=10) as r:
+                        ready.append(r.status == 200)
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    ready.append(False)
+            if len(urls) >= n and all(ready):
+                return urls
+            assert time.time() < deadline, (f"not {n} answering proxies after {timeout} s: {dict(zip(urls, ready))}; "
+                                            f"Ray's proxies {serve.status().proxies}")
+            time.sleep(0.5)
 
     def deploy(self, **options):
         app = nibble_ray.NibbleChat.options(**options).bind(model=str(MODEL_DIR), model_id=MODEL, parallel=4, queue=8)
@@ -101,13 +146,12 @@ class Service:
             assert time.time() < deadline, f"not {n} RUNNING replicas after {timeout} s {why}: {self.replica_states()}"
             time.sleep(0.5)
 
-    def ask(self, retries: int = 0, **kw) -> tuple[str, dict]:
-        """A greedy answer and the response's headers (x-nibble-node, -replica, ...), on a new connection each time
-        (the nodes' proxies share the port with SO_REUSEPORT and each prefers its own node's replica, so one
-        kept-alive connection would always reach the same replica); `retries` on 5xx and connection errors."""
+    def ask(self, retries: int = 0, url: str | None = None, **kw) -> tuple[str, dict]:
+        """A greedy answer and the response's headers (x-nibble-node, -replica, ...) through the proxy at `url` (the
+        head's by default); `retries` on 5xx and connection errors."""
         body = json.dumps({"model": MODEL, "messages": Q, "temperature": 0, "max_tokens": 12, **kw}).encode()
         for attempt in range(retries + 1):
-            req = urllib.request.Request(self.url + "/v1/chat/completions", data=body,
+            req = urllib.request.Request((url or self.url) + "/v1/chat/completions", data=body,
                                          headers={"Content-Type": "application/json", "Connection": "close"})
             try:
                 with urllib.request.urlopen(req, timeout=120) as r:
@@ -121,12 +165,15 @@ class Service:
             time.sleep(1)
         raise AssertionError("unreachable")
 
-    def seen(self, n_requests: int, retries: int = 0) -> tuple[set[str], set[str], dict[str, tuple]]:
-        """Nodes and replicas that served n_requests sequential requests; replica id -> (replica pid, nibble-serve
-        pid, node id)."""
+    def seen(self, n_requests: int, retries: int = 0, urls: list[str] | None = None
+             ) -> tuple[set[str], set[str], dict[str, tuple]]:
+        """Nodes and replicas that served n_requests sequential requests sent in turn to `urls` (by default the
+        proxies of the nodes with a replica, after waiting for them); replica id -> (replica pid, nibble-serve pid,
+        node id)."""
+        urls = urls or self.wait_proxies()
         nodes, replicas, pids = set(), set(), {}
-        for _ in range(n_requests):
-            _, h = self.ask(retries=retries, max_tokens=1)
+        for i in range(n_requests):
+            _, h = self.ask(retries=retries, url=urls[i % len(urls)], max_tokens=1)
             h = {k.lower(): v for k, v in h.items()}
             nodes.add(h["x-nibble-node"])
             replicas.add(h["x-nibble-replica"])
@@ -164,6 +211,7 @@ def two(svc):
     """2 fixed replicas of 1 CPU on the 2 nodes of 1 CPU."""
     svc.deploy(num_replicas=2, ray_actor_options={"num_cpus": 1}, health_check_period_s=1, health_check_timeout_s=5)
     svc.wait_running(2)
+    svc.wait_proxies(2)
     return svc
 
 
@@ -171,10 +219,13 @@ def test_two_replicas_on_two_nodes_and_the_openai_routes(two):
     assert len(two.node_ids()) == 2
     models = two.client.models.list().data
     assert [m.id for m in models] == [MODEL]
+    assert two.proxy_urls() == [two.url, two.worker_url]
+    for url in two.proxy_urls():  # every node's proxy serves the routes, and its own node's replica answers
+        assert [m.id for m in two.client_of(url).models.list().data] == [MODEL]
+        with urllib.request.urlopen(url + "/health", timeout=30) as r:
+            assert json.loads(r.read())["status"] == "ok"
     pids = two.wait_replicas(lambda p: len(p) == 2, "two replicas should answer")
     assert {node for _, _, node in pids.values()} == two.node_ids(), pids
-    with urllib.request.urlopen(two.url + "/health", timeout=30) as r:
-        assert json.loads(r.read())["status"] == "ok"
 
 
 def test_greedy_answer_is_nibble_serves(two):
@@ -212,10 +263,11 @@ def test_greedy_answer_is_nibble_serves(two):
 
 def test_sixteen_concurrent_streams_complete_on_both_nodes(two):
     results: list = [None] * 16
+    clients = [two.client_of(url) for url in two.wait_proxies(2)]  # spread over the nodes, as a load balancer does
 
     def one(i: int):
         try:
-            raw = two.client.chat.completions.with_raw_response.create(
+            raw = clients[i % len(clients)].chat.completions.with_raw_response.create(
                 model=MODEL, messages=[{"role": "user", "content": f"Count to {i + 3}."}], temperature=0,
                 max_tokens=8, stream=True, stream_options={"include_usage": True})
             chunks = list(raw.parse())
@@ -270,17 +322,19 @@ def test_dead_generator_fails_the_health_check_and_is_replaced(two):
 
 def test_worker_node_removed_and_added_back(two):
     nodes_before = two.node_ids()
-    two.cluster.remove_node(two.worker)
+    worker, two.worker = two.worker, None
+    two.cluster.remove_node(worker)
     answers = [two.ask(retries=30)[0] for _ in range(4)]  # the head's replica carries on
     assert all("Paris" in a for a in answers), answers
     deadline = time.time() + 60
     while two.replica_states().get("RUNNING", 0) > 1:
         assert time.time() < deadline, f"the removed node's replica should be gone: {two.replica_states()}"
         time.sleep(0.5)
-    nodes, _, _ = two.seen(6, retries=30)
+    nodes, _, _ = two.seen(6, retries=30, urls=[two.url])
     assert len(nodes) == 1 and nodes < nodes_before
     two.worker = two.cluster.add_node(**NODE_ARGS)
     two.wait_running(2, why="after the worker node came back")
+    assert two.wait_proxies(2) == [two.url, two.worker_url]
     pids = two.wait_replicas(lambda p: len({n for _, _, n in p.values()}) == 2, "replicas on both nodes again")
     assert {n for _, _, n in pids.values()} == two.node_ids() and two.worker.node_id in two.node_ids()
 
