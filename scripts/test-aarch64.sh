@@ -189,6 +189,12 @@ cpu += "".join(f" ({k} {info[f]//8} B)" for k, f in (("sve vl", "sve_vl_bits"), 
 assert (have, cpu, got) == (rungs, feats, want), f"nibble-info: {have}; {cpu}; {got}; expected {rungs}; {feats}; {want}"
 ' "$rungs" "$feats" "$fams"
     env QEMU_A64="$qemu" QEMU_CPU="$cpu" cargo test -q "${locked[@]}" --release -p nibble-ort --target $target --test session
+    # On SME2, where the EP leaves ORT's KleidiAI SME2 nodes to it node by node (the custom-op frontend above leaves
+    # the whole com.microsoft domain), the session test through the EP as well, on the models with the whole suite.
+    if [ "$suite" = full ] && [[ "$feats" == *sme2* ]]; then
+        env QEMU_A64="$qemu" QEMU_CPU="$cpu" NIBBLE_FRONTEND=ep \
+            cargo test -q "${locked[@]}" --release -p nibble-ort --target $target --test session
+    fi
     cpu_seconds
     echo "== aarch64 under $label -cpu $cpu: passed ($suite suite: $((SECONDS - t0)) s, CPU $((CPU_S - c0)) s)"
 }

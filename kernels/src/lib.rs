@@ -19,6 +19,7 @@ pub mod problem;
 pub mod reference;
 pub mod registry;
 pub mod ukernel;
+pub mod versus_ort;
 
 pub use cpu::{Cpu, Feature, Features, Isa};
 pub use family::{Family, Selected, matmul_serial};

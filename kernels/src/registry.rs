@@ -219,6 +219,8 @@ pub struct Ladder {
     cpu: Cpu,
     cap: Option<Isa>,
     families: Vec<&'static Family>,
+    /// The families were named (`NIBBLE_FAMILIES`): they run even where ORT's own kernel is faster.
+    named: bool,
 }
 
 impl Ladder {
@@ -235,6 +237,12 @@ impl Ladder {
     /// Candidate families, in the order they are tried.
     pub fn families(&self) -> &[&'static Family] {
         &self.families
+    }
+
+    /// Whether the families were named (`NIBBLE_FAMILIES`): nibble then runs every node it is given, also those
+    /// [`crate::versus_ort`] would leave to ORT.
+    pub fn families_named(&self) -> bool {
+        self.named
     }
 
     /// The best family serving `p`, resolved for this ladder's CPU.
@@ -284,6 +292,7 @@ pub fn build_ladder(cpu: &Cpu, isa: Option<&str>, families: Option<&str>) -> Res
         }
     };
     let capped = cap.map_or(*cpu, |c| cpu.capped(c));
+    let named = families.map(str::trim).is_some_and(|s| !s.is_empty());
     let list = match families.map(str::trim).filter(|s| !s.is_empty()) {
         None => self::families().to_vec(),
         Some(names) => {
@@ -305,7 +314,7 @@ pub fn build_ladder(cpu: &Cpu, isa: Option<&str>, families: Option<&str>) -> Res
             v
         }
     };
-    Ok(Ladder { cpu: capped, cap, families: list })
+    Ok(Ladder { cpu: capped, cap, families: list, named })
 }
 
 /// The family for problem `p` on this process's ladder.

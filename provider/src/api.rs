@@ -11,7 +11,7 @@
 
 use crate::status::{Error, Result};
 use ort_sys::{
-    ONNXTensorElementDataType as Ty, OrtApi, OrtKernelContext, OrtKernelInfo, OrtLogger, OrtLoggingLevel,
+    ONNXTensorElementDataType as Ty, OrtApi, OrtKernelContext, OrtKernelInfo, OrtLogger, OrtLoggingLevel, OrtOpAttr,
     OrtShapeInferContext, OrtStatus, OrtStatusPtr, OrtTensorTypeAndShapeInfo, OrtValue,
 };
 use std::borrow::Cow;
@@ -443,18 +443,41 @@ impl<'a> KernelInfo<'a> {
         // SAFETY: `self.raw` is live for 'a (`new`'s contract); `logger` is a writable local. The logger
         // returned is owned by the kernel info and lives at least as long.
         ort![unsafe KernelInfo_GetLogger(self.raw, &mut logger)]?;
-        let msg = CString::new(message.replace('\0', " ")).expect("NULs replaced");
-        // SAFETY: `logger` came from KernelInfo_GetLogger above and lives as long as `self.raw`; `msg` (a local)
-        // and the two literals are NUL-terminated and outlive the call, which copies what it keeps.
-        ort![unsafe Logger_LogMessage(
-            logger,
-            OrtLoggingLevel::ORT_LOGGING_LEVEL_INFO,
-            msg.as_ptr(),
-            c"provider/src/matmul_nbits.rs".as_ptr(),
-            0,
-            c"MatMulNBits::create".as_ptr()
-        )]
+        // SAFETY: `logger` came from KernelInfo_GetLogger above and lives as long as `self.raw`.
+        unsafe { log_info(logger, message, c"provider/src/matmul_nbits.rs", c"MatMulNBits::create") }
     }
+}
+
+/// Logs `message` at INFO severity through `logger` (ORT filters by the session's level), as written at `file`
+/// in `function`.
+///
+/// # Safety
+/// `logger` is a live ORT logger for the duration of the call.
+pub unsafe fn log_info(logger: *const OrtLogger, message: &str, file: &CStr, function: &CStr) -> Result<()> {
+    let msg = CString::new(message.replace('\0', " ")).expect("NULs replaced");
+    // SAFETY: `logger` is live (this function's contract); `msg`, `file` and `function` are NUL-terminated and
+    // outlive the call, which copies what it keeps.
+    ort![unsafe Logger_LogMessage(
+        logger,
+        OrtLoggingLevel::ORT_LOGGING_LEVEL_INFO,
+        msg.as_ptr(),
+        file.as_ptr(),
+        0,
+        function.as_ptr()
+    )]
+}
+
+/// The value of an int attribute.
+///
+/// # Safety
+/// `attr` is a live attribute (owned by its node or context) for the duration of the call.
+pub unsafe fn read_int_attr(attr: *const OrtOpAttr) -> Result<i64> {
+    let (mut v, mut out) = (0i64, 0usize);
+    let p = (&mut v as *mut i64).cast::<c_void>();
+    // SAFETY: `attr` is live (this function's contract); `p` points to `v`, writable for the size of an i64 (the
+    // length we pass); `out` is a writable local.
+    ort![unsafe ReadOpAttr(attr, ort_sys::OrtOpAttrType::ORT_OP_ATTR_INT, p, size_of::<i64>(), &mut out)]?;
+    Ok(v)
 }
 
 /// The context of one Compute call.
@@ -747,13 +770,8 @@ impl ShapeInfer {
         if attr.is_null() {
             return None;
         }
-        let (mut v, mut out) = (0i64, 0usize);
-        let p = (&mut v as *mut i64).cast::<c_void>();
-        // SAFETY: `attr` came from the live context above; `p` points to `v`, writable for the size of an i64
-        // (the length we pass); `out` is a writable local.
-        ort![unsafe ReadOpAttr(attr, ort_sys::OrtOpAttrType::ORT_OP_ATTR_INT, p, size_of::<i64>(), &mut out)]
-            .ok()
-            .map(|_| v)
+        // SAFETY: `attr` came from the live context above.
+        unsafe { read_int_attr(attr) }.ok()
     }
 
     /// Sets output `i` to `dtype` with `dims` (−1 = unknown, keeping `names` for symbolic dims).

@@ -4,9 +4,10 @@
 use crate::OP_PREFIX;
 use crate::matmul_nbits::OpConfig;
 use crate::status::{Error, Result};
-use nibble_kernels::ActQuant;
+use nibble_kernels::{ActQuant, Cpu, registry, versus_ort};
 
-/// Session config key: "0" keeps ORT's own `com.microsoft::MatMulNBits`; "1" (default) replaces it.
+/// Session config key: "0" keeps ORT's own `com.microsoft::MatMulNBits`; "1" replaces it on every node; unset
+/// (default) replaces it where nibble is measured faster on this CPU ([`Override::Auto`]).
 pub const KEY_OVERRIDE: &str = "nibble.override_com_microsoft";
 /// Session config key: what accuracy_level 0 (unset) means: "4" (default, int8 path) or "1" (fp32 path).
 pub const KEY_ACCURACY_DEFAULT: &str = "nibble.accuracy_level_default";
@@ -57,8 +58,8 @@ pub fn unknown_key_error(key: &str) -> Error {
 /// Compares the settings a session was created with (`now`) with those read when the library was registered on
 /// its options (`registered`): a setting added after registration has no effect, which is an error naming it.
 pub fn check_unchanged(registered: &Registration, now: &Registration) -> Result<()> {
-    let late = if registered.domains != now.domains {
-        Some((KEY_OVERRIDE, if now.domains.contains(&MS_DOMAIN) { "1" } else { "0" }.to_string()))
+    let late = if registered.override_ms != now.override_ms {
+        Some((KEY_OVERRIDE, now.override_ms.value().to_string()))
     } else if registered.config.default_accuracy != now.config.default_accuracy {
         Some((KEY_ACCURACY_DEFAULT, now.config.default_accuracy.to_string()))
     } else if registered.config.activation_quant != now.config.activation_quant {
@@ -79,11 +80,56 @@ pub fn check_unchanged(registered: &Registration, now: &Registration) -> Result<
 pub const OUR_DOMAIN: &str = "nibble";
 pub const MS_DOMAIN: &str = "com.microsoft";
 
+/// Which `com.microsoft::MatMulNBits` nodes nibble replaces ([`KEY_OVERRIDE`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Override {
+    /// Unset: those where nibble has a family measured faster than ORT's own kernel on this CPU
+    /// (`nibble_kernels::versus_ort`): the EP declines the others node by node; the custom-op frontend, whose
+    /// domain replaces the op for every node, leaves `com.microsoft` to ORT on a CPU where ORT is faster for any.
+    Auto,
+    /// "1": every node, even where ORT's own kernel is faster.
+    All,
+    /// "0": none.
+    Off,
+}
+
+impl Override {
+    /// The setting's value as a user writes it ("unset" for [`Override::Auto`]).
+    pub fn value(self) -> &'static str {
+        match self {
+            Override::Auto => "unset",
+            Override::All => "1",
+            Override::Off => "0",
+        }
+    }
+}
+
 /// What one `RegisterCustomOps` call sets up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registration {
+    /// `nibble`, and `com.microsoft` unless the override is off.
     pub domains: Vec<&'static str>,
+    pub override_ms: Override,
     pub config: OpConfig,
+}
+
+/// Why ORT's own kernel should run the `com.microsoft` node with `traits` on this machine (the EP declines it),
+/// or None where nibble runs it: only under [`Override::Auto`] and without `NIBBLE_FAMILIES`, from the decision
+/// table in `nibble_kernels::versus_ort` for this CPU and the loaded runtime.
+pub fn ort_runs_node(override_ms: Override, traits: &versus_ort::NodeTraits) -> Option<String> {
+    if override_ms != Override::Auto || registry::ladder().is_ok_and(|l| l.families_named()) {
+        return None;
+    }
+    versus_ort::ort_faster(Cpu::get(), traits, crate::api::runtime_minor())
+}
+
+/// Why the custom-op frontend leaves `com.microsoft` to ORT on this machine (its domain would replace the op on
+/// every node, so it steps aside where ORT is faster for any), or None.
+pub fn ort_keeps_ms_domain(override_ms: Override) -> Option<String> {
+    if override_ms != Override::Auto || registry::ladder().is_ok_and(|l| l.families_named()) {
+        return None;
+    }
+    versus_ort::ort_faster_somewhere(Cpu::get(), crate::api::runtime_minor())
 }
 
 /// Decides the registration from `lookup(key)` of every key in [`KEYS`]: each frontend's lookup tries its own
@@ -100,8 +146,9 @@ pub fn plan(
     activation_quant: Option<&str>,
 ) -> Result<Registration> {
     let override_ms = match override_ms.map(str::trim) {
-        None | Some("1") | Some("true") => true,
-        Some("0") | Some("false") => false,
+        None => Override::Auto,
+        Some("1") | Some("true") => Override::All,
+        Some("0") | Some("false") => Override::Off,
         Some(v) => {
             return Err(Error::invalid(format!(
                 "{OP_PREFIX} session config {KEY_OVERRIDE}={v:?} is invalid: use \"0\" or \"1\""
@@ -130,10 +177,10 @@ pub fn plan(
         })?,
     };
     let mut domains = vec![OUR_DOMAIN];
-    if override_ms {
+    if override_ms != Override::Off {
         domains.push(MS_DOMAIN);
     }
-    Ok(Registration { domains, config: OpConfig { default_accuracy, activation_quant } })
+    Ok(Registration { domains, override_ms, config: OpConfig { default_accuracy, activation_quant } })
 }
 
 #[cfg(test)]
@@ -153,9 +200,14 @@ mod tests {
     #[test]
     fn late_settings_are_named() {
         let reg = plan(None, None, None).unwrap();
-        assert!(check_unchanged(&reg, &plan(Some("1"), Some("4"), Some("block")).unwrap()).is_ok());
+        assert!(check_unchanged(&reg, &plan(None, Some("4"), Some("block")).unwrap()).is_ok());
         let e = check_unchanged(&reg, &plan(Some("0"), None, None).unwrap()).unwrap_err().message;
         assert!(e.contains("nibble.override_com_microsoft=0 was set after"), "{e}");
+        // "1" is not the default: it replaces ORT's op even where ORT's kernel is faster.
+        let e = check_unchanged(&reg, &plan(Some("1"), None, None).unwrap()).unwrap_err().message;
+        assert!(e.contains("nibble.override_com_microsoft=1 was set after"), "{e}");
+        let forced = plan(Some("true"), None, None).unwrap();
+        assert!(check_unchanged(&forced, &plan(Some("1"), None, None).unwrap()).is_ok());
         let e = check_unchanged(&reg, &plan(None, Some("1"), None).unwrap()).unwrap_err().message;
         assert!(e.contains("nibble.accuracy_level_default=1 was set after"), "{e}");
         let e = check_unchanged(&reg, &plan(None, None, Some("row")).unwrap()).unwrap_err().message;
@@ -165,10 +217,12 @@ mod tests {
     #[test]
     fn defaults_override_and_int8() {
         let r = plan(None, None, None).unwrap();
-        assert_eq!(r.domains, vec!["nibble", "com.microsoft"]);
+        assert_eq!((r.domains, r.override_ms), (vec!["nibble", "com.microsoft"], Override::Auto));
         assert_eq!(r.config.default_accuracy, 4);
+        let r = plan(Some("1"), None, None).unwrap();
+        assert_eq!((r.domains, r.override_ms), (vec!["nibble", "com.microsoft"], Override::All));
         let r = plan(Some("0"), Some("1"), Some(" row ")).unwrap();
-        assert_eq!(r.domains, vec!["nibble"]);
+        assert_eq!((r.domains, r.override_ms), (vec!["nibble"], Override::Off));
         assert_eq!(r.config.default_accuracy, 1);
         assert_eq!(r.config.activation_quant, ActQuant::Row);
         assert_eq!(plan(None, None, None).unwrap().config.activation_quant, ActQuant::Block);

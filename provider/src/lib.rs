@@ -175,7 +175,20 @@ unsafe fn register(options: *mut OrtSessionOptions, runtime_minor: u32) -> Resul
         // SAFETY: `options` is live (this function's contract).
         unsafe { api::first_session_config(options, &domain::custom_op_spellings(key)) }
     })?;
-    for &name in &plan.domains {
+    let mut domains = plan.domains.clone();
+    if let Some(why) = domain::ort_keeps_ms_domain(plan.override_ms) {
+        domains.retain(|&d| d != domain::MS_DOMAIN);
+        // No session logger exists yet: say it once per process on stderr, where ORT's own log goes by default.
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            eprintln!(
+                "{OP_PREFIX} com.microsoft::MatMulNBits left to ORT's own kernel: {why}. Nodes in domain nibble \
+                 still run nibble; {}=1 or NIBBLE_FAMILIES runs nibble on com.microsoft too",
+                domain::KEY_OVERRIDE
+            )
+        });
+    }
+    for &name in &domains {
         let cname = CString::new(name).expect("domain names have no NUL");
         let mut dom: *mut OrtCustomOpDomain = std::ptr::null_mut();
         // SAFETY: `api::init` ran (this function's contract); `cname` is NUL-terminated and outlives the call,

@@ -16,8 +16,8 @@
 
 use ort_sys::{
     ONNXTensorElementDataType, OrtAllocator, OrtApi, OrtCustomOpDomain, OrtEpDevice, OrtGraph, OrtHardwareDevice,
-    OrtHardwareDeviceType, OrtKernelContext, OrtKernelInfo, OrtKeyValuePairs, OrtLogger, OrtNode, OrtSessionOptions,
-    OrtStatus, OrtValue,
+    OrtHardwareDeviceType, OrtKernelContext, OrtKernelInfo, OrtKeyValuePairs, OrtLogger, OrtNode, OrtOpAttr,
+    OrtSessionOptions, OrtStatus, OrtValue, OrtValueInfo,
 };
 use std::ffi::{c_char, c_int, c_void};
 
@@ -215,6 +215,11 @@ pub mod api_index {
     pub const HARDWARE_DEVICE_TYPE: usize = 307;
     pub const GRAPH_GET_NUM_NODES: usize = 344;
     pub const GRAPH_GET_NODES: usize = 345;
+    pub const NODE_GET_NAME: usize = 349;
+    pub const NODE_GET_DOMAIN: usize = 351;
+    pub const NODE_GET_NUM_INPUTS: usize = 353;
+    pub const NODE_GET_INPUTS: usize = 354;
+    pub const NODE_GET_ATTRIBUTE_BY_NAME: usize = 361;
 }
 
 /// The `OrtApi` entries past API 17 that we call (ORT ≥ 1.24 has them all).
@@ -224,6 +229,15 @@ pub struct ApiExt {
     pub HardwareDevice_Type: unsafe extern "system" fn(dev: *const OrtHardwareDevice) -> OrtHardwareDeviceType,
     pub Graph_GetNumNodes: unsafe extern "system" fn(graph: *const OrtGraph, n: *mut usize) -> St,
     pub Graph_GetNodes: unsafe extern "system" fn(graph: *const OrtGraph, nodes: *mut *const OrtNode, n: usize) -> St,
+    pub Node_GetName: unsafe extern "system" fn(node: *const OrtNode, out: *mut *const c_char) -> St,
+    pub Node_GetDomain: unsafe extern "system" fn(node: *const OrtNode, out: *mut *const c_char) -> St,
+    pub Node_GetNumInputs: unsafe extern "system" fn(node: *const OrtNode, n: *mut usize) -> St,
+    /// Fills `n` value infos; an omitted optional input is null.
+    pub Node_GetInputs:
+        unsafe extern "system" fn(node: *const OrtNode, inputs: *mut *const OrtValueInfo, n: usize) -> St,
+    /// An absent attribute: null and an ORT_NOT_FOUND status.
+    pub Node_GetAttributeByName:
+        unsafe extern "system" fn(node: *const OrtNode, name: *const c_char, out: *mut *const OrtOpAttr) -> St,
 }
 
 impl ApiExt {
@@ -241,6 +255,11 @@ impl ApiExt {
                 HardwareDevice_Type: api_entry(api, api_index::HARDWARE_DEVICE_TYPE),
                 Graph_GetNumNodes: api_entry(api, api_index::GRAPH_GET_NUM_NODES),
                 Graph_GetNodes: api_entry(api, api_index::GRAPH_GET_NODES),
+                Node_GetName: api_entry(api, api_index::NODE_GET_NAME),
+                Node_GetDomain: api_entry(api, api_index::NODE_GET_DOMAIN),
+                Node_GetNumInputs: api_entry(api, api_index::NODE_GET_NUM_INPUTS),
+                Node_GetInputs: api_entry(api, api_index::NODE_GET_INPUTS),
+                Node_GetAttributeByName: api_entry(api, api_index::NODE_GET_ATTRIBUTE_BY_NAME),
             }
         }
     }
@@ -324,6 +343,11 @@ mod tests {
             ("offsetof(OrtApi,HardwareDevice_Type)/sizeof(void*)", api_index::HARDWARE_DEVICE_TYPE),
             ("offsetof(OrtApi,Graph_GetNumNodes)/sizeof(void*)", api_index::GRAPH_GET_NUM_NODES),
             ("offsetof(OrtApi,Graph_GetNodes)/sizeof(void*)", api_index::GRAPH_GET_NODES),
+            ("offsetof(OrtApi,Node_GetName)/sizeof(void*)", api_index::NODE_GET_NAME),
+            ("offsetof(OrtApi,Node_GetDomain)/sizeof(void*)", api_index::NODE_GET_DOMAIN),
+            ("offsetof(OrtApi,Node_GetNumInputs)/sizeof(void*)", api_index::NODE_GET_NUM_INPUTS),
+            ("offsetof(OrtApi,Node_GetInputs)/sizeof(void*)", api_index::NODE_GET_INPUTS),
+            ("offsetof(OrtApi,Node_GetAttributeByName)/sizeof(void*)", api_index::NODE_GET_ATTRIBUTE_BY_NAME),
             (
                 "offsetof(OrtApi,RegisterExecutionProviderLibrary)/sizeof(void*)",
                 crate::host::index::REGISTER_EP_LIBRARY,

@@ -322,6 +322,10 @@ struct Ep {
     registry: *mut OrtKernelRegistry,
     /// Boxed so its address (the kernel creation state) is stable.
     settings: Box<KernelSettings>,
+    /// Which `com.microsoft` nodes GetCapability claims.
+    override_ms: domain::Override,
+    /// The session's logger (ORT's, alive as long as the session and so this EP).
+    logger: *const OrtLogger,
 }
 
 /// The session's settings for the EP: provider options (`ep.nibbleexecutionprovider.<key>`, from
@@ -349,7 +353,7 @@ unsafe extern "system" fn create_ep(
     _metadata: *const *const OrtKeyValuePairs,
     _num_devices: usize,
     options: *const OrtSessionOptions,
-    _logger: *const OrtLogger,
+    logger: *const OrtLogger,
     out: *mut *mut OrtEp,
 ) -> *mut OrtStatus {
     fenced("NibbleExecutionProvider CreateEp", || {
@@ -379,6 +383,8 @@ unsafe extern "system" fn create_ep(
             },
             registry,
             settings,
+            override_ms: plan.override_ms,
+            logger,
         });
         // SAFETY: as above; ORT owns the EP until it passes it to ReleaseEp.
         unsafe { *out = Box::into_raw(ep).cast() };
@@ -480,13 +486,16 @@ fn kernel_def(domain: &str) -> Result<*mut OrtKernelDef> {
     built
 }
 
-/// Claims every node our kernel registry has a kernel for (ORT matches domain, op type, opset and types).
+/// Claims every node our kernel registry has a kernel for (ORT matches domain, op type, opset and types), except
+/// the `com.microsoft` nodes ORT's own kernel runs faster on this CPU ([`ort_runs`]), which it logs and leaves.
 unsafe extern "system" fn get_capability(
-    _ep: *mut OrtEp,
+    ep: *mut OrtEp,
     graph: *const OrtGraph,
     info: *mut OrtEpGraphSupportInfo,
 ) -> *mut OrtStatus {
     fenced("NibbleExecutionProvider GetCapability", || {
+        // SAFETY: `ep` is one of ours (`raw` first), alive while ORT calls it; only read.
+        let ep = unsafe { &*ep.cast::<Ep>() };
         let t = tables();
         let mut n = 0usize;
         // SAFETY: `graph` is the live graph ORT passes for this call; `n` is a writable local.
@@ -499,13 +508,71 @@ unsafe extern "system" fn get_capability(
             // SAFETY: `info` is this call's support info and `node` one of its graph's nodes; `def` is a writable
             // local (a borrowed definition or null).
             check(unsafe { (t.ep.EpGraphSupportInfo_LookUpKernel)(info, node, &mut def) }, "LookUpKernel")?;
-            if !def.is_null() {
-                // SAFETY: as above.
-                check(unsafe { (t.ep.EpGraphSupportInfo_AddSingleNode)(info, node) }, "AddSingleNode")?;
+            if def.is_null() {
+                continue;
             }
+            // SAFETY: `node` is a node of the live graph of this call.
+            if let Some((name, why)) = unsafe { ort_runs(ep, node) } {
+                let msg = format!("{OP_PREFIX} node '{name}' left to ORT's own kernel: {why}");
+                // SAFETY: the session's logger, alive as long as this EP.
+                let _ = unsafe { api::log_info(ep.logger, &msg, c"provider/src/ep/mod.rs", c"GetCapability") };
+                continue;
+            }
+            // SAFETY: as above.
+            check(unsafe { (t.ep.EpGraphSupportInfo_AddSingleNode)(info, node) }, "AddSingleNode")?;
         }
         Ok(())
     })
+}
+
+/// The name of a `com.microsoft::MatMulNBits` `node` ORT's own kernel runs faster on this CPU, and why
+/// (`domain::ort_runs_node`), or None for a node nibble runs. A node whose attributes cannot be read is nibble's:
+/// its kernel creation reports what is wrong in the op's words.
+///
+/// # Safety
+/// `node` is a live node of the graph ORT passed to GetCapability.
+unsafe fn ort_runs(ep: &Ep, node: *const OrtNode) -> Option<(String, String)> {
+    if ep.override_ms != domain::Override::Auto {
+        return None;
+    }
+    let x = &tables().ext;
+    let text = |f: unsafe extern "system" fn(*const OrtNode, *mut *const c_char) -> *mut OrtStatus| {
+        let mut p: *const c_char = null();
+        // SAFETY: `node` is live (this function's contract); `p` is a writable local that receives a string owned
+        // by the node, copied right away.
+        check(unsafe { f(node, &mut p) }, "Node_GetDomain/GetName").ok()?;
+        // SAFETY: as above: null or a NUL-terminated string owned by the node.
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    };
+    if text(x.Node_GetDomain)? != domain::MS_DOMAIN {
+        return None;
+    }
+    let attr = |name: &CStr| -> Option<Option<i64>> {
+        let mut a = null();
+        // SAFETY: `node` is live; `name` is NUL-terminated; `a` is a writable local receiving an attribute owned by
+        // the node. An absent attribute is an error status (released by `check`) or null.
+        let found = check(unsafe { (x.Node_GetAttributeByName)(node, name.as_ptr(), &mut a) }, "attribute").is_ok();
+        if !found || a.is_null() {
+            return Some(None);
+        }
+        // SAFETY: `a` is the node's live attribute (above).
+        unsafe { api::read_int_attr(a) }.ok().map(Some)
+    };
+    let mut n = 0usize;
+    // SAFETY: `node` is live; `n` is a writable local.
+    check(unsafe { (x.Node_GetNumInputs)(node, &mut n) }, "Node_GetNumInputs").ok()?;
+    let mut inputs = vec![null(); n];
+    // SAFETY: `node` is live; `inputs` has room for the `n` pointers ORT writes (value infos owned by the graph).
+    check(unsafe { (x.Node_GetInputs)(node, inputs.as_mut_ptr(), n) }, "Node_GetInputs").ok()?;
+    let traits = nibble_kernels::versus_ort::NodeTraits {
+        bits: attr(c"bits")?.unwrap_or(4),
+        block_size: attr(c"block_size")??,
+        k: attr(c"K")??,
+        accuracy_level: attr(c"accuracy_level")?.unwrap_or(0),
+        zero_points: inputs.get(3).is_some_and(|p| !p.is_null()),
+    };
+    let why = domain::ort_runs_node(ep.override_ms, &traits)?;
+    Some((text(x.Node_GetName).unwrap_or_default(), why))
 }
 
 // ------------------------------------------------------------------------------------------------ kernel

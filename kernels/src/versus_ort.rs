@@ -1,0 +1,123 @@
+//! When nibble steps aside: the decision table, per CPU class, of the `com.microsoft::MatMulNBits` nodes whose
+//! own ONNX Runtime kernel is faster than every nibble family this CPU runs. The provider leaves those nodes to
+//! ORT (the EP declines them; the custom-op frontend does not replace `com.microsoft` at all on such a CPU, since a
+//! custom-op domain replaces the op for every node) and says why in its log line. Nodes in the `nibble` domain,
+//! `NIBBLE_FAMILIES` and an explicit `nibble.override_com_microsoft=1` still run nibble.
+//!
+//! What ORT runs on each CPU (onnxruntime/core/mlas/lib/kleidiai/qnbitgemm_kleidiai.cpp): KleidiAI's kernels, for
+//! 4-bit weights at accuracy_level 4 (CompInt8) only, block 32/64/128/256, K a multiple of the block; symmetric
+//! weights since ORT 1.22 (activations per row, `qai8dxp`), weights with zero points since ORT 1.28 (activations
+//! per block of 32, `qsi8d32p`). Each has an SME2 tier (`…_1vlx4vl_sme2_mopa` for M > 1, `…_1x4vl_sme2_dot` /
+//! `…_sme2_sdot` for M = 1), chosen on CPUs with SME2 (ORT's cpuinfo, like nibble, reads HWCAP2_SME2).
+//!
+//! | CPU class | nodes ORT runs faster | measured (instructions per Run, nibble / ORT 1.31.1, 1 thread) |
+//! |---|---|---|
+//! | aarch64 with SME2 | the KleidiAI nodes above | not countable yet (qemu 11 has no plugins); nibble's best there is NEON i8mm, ORT's an SME2 outer product (16×64 int32 tile per SMOPA at 512-bit SVL against 2×2 per SMMLA): declined until nibble has an SME2 family |
+//! | aarch64 i8mm | none | M = 1 0.5–0.77x; M = 32 sym 1.12–1.31x, zp 0.97–1.08x (bench/results/aarch64-icount.md): claimed, decode faster |
+//! | aarch64 dotprod | none | M = 1 0.67–0.77x; M = 32 sym 1.13–1.15x, zp 0.94–0.95x: claimed, decode faster |
+//! | aarch64 base NEON | none | M = 32 0.88x |
+//! | x86_64 | none | 2.0–2.9x faster at M = 1 (bench/results/x86-kernels.md); fp32 path slower at M = 128 (0.62–0.79x): claimed, decode faster |
+//!
+//! A node is judged by its decode (M = 1) cost, which dominates generation: where nibble is faster at M = 1 and
+//! slower at M = 32 it is claimed, and the prefill gap is the aarch64 prefill issue's to close.
+
+use crate::cpu::{Cpu, Feature};
+
+/// What the decision needs of a node: its attributes as ORT reads them (accuracy_level unset = 0) and whether
+/// it has a zero-points input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeTraits {
+    pub bits: i64,
+    pub block_size: i64,
+    pub k: i64,
+    pub accuracy_level: i64,
+    pub zero_points: bool,
+}
+
+/// ORT 1.MINOR from which its KleidiAI kernels (SME2 tier included) run symmetric 4-bit nodes.
+pub const KLEIDIAI_SYMMETRIC_SINCE_MINOR: u32 = 22;
+/// ORT 1.MINOR from which they also run 4-bit nodes with zero points (PR #29654).
+pub const KLEIDIAI_ZERO_POINTS_SINCE_MINOR: u32 = 28;
+
+/// Whether ORT 1.`ort_minor` runs `node` with KleidiAI's kernels on a CPU with the needed extensions (any
+/// aarch64 one with dotprod): 4-bit, accuracy_level 4, block 32…256, K a multiple of the block.
+pub fn ort_runs_kleidiai(node: &NodeTraits, ort_minor: u32) -> bool {
+    let since = if node.zero_points { KLEIDIAI_ZERO_POINTS_SINCE_MINOR } else { KLEIDIAI_SYMMETRIC_SINCE_MINOR };
+    node.bits == 4
+        && node.accuracy_level == 4
+        && matches!(node.block_size, 32 | 64 | 128 | 256)
+        && node.k > 0
+        && node.k % node.block_size == 0
+        && ort_minor >= since
+}
+
+/// Whether this CPU belongs to a class where ORT has a kernel nibble cannot beat for some node (see the table):
+/// the custom-op frontend, which cannot decline single nodes, leaves `com.microsoft` to ORT there.
+pub fn ort_faster_somewhere(cpu: &Cpu, ort_minor: u32) -> Option<String> {
+    let any = NodeTraits { bits: 4, block_size: 32, k: 32, accuracy_level: 4, zero_points: false };
+    ort_faster(cpu, &any, ort_minor)
+}
+
+/// `Some(reason)` when ORT 1.`ort_minor`'s own kernel for `node` is faster on `cpu` than every nibble family it
+/// runs (the table above), worded for the log line after "left to ORT's own kernel: ".
+pub fn ort_faster(cpu: &Cpu, node: &NodeTraits, ort_minor: u32) -> Option<String> {
+    if cpu.has(Feature::Sme2) && ort_runs_kleidiai(node, ort_minor) {
+        let (lhs, rhs) = if node.zero_points { ("qsi8d32p", "qai4c32p") } else { ("qai8dxp", "qsi4c32p") };
+        return Some(format!(
+            "this CPU has SME2 ({cpu}), where ONNX Runtime 1.{ort_minor} runs 4-bit accuracy_level-4 nodes with \
+             KleidiAI's SME2 kernels ({lhs}_{rhs} sme2_mopa for M > 1, sme2 dot for M = 1) and nibble has no \
+             SME2 family yet"
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::Features;
+
+    fn node(bits: i64, block_size: i64, k: i64, accuracy_level: i64, zero_points: bool) -> NodeTraits {
+        NodeTraits { bits, block_size, k, accuracy_level, zero_points }
+    }
+
+    #[test]
+    fn sme2_declines_exactly_the_kleidiai_nodes() {
+        let base = [Feature::Neon, Feature::Dotprod, Feature::I8mm, Feature::Sve, Feature::Sve2, Feature::Sme];
+        let sme2 = Cpu::with(Features::of(&[base.as_slice(), &[Feature::Sme2]].concat())).with_vector_lengths(64, 64);
+        let sme1 = Cpu::with(Features::of(&base)).with_vector_lengths(64, 64);
+        let i8mm = Cpu::with(Features::of(&[Feature::Neon, Feature::Dotprod, Feature::I8mm]));
+        let x86 = Cpu::with(Features::of(&[Feature::Avx2, Feature::Fma, Feature::Avx512f, Feature::Avx512Vnni]));
+        let sym = node(4, 32, 4096, 4, false);
+        let why = ort_faster(&sme2, &sym, 31).expect("SME2, ORT 1.31, sym 4-bit acc 4 bs 32: ORT's");
+        assert!(why.contains("SME2") && why.contains("1.31") && why.contains("qai8dxp"), "{why}");
+        for bs in [32, 64, 128, 256] {
+            assert!(ort_faster(&sme2, &node(4, bs, 4096, 4, false), 24).is_some(), "bs {bs}");
+            assert!(ort_faster(&sme2, &node(4, bs, 4096, 4, true), 28).is_some(), "zp bs {bs}");
+        }
+        // Zero points: ORT's KleidiAI path only from 1.28; symmetric from 1.22.
+        assert!(ort_faster(&sme2, &node(4, 32, 4096, 4, true), 27).is_none());
+        assert!(ort_faster(&sme2, &node(4, 32, 4096, 4, false), 21).is_none());
+        assert!(ort_faster(&sme2, &node(4, 32, 4096, 4, false), 22).is_some());
+        // What ORT runs with its NEON/MLAS code stays nibble's: other bits, accuracy levels, block sizes, K tails.
+        for other in [
+            node(8, 32, 4096, 4, false),
+            node(2, 32, 4096, 4, false),
+            node(4, 32, 4096, 1, false),
+            node(4, 32, 4096, 0, false),
+            node(4, 16, 4096, 4, false),
+            node(4, 512, 4096, 4, false),
+            node(4, 32, 4100, 4, false),
+            node(4, 32, 0, 4, false),
+        ] {
+            assert!(ort_faster(&sme2, &other, 31).is_none(), "{other:?}");
+        }
+        // Other CPU classes: nibble is faster at decode everywhere measured.
+        for cpu in [sme1, i8mm, x86] {
+            assert!(ort_faster(&cpu, &sym, 31).is_none(), "{cpu}");
+            assert!(ort_faster_somewhere(&cpu, 31).is_none(), "{cpu}");
+        }
+        assert!(ort_faster_somewhere(&sme2, 31).is_some());
+        assert!(ort_faster_somewhere(&sme2, 21).is_none());
+    }
+}
