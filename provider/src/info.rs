@@ -184,7 +184,8 @@ fn settings() -> [(&'static str, Vec<&'static str>, &'static str); 3] {
     use crate::domain::{KEY_ACCURACY_DEFAULT, KEY_ACT_QUANT, KEY_OVERRIDE};
     use nibble_kernels::ActQuant;
     [
-        (KEY_OVERRIDE, vec!["0", "1"], "1"),
+        // Unset: com.microsoft too, wherever nibble is faster than ORT's kernel on this CPU (versus_ort).
+        (KEY_OVERRIDE, vec!["0", "1"], "unset (com.microsoft where nibble is faster)"),
         (KEY_ACCURACY_DEFAULT, vec!["1", "2", "3", "4"], "4"),
         (KEY_ACT_QUANT, vec![ActQuant::Block.name(), ActQuant::Row.name()], ActQuant::default().name()),
     ]
