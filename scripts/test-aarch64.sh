@@ -234,6 +234,7 @@ if [ ${#py_cpus[@]} -gt 0 ]; then
 else
     echo "aarch64: Python parity tests skipped (AARCH64_CPUS names none of max, neoverse-n1, cortex-a72)"
 fi
-# The Llama driver cross-built for aarch64: 16 greedy SmolLM2 tokens (accuracy_level 1) under qemu -cpu max,sve=off and
-# cortex-a72, identical to ORT's built-in op (x86 and aarch64) and to nibble on x86.
+# The Llama driver cross-built for aarch64: 16 greedy SmolLM2 tokens (accuracy_level 1) under qemu 7.2 -cpu max,sve=off
+# and cortex-a72 and qemu 11 -cpu max (SME2) and neoverse-v1 (SVE 256), identical to ORT's built-in op and to nibble
+# on x86.
 bash scripts/aarch64/llama-aarch64.sh

@@ -5,12 +5,17 @@
 # frontends there; under qemu the CPU models alternate between the execution provider and the custom-op library). (ORT's own
 # aarch64 fp32 path under qemu takes over 5 minutes for this, so ORT's tokens come from x86.) Called by scripts/test-aarch64.sh (after its setup); standalone it needs the same environment
 # (A64ENV with the aarch64 ORT, the cross linker) and scripts/setup.sh's .venv + SmolLM2 GGUF.
-# Env: LLAMA_CPUS (default "max,sve=off cortex-a72"), LLAMA_TOKENS (default 16).
+# Also under Debian testing's qemu 11 (scripts/aarch64/fetch-qemu-testing.sh) on max (SVE2 + SME2) and
+# neoverse-v1 (SVE 256 + i8mm), CPU models qemu 7.2 lacks.
+# Env: LLAMA_CPUS (qemu 7.2 models, default "max,sve=off cortex-a72"), LLAMA_CPUS_QEMU11 (default
+# "max neoverse-v1"; "none" for none), LLAMA_TOKENS (default 16).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 export A64ENV=${A64ENV:-$root/.cache/a64env}
 cpus=${LLAMA_CPUS:-"max,sve=off cortex-a72"}
+cpus11=${LLAMA_CPUS_QEMU11:-"max neoverse-v1"}
+[ "$cpus11" = none ] && cpus11=""
 tokens=${LLAMA_TOKENS:-16}
 tdir=${CARGO_TARGET_DIR:-$root/target}
 target=aarch64-unknown-linux-gnu
@@ -47,28 +52,38 @@ for fe in ep custom-op; do
     [ "$(ids "$out/x86-nibble-$fe.json")" = "$want" ] || { echo "FAIL: nibble ($fe) on x86 differs from ORT" >&2; exit 1; }
 done
 
-# The CPU models alternate between the two frontends (the first as an execution provider, the second as a custom-op
-# library, ...): both are proven on aarch64 without doubling the minutes under qemu.
-frontend_of() { local i=0 c; for c in $cpus; do [ "$c" = "$1" ] && break; i=$((i + 1)); done
-                if [ $((i % 2)) = 0 ]; then echo ep; else echo custom-op; fi; }
+# The runs: "qemu version, qemu binary, CPU model" each. They alternate between the two frontends (the first as an
+# execution provider, the second as a custom-op library, ...): both are proven on aarch64 without doubling the
+# minutes under qemu.
+runs=()
+for cpu in $cpus; do runs+=("7.2|qemu-aarch64|$cpu"); done
+if [ -n "$cpus11" ]; then
+    q11=$(bash scripts/aarch64/fetch-qemu-testing.sh)   # prints its version on stderr, its path on stdout
+    for cpu in $cpus11; do runs+=("11|$q11|$cpu"); done
+fi
 start=$SECONDS
 pids=()
-for cpu in $cpus; do
-    fe=$(frontend_of "$cpu")
-    echo "== aarch64 under qemu -cpu $cpu (nibble as $fe), in the background"
-    rm -f "$out/a64-$cpu.json"
-    QEMU_CPU=$cpu scripts/aarch64/qemu-a64-run.sh "$tdir/$target/release/nibble-llama" "${common[@]}" \
+for i in "${!runs[@]}"; do
+    IFS='|' read -r qv qemu cpu <<< "${runs[$i]}"
+    fe=ep; [ $((i % 2)) = 1 ] && fe=custom-op
+    echo "== aarch64 under qemu $qv -cpu $cpu (nibble as $fe), in the background"
+    rm -f "$out/a64-q$qv-$cpu.json"
+    QEMU_A64=$qemu QEMU_CPU=$cpu scripts/aarch64/qemu-a64-run.sh "$tdir/$target/release/nibble-llama" "${common[@]}" \
         --lib "$tdir/$target/release/libnibble_ort.so" --ort-dylib "$a64_ort" --frontend "$fe" \
-        --json "$out/a64-$cpu.json" > "$out/a64-$cpu.log" 2>&1 &
+        --json "$out/a64-q$qv-$cpu.json" > "$out/a64-q$qv-$cpu.log" 2>&1 &
     pids+=($!)
 done
 for i in "${!pids[@]}"; do
-    wait "${pids[$i]}" || { cat "$out/a64-$(echo $cpus | cut -d' ' -f$((i + 1))).log" >&2; echo "FAIL: the aarch64 run failed" >&2; exit 1; }
+    IFS='|' read -r qv qemu cpu <<< "${runs[$i]}"
+    wait "${pids[$i]}" || { cat "$out/a64-q$qv-$cpu.log" >&2; echo "FAIL: the aarch64 run under qemu $qv -cpu $cpu failed" >&2; exit 1; }
 done
 echo "   ($((SECONDS - start)) s under qemu)"
-for cpu in $cpus; do
-    got=$(ids "$out/a64-$cpu.json")
-    echo "aarch64 $cpu nibble ($(frontend_of "$cpu")): $got"
-    [ "$got" = "$want" ] || { echo "FAIL: nibble under qemu -cpu $cpu differs from ORT on x86" >&2; exit 1; }
+for i in "${!runs[@]}"; do
+    IFS='|' read -r qv qemu cpu <<< "${runs[$i]}"
+    fe=ep; [ $((i % 2)) = 1 ] && fe=custom-op
+    got=$(ids "$out/a64-q$qv-$cpu.json")
+    echo "aarch64 qemu $qv -cpu $cpu nibble ($fe): $got"
+    [ "$got" = "$want" ] || { echo "FAIL: nibble under qemu $qv -cpu $cpu differs from ORT on x86" >&2; exit 1; }
 done
-echo "llama-aarch64: $tokens greedy tokens identical on x86 (ORT, nibble as EP and as custom-op library) and aarch64 (${cpus// /, })"
+names=$(for r in "${runs[@]}"; do IFS='|' read -r qv _ cpu <<< "$r"; printf '%s (qemu %s), ' "$cpu" "$qv"; done)
+echo "llama-aarch64: $tokens greedy tokens identical on x86 (ORT, nibble as EP and as custom-op library) and aarch64: ${names%, }"
