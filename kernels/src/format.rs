@@ -254,6 +254,23 @@ impl<'a> Weights<'a> {
             }
             _ => {}
         }
+        // A scale or float zero point that is NaN or infinite (or a subnormal scale, 2^-126 > |s| > 0: no weight
+        // is quantized that finely, and kernels flush such values) cannot come from quantizing real weights: name it
+        // instead of computing NaN or garbage from it.
+        let bad = |v: f32, scale: bool| !v.is_finite() || (scale && v.is_subnormal());
+        if let Some((i, &v)) = scales.iter().enumerate().find(|&(_, &v)| bad(v, true)) {
+            let what = if v.is_finite() { "is subnormal (|s| < 2^-126)" } else { "is not finite" };
+            bail!(
+                "input scales[{}, {}] = {v:e} {what}: a weight scale must be a finite normal number or 0",
+                i / kb,
+                i % kb
+            );
+        }
+        if let ZeroPoints::Float(zp) = zero_points
+            && let Some((i, &v)) = zp.iter().enumerate().find(|&(_, &v)| bad(v, false))
+        {
+            bail!("input zero_points[{}, {}] = {v} is not finite", i / kb, i % kb);
+        }
         if let Some(g) = g_idx {
             if g.len() != params.k && g.len() != params.k_padded() {
                 bail!("input g_idx has {} elements but K = {}", g.len(), params.k);
@@ -417,5 +434,27 @@ mod tests {
         g[5] = 1;
         let w = Weights::new(p, &b, &scales, ZeroPoints::Default, Some(&g)).unwrap();
         assert!(w.has_reordering_g_idx());
+    }
+
+    #[test]
+    fn scales_and_float_zero_points_must_be_finite() {
+        let p = Params::new(32, 2, 4, 16).unwrap(); // 2 rows × 2 blocks
+        let b = vec![0u8; 32];
+        for (bad, words) in [
+            (f32::NAN, "scales[1, 0] = NaN is not finite"),
+            (f32::INFINITY, "scales[1, 0] = inf is not finite"),
+            (f32::NEG_INFINITY, "scales[1, 0] = -inf is not finite"),
+            (1e-40, "scales[1, 0] = 1e-40 is subnormal"),
+        ] {
+            let scales = [1.0, 0.5, bad, 2.0];
+            let e = Weights::new(p, &b, &scales, ZeroPoints::Default, None).unwrap_err();
+            assert!(e.0.contains(words), "{e}");
+        }
+        // Zero, negative and the smallest normal scales are fine.
+        assert!(Weights::new(p, &b, &[0.0, -0.5, f32::MIN_POSITIVE, 1e30], ZeroPoints::Default, None).is_ok());
+        let zp = [8.0, f32::NAN, 7.5, 8.0];
+        let e = Weights::new(p, &b, &[1.0; 4], ZeroPoints::Float(&zp), None).unwrap_err();
+        assert!(e.0.contains("zero_points[0, 1] = NaN is not finite"), "{e}");
+        assert!(Weights::new(p, &b, &[1.0; 4], ZeroPoints::Float(&[8.0, -3.5, 1e-40, 0.0]), None).is_ok());
     }
 }

@@ -65,6 +65,12 @@ def model_kwargs(**changes) -> dict[str, Any]:
 TYPE_NAME = {"int8": r"(?i)(?<![u])int8|\bi8\b", "double": r"(?i)double|float64|\bf64\b"}
 
 
+def _with(values: np.ndarray, at: tuple[int, int], bad: float) -> np.ndarray:
+    out = values.copy()
+    out[at] = bad
+    return out
+
+
 def _oob_g_idx(bad_value: int) -> np.ndarray:
     g_idx = (np.arange(K) // BLOCK_SIZE).astype(np.int32)
     g_idx[K // 2] = bad_value
@@ -86,6 +92,12 @@ MALFORMED = [
     # An attribute of the wrong type is not "missing", nor silently replaced by its default.
     Malformed("bits_float", dict(attrs={"bits": 8.0}), (word("bits"), r"\bfloat\b", r"\b8\b")),
     Malformed("block_size_string", dict(attrs={"block_size": "32"}), (word("block_size"), r"\bstring\b")),
+    # Dimensions whose products would overflow or allocate beyond any machine: refused before allocating,
+    # naming the value (K = N = 2^31 - 1 passes the attribute limit; B's required shape is then named exactly).
+    Malformed("K_2_31", dict(attrs={"K": 2**31}), (word("K"), r"\b2147483648\b")),
+    Malformed("N_2_40", dict(attrs={"N": 2**40}), (word("N"), r"\b1099511627776\b")),
+    Malformed("K_N_2_31_minus_1", dict(attrs={"K": 2**31 - 1, "N": 2**31 - 1}),
+              (word("B"), dims(2**31 - 1, 2**26, BLOB))),
     # K does not match A's last dimension (A's shape is dynamic, so only Run() can tell).
     Malformed("A_last_dim_94", {}, (word("K"), r"\b93\b", r"\b94\b"),
               a=np.zeros((2, K + 1), np.float32)),
@@ -100,6 +112,11 @@ MALFORMED = [
               (word("scales"), dims(N, K_BLOCKS + 1))),
     Malformed("scales_float64", dict(scales=SCALES.astype(np.float64)), (word("scales"), TYPE_NAME["double"])),
     Malformed("scales_not_constant", dict(runtime_inputs=("scales",)), (word("scales"), r"constant|initializer")),
+    # Scales no quantizer makes: NaN, infinite, subnormal (the element is named as [row, block]).
+    Malformed("scales_nan", dict(scales=_with(SCALES, (5, 1), np.nan)), (word("scales"), dims(5, 1), r"\bNaN\b")),
+    Malformed("scales_inf", dict(scales=_with(SCALES, (5, 1), -np.inf)), (word("scales"), dims(5, 1), r"-inf\b")),
+    Malformed("scales_subnormal", dict(scales=_with(SCALES, (5, 1), 1e-40)),
+              (word("scales"), dims(5, 1), r"subnormal")),
     # zero_points.
     Malformed("zp_uint8_shape", dict(zp=np.zeros((N, ZP_BYTES + 1), np.uint8)),
               (word("zero_points"), dims(N, ZP_BYTES + 1))),
@@ -107,6 +124,8 @@ MALFORMED = [
               (word("zero_points"), dims(N, K_BLOCKS + 2))),
     Malformed("zp_float64", dict(zp=GOOD_FLOAT_ZP.zero_points.astype(np.float64)),
               (word("zero_points"), TYPE_NAME["double"])),
+    Malformed("zp_float_nan", dict(zp=_with(GOOD_FLOAT_ZP.zero_points, (3, 2), np.nan)),
+              (word("zero_points"), dims(3, 2), r"\bNaN\b")),
     # g_idx (K = 93 and k_blocks · block_size = 96 are both valid lengths).
     Malformed("g_idx_length", dict(g_idx=np.zeros(K + 5, np.int32)), (word("g_idx"), rf"\b{K + 5}\b")),
     Malformed("g_idx_too_large", dict(g_idx=_oob_g_idx(K_BLOCKS)), (word("g_idx"), rf"\b{K_BLOCKS}\b")),
@@ -118,7 +137,8 @@ MALFORMED = [
 ]
 
 # A few in the com.microsoft domain, where our library overrides ORT's kernel.
-COM_MICROSOFT = ("bits_3", "block_size_24", "B_shape", "accuracy_level_9", "g_idx_too_large", "weight_prepacked_1")
+COM_MICROSOFT = ("bits_3", "block_size_24", "B_shape", "accuracy_level_9", "g_idx_too_large", "weight_prepacked_1",
+                 "scales_nan", "K_N_2_31_minus_1")
 CASES = [("nibble", m) for m in MALFORMED] + [("com.microsoft", m) for m in MALFORMED if m.id in COM_MICROSOFT]
 
 
@@ -149,3 +169,42 @@ def test_malformed_model_is_rejected(nibble_session, domain: str, case: Malforme
         assert re.search(pattern, rest), f"error does not match {pattern!r}: {message}"
 
     assert_good_model_runs(nibble_session)
+
+
+def test_external_data_outside_the_model_folder_is_refused(nibble_lib, tmp_path) -> None:
+    """An initializer whose external data points outside the model's folder ("../weights.bin") is refused when the
+    model is loaded, naming the initializer and the path, before any kernel (ORT's own check: nibble never reads
+    model files); the same data inside the folder loads and runs."""
+    from conftest import session_options
+    import onnx
+    from onnx import TensorProto
+
+    model = bm.make_model("com.microsoft", node_name="external_scales", **model_kwargs(check=True))
+    (tmp_path / "model").mkdir()
+    for where, location in (("outside", "../scales.bin"), ("inside", "scales.bin")):
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        init = next(i for i in m.graph.initializer if i.name == "scales")
+        data = onnx.numpy_helper.to_array(init).tobytes()
+        (tmp_path / "model" / location).resolve().write_bytes(data)
+        init.ClearField("raw_data")
+        init.ClearField("float_data")
+        init.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", location), ("offset", "0"), ("length", str(len(data)))):
+            entry = init.external_data.add()
+            entry.key, entry.value = key, value
+        path = tmp_path / "model" / f"{where}.onnx"
+        onnx.save(m, str(path))
+        so = session_options(library=nibble_lib)
+        providers = None if getattr(so, "has_providers", lambda: False)() else ["CPUExecutionProvider"]
+        if where == "outside":
+            with pytest.raises(ORT_ERRORS) as error:
+                ort_session = __import__("onnxruntime").InferenceSession(str(path), so, providers=providers)
+                ort_session.run(None, {"A": A})
+            message = str(error.value)
+            assert "scales" in message and "../scales.bin" in message, message
+        else:
+            sess = __import__("onnxruntime").InferenceSession(str(path), so, providers=providers)
+            y = sess.run(None, {"A": A})[0]
+            np.testing.assert_allclose(y, bm.reference(A, *GOOD, None, None, K, N, BITS, BLOCK_SIZE), atol=0.1,
+                                       rtol=0.02)
