@@ -20,6 +20,9 @@
 #   4. cargo test --workspace                    kernels unit/property tests, provider tests; the ORT integration
 #                                                test (provider/tests/session.rs) and the Llama driver's tests
 #                                                (examples/llama/tests/driver.rs) run here against ORT 1.31.1
+#      scripts/sanitize.sh --valgrind-session    that test under valgrind memcheck, both frontends: no error in
+#                                                nibble's frames (--asan / --valgrind: the kernel suite under
+#                                                AddressSanitizer, a parity subset under memcheck; not run here)
 #   5. tests/cpp/run.sh                          C++ end-to-end test: g++ against ORT's C++ API, custom-op library
 #                                                on ORT 1.31.1, execution provider on 1.24.4 and 1.31.1
 #      tests/cpp/package/run.sh                  scripts/install.sh into a fresh prefix; CMake (find_package) and
@@ -168,6 +171,8 @@ for t in aarch64-linux-android aarch64-apple-darwin; do
         cargo clippy -q "${LOCKED[@]}" --target "$t" -p nibble-kernels -p nibble-ort -- -D warnings
 done
 step "cargo test --workspace (ORT integration on $ORT_NEW)" with_ort "$ORT_NEW" cargo test "${LOCKED[@]}" --workspace
+step "valgrind memcheck: the ORT integration test, both frontends (scripts/sanitize.sh --valgrind-session)" \
+    bash scripts/sanitize.sh --valgrind-session
 step "C++ end-to-end test (tests/cpp/run.sh: custom-op on $ORT_NEW, EP on 1.24.4 and $ORT_NEW)" bash tests/cpp/run.sh
 step "C/C++ package: scripts/install.sh, CMake and pkg-config consumers (tests/cpp/package/run.sh)" \
     bash tests/cpp/package/run.sh
