@@ -118,11 +118,9 @@ mod tests {
     use super::*;
     use nibble_kernels::{ComputePath, Params, Problem};
 
-    fn weights(b: &[u8], scales: &[f32]) -> Weights<'static> {
+    fn weights<'a>(b: &'a [u8], scales: &'a [f32]) -> Weights<'a> {
         let p = Params::new(64, 8, 4, 32).unwrap();
-        let b: &'static [u8] = Box::leak(b.to_vec().into_boxed_slice());
-        let s: &'static [f32] = Box::leak(scales.to_vec().into_boxed_slice());
-        Weights::new(p, b, s, ZeroPoints::Default, None).unwrap()
+        Weights::new(p, b, scales, ZeroPoints::Default, None).unwrap()
     }
 
     #[test]
