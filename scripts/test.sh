@@ -45,7 +45,7 @@
 #   7. .venv/bin/python -m pytest tests/python   Python tests (onnxruntime 1.31.1 from .venv)
 #      + parity (wide subset), malformed, behaviour and EP tests again through the execution-provider frontend
 #        (NIBBLE_FRONTEND=ep) on 1.31.1 and, without the ORT-oracle half, on 1.24.4 (scripts/setup.sh unpacks it)
-#      + the ORT integration test and the Python parity/malformed tests again with each rung and family forced
+#      + the ORT integration test and the Python parity (wide subset)/malformed tests again with each rung and family forced
 #        (NIBBLE_ISA=portable, =avx2; NIBBLE_FAMILIES= the second portable families, the AVX2 family without
 #        AVX-VNNI), so every kernel family is proven through ORT, not only in the kernel suite
 #   8. scripts/build-wheel.sh                    manylinux_2_28 wheels for x86_64 and aarch64; the x86_64 one in a
@@ -208,13 +208,16 @@ if [ $quick = 0 ]; then
             -k 'not test_parity[ and not test_override_off_runs_orts_kernel'"
     done
     # The ORT integration test and the Python parity/malformed tests again on each kernel rung and family this CPU
-    # runs besides the default: every kernel is proven through ORT, not only in the kernel suite.
+    # runs besides the default: every kernel is proven through ORT, not only in the kernel suite (which runs every
+    # family over the edge-case taxonomy and generated shapes): the wide subset of the parity matrix, every group
+    # of it on four shapes (~100 s less than the whole matrix four times over).
     for forced in "${FORCED[@]}"; do
         step "forced $forced: ORT integration test on $ORT_NEW" \
             env "$forced" NIBBLE_ORT_DYLIB="$(ort_dylib $ORT_NEW)" NIBBLE_ORT_VERSION=$ORT_NEW \
             cargo test "${LOCKED[@]}" -p nibble-ort --test session
         step "forced $forced: pytest parity + malformed" \
-            env "$forced" bash -c "$(declare -f run_pytest); run_pytest tests/python/test_parity.py tests/python/test_malformed.py"
+            env "$forced" NIBBLE_PARITY_SUBSET=wide bash -c "$(declare -f run_pytest); \
+            run_pytest tests/python/test_parity.py tests/python/test_malformed.py"
     done
     # The wheels: manylinux_2_28 for x86_64 and aarch64 (zig-linked against glibc 2.28). The x86_64 one in a fresh
     # venv with only onnxruntime and the test requirements, its library also through the Rust integration test; the
