@@ -726,7 +726,7 @@ fn ep_library_on_this_runtime() {
         return;
     }
     let version = runtime_version();
-    let minor: u32 = version.split('.').nth(1).and_then(|m| m.parse().ok()).unwrap();
+    let minor = runtime_minor();
     match ep_registered() {
         Ok(()) => {
             assert!(minor >= 24, "ORT {version} accepted the EP library");
