@@ -13,7 +13,7 @@
 //! [`MIN_ROWS`], measured on an AMD EPYC (Zen 4, 2 cores; bench/results/x86-fp32-gemm.md): see that table.
 
 use super::qunbp64x4_fma::unit;
-use super::qunbp64x4_panel::{PieceBuf, tile};
+use super::qunbp64x4_panel::{Scratch, tile};
 use super::tiles::run_units;
 use crate::ukernel::RunArgs;
 
@@ -26,7 +26,7 @@ pub(crate) const MIN_ROWS: usize = 8;
 pub(crate) unsafe fn run(args: &RunArgs) {
     if args.rows >= MIN_ROWS {
         // SAFETY: the caller's guarantee, forwarded.
-        unsafe { tile(args, &mut PieceBuf::new()) }
+        unsafe { tile(args, &mut Scratch::new(args.rows)) }
     } else {
         run_units!(gemm, f32, args, unit, g = 2, mr = [6, 5, 4, 3, 2, 1], unit_cols = 32);
     }

@@ -2,16 +2,18 @@
 //! per 64-column panel and per K piece of up to [`KC`] values, the codes are turned into f32 weights
 //! `w = s·q + c` (c = −s·z; without zero points c = −s·2^(bits−1)) once, into a `KC × 64` f32 buffer that stays
 //! in L1/L2, and a register-blocked FMA microkernel (`R` ≤ 6 rows × 64 columns: 24 accumulators, four weight
-//! loads and `R` broadcasts per K value) runs every row of the tile over it. Output rows hold the partial sums
+//! loads and `R` broadcasts per K value) runs every row of the tile over it. The tile's rows of A are packed per
+//! piece (6 rows interleaved per K value), once for all panels. Output rows hold the partial sums
 //! between pieces (stored after the first piece, loaded and added after the others); the bias is added after
 //! the last.
 //!
 //! ```text
-//! for panel:                      // 64 columns
-//!     for piece (k0 .. k0+KC):    // whole blocks, or KC values of one block
+//! for piece (k0 .. k0+KC):        // whole blocks, or KC values of one block
+//!     ap = rows of A, k0 .. k0+KC // packed [row block][k][6]
+//!     for panel:                  // 64 columns
 //!         buf[k][0..64] = s·q + c // dequantize once
 //!         for rows r0 .. r0+6:    // every row of the tile
-//!             y[r][0..64] (+)= Σ_k a[r][k0+k]·buf[k]
+//!             y[r][0..64] (+)= Σ_k ap[r][k]·buf[k]
 //! ```
 
 // Register tiles are indexed [row][column group]: index loops read like the algebra.
@@ -28,58 +30,75 @@ const G: usize = NR / 16;
 /// Rows per microkernel call.
 pub(crate) const MR: usize = 6;
 
-/// The f32 buffer of one dequantized piece, `KC × NR` values, 64-byte aligned.
-pub(crate) struct PieceBuf(Vec<__m512>);
+/// Scratch of one tile: the dequantized piece (`KC × 64` f32) and the tile's rows of A for one piece, packed
+/// row block by row block (`[block][k][MR]`, so the microkernel's broadcasts read consecutive addresses).
+pub(crate) struct Scratch {
+    piece: Vec<__m512>,
+    a: Vec<f32>,
+}
 
-impl PieceBuf {
-    pub(crate) fn new() -> Self {
+impl Scratch {
+    pub(crate) fn new(rows: usize) -> Self {
         // SAFETY: all-zero bits are a valid __m512.
-        PieceBuf(vec![unsafe { std::mem::zeroed::<__m512>() }; KC * G])
+        let piece = vec![unsafe { std::mem::zeroed::<__m512>() }; KC * G];
+        Scratch { piece, a: vec![0.0; rows.next_multiple_of(MR) * KC] }
     }
 }
 
-/// The whole tile: every panel, every piece, every row block.
+/// The whole tile: each K piece, its rows of A packed once, then each panel dequantized and walked by every
+/// row block.
 ///
 /// # Safety
 /// The CPU has avx512f. `args` satisfies the `RunArgs` contract for an `f32` LHS and a `qunbp64x4_sf32_zpc`
-/// RHS of `args.bits` ∈ {2, 4, 8}.
+/// RHS of `args.bits` ∈ {2, 4, 8}; `s` was made for at least `args.rows` rows.
 #[target_feature(enable = "avx512f")]
-pub(crate) unsafe fn tile(args: &RunArgs, buf: &mut PieceBuf) {
+pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
     let a = args;
     let total = a.blocks * a.bl;
-    let buf = buf.0.as_mut_ptr().cast::<f32>();
-    for panel in 0..a.cols.div_ceil(NR) {
-        let c0 = panel * NR;
-        let ncols = (a.cols - c0).min(NR);
-        let mut k0 = 0;
-        while k0 < total {
-            let len = (total - k0).min(KC);
+    assert!(s.a.len() >= a.rows.next_multiple_of(MR) * KC);
+    let buf = s.piece.as_mut_ptr().cast::<f32>();
+    let mut k0 = 0;
+    while k0 < total {
+        let len = (total - k0).min(KC);
+        let (first, last) = (k0 == 0, k0 + len == total);
+        // Pack rows of A, values k0..k0+len: block j, value k, row r at (j·len + k)·MR + r.
+        for r in 0..a.rows {
+            let (j, rr) = (r / MR, r % MR);
+            // SAFETY: row r of the tile holds `total` values (padded to whole blocks), k0 + len ≤ total.
+            let src = unsafe { std::slice::from_raw_parts(a.lhs.cast::<f32>().add(r * a.lhs_stride + k0), len) };
+            let dst = &mut s.a[j * len * MR..][..len * MR];
+            for (k, &v) in src.iter().enumerate() {
+                dst[k * MR + rr] = v;
+            }
+        }
+        for panel in 0..a.cols.div_ceil(NR) {
+            let c0 = panel * NR;
+            let ncols = (a.cols - c0).min(NR);
             // SAFETY: forwarded; buf holds KC·NR f32 and len ≤ KC.
             unsafe { crate::arch::dispatch!(dequant::<>(a, panel, k0, len, buf); bits(a.bits) chunk(a.bl)) };
-            let (first, last) = (k0 == 0, k0 + len == total);
             let mut r0 = 0;
             while r0 < a.rows {
                 let rows = (a.rows - r0).min(MR);
-                // SAFETY: rows r0..r0+rows are inside the tile; the LHS rows hold `total` values (padded to
-                // whole blocks), k0 + len ≤ total; columns c0..c0+ncols of those output rows are the tile's.
+                let ap = s.a[r0 * len..].as_ptr();
+                // SAFETY: rows r0..r0+rows are inside the tile, their packed values are `ap[k·MR + r]`, k < len;
+                // columns c0..c0+ncols of those output rows are the tile's.
                 unsafe {
-                    let lhs = a.lhs.cast::<f32>().add(r0 * a.lhs_stride + k0);
                     let dst = a.dst.add(r0 * a.dst_stride + c0);
                     let bias = if a.bias.is_null() || !last { std::ptr::null() } else { a.bias.add(c0) };
                     let m = Store { dst, dst_stride: a.dst_stride, ncols, first, bias };
                     match rows {
-                        6 => micro::<6>(lhs, a.lhs_stride, buf, len, m),
-                        5 => micro::<5>(lhs, a.lhs_stride, buf, len, m),
-                        4 => micro::<4>(lhs, a.lhs_stride, buf, len, m),
-                        3 => micro::<3>(lhs, a.lhs_stride, buf, len, m),
-                        2 => micro::<2>(lhs, a.lhs_stride, buf, len, m),
-                        _ => micro::<1>(lhs, a.lhs_stride, buf, len, m),
+                        6 => micro::<6>(ap, buf, len, m),
+                        5 => micro::<5>(ap, buf, len, m),
+                        4 => micro::<4>(ap, buf, len, m),
+                        3 => micro::<3>(ap, buf, len, m),
+                        2 => micro::<2>(ap, buf, len, m),
+                        _ => micro::<1>(ap, buf, len, m),
                     }
                 }
                 r0 += rows;
             }
-            k0 += len;
         }
+        k0 += len;
     }
 }
 
@@ -163,20 +182,18 @@ struct Store {
 /// `R` rows × 64 columns over `len` K values of the buffer.
 ///
 /// # Safety
-/// The CPU has avx512f; rows `0..R` of `lhs` (stride `lhs_stride`) hold `len` values; `buf` holds `len·64`
-/// f32; `s.dst` rows `0..R` hold `s.ncols` values (and, unless `s.first`, the partial sums); `s.bias`, if not
+/// The CPU has avx512f; `ap` holds `len·MR` f32 (value k of row r at `k·MR + r`); `buf` holds `len·64` f32; `s.dst` rows `0..R` hold `s.ncols` values (and, unless `s.first`, the partial sums); `s.bias`, if not
 /// null, `s.ncols` values.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn micro<const R: usize>(lhs: *const f32, lhs_stride: usize, buf: *const f32, len: usize, s: Store) {
+unsafe fn micro<const R: usize>(ap: *const f32, buf: *const f32, len: usize, s: Store) {
     let mut acc = [[_mm512_setzero_ps(); G]; R];
-    let arow: [*const f32; R] = std::array::from_fn(|r| lhs.wrapping_add(r * lhs_stride));
     for k in 0..len {
         // SAFETY: row k of the buffer.
         let w: [__m512; G] = std::array::from_fn(|g| unsafe { _mm512_load_ps(buf.add(k * NR + 16 * g)) });
         for r in 0..R {
-            // SAFETY: k < len values of row r.
-            let x = _mm512_set1_ps(unsafe { *arow[r].add(k) });
+            // SAFETY: value k of row r, k < len.
+            let x = _mm512_set1_ps(unsafe { *ap.add(k * MR + r) });
             for g in 0..G {
                 acc[r][g] = _mm512_fmadd_ps(w[g], x, acc[r][g]);
             }
