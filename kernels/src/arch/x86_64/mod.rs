@@ -121,7 +121,11 @@ pub static FP32_GEMM_AVX512: UKernel = UKernel {
 /// (6 rows × 64 columns per register tile over the dequantized piece); smaller tiles as [`FP32_GEMM_AVX512`].
 pub static FP32_GEMM_AVX512_DQ: UKernel = UKernel {
     name: "matmul_f32_f32_qunbp64x4_sf32_zpc_6x64_avx512vnni",
-    geometry: |_, _| Geometry { max_task_rows: 48, ..Geometry::new(6, qunbp64x4_vnni::NR, usize::MAX) },
+    geometry: |_, _| Geometry {
+        max_task_rows: 48,
+        min_task_macs: 1 << 22,
+        ..Geometry::new(6, qunbp64x4_vnni::NR, usize::MAX)
+    },
     run: matmul_f32_f32_qunbp64x4_sf32_zpc_6x64_avx512vnni::run,
     ..FP32_GEMM_AVX512
 };

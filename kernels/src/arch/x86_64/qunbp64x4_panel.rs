@@ -28,7 +28,20 @@ pub(crate) const KC: usize = 256;
 const G: usize = NR / 16;
 
 /// Rows per microkernel call.
-pub(crate) const MR: usize = 6;
+pub(crate) const MR: usize = 12;
+/// Column groups of 16 per microkernel call.
+const GM: usize = 2;
+
+/// Calls `micro::<R>` for the run-time row count `$rows` (one of the listed constants, the first = MR).
+macro_rules! rows {
+    ($rows:expr, $ap:expr, $b:expr, $len:expr, $m:expr; $($r:literal)+) => {
+        match $rows {
+            $($r => micro::<$r>($ap, $b, $len, $m),)+
+            _ => unreachable!("row blocks are at most MR"),
+        }
+    };
+}
+use rows;
 
 /// Scratch of one tile: the dequantized piece (`KC × 64` f32) and the tile's rows of A for one piece, packed
 /// row block by row block (`[block][k][MR]`, so the microkernel's broadcasts read consecutive addresses).
@@ -86,13 +99,15 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
                     let dst = a.dst.add(r0 * a.dst_stride + c0);
                     let bias = if a.bias.is_null() || !last { std::ptr::null() } else { a.bias.add(c0) };
                     let m = Store { dst, dst_stride: a.dst_stride, ncols, first, bias };
-                    match rows {
-                        6 => micro::<6>(ap, buf, len, m),
-                        5 => micro::<5>(ap, buf, len, m),
-                        4 => micro::<4>(ap, buf, len, m),
-                        3 => micro::<3>(ap, buf, len, m),
-                        2 => micro::<2>(ap, buf, len, m),
-                        _ => micro::<1>(ap, buf, len, m),
+                    for h in 0..G / GM {
+                        let (c, ncols) = (16 * GM * h, ncols.saturating_sub(16 * GM * h));
+                        let bias = if m.bias.is_null() { m.bias } else { m.bias.add(c) };
+                        let m = Store { dst: dst.add(c), ncols, bias, ..m };
+                        if m.ncols == 0 {
+                            break;
+                        }
+                        let b = buf.add(16 * GM * h);
+                        crate::arch::x86_64::qunbp64x4_panel::rows!(rows, ap, b, len, m; 12 11 10 9 8 7 6 5 4 3 2 1);
                     }
                 }
                 r0 += rows;
@@ -187,19 +202,19 @@ struct Store {
 #[target_feature(enable = "avx512f")]
 #[inline]
 unsafe fn micro<const R: usize>(ap: *const f32, buf: *const f32, len: usize, s: Store) {
-    let mut acc = [[_mm512_setzero_ps(); G]; R];
+    let mut acc = [[_mm512_setzero_ps(); GM]; R];
     for k in 0..len {
         // SAFETY: row k of the buffer.
-        let w: [__m512; G] = std::array::from_fn(|g| unsafe { _mm512_load_ps(buf.add(k * NR + 16 * g)) });
+        let w: [__m512; GM] = std::array::from_fn(|g| unsafe { _mm512_load_ps(buf.add(k * NR + 16 * g)) });
         for r in 0..R {
             // SAFETY: value k of row r, k < len.
             let x = _mm512_set1_ps(unsafe { *ap.add(k * MR + r) });
-            for g in 0..G {
+            for g in 0..GM {
                 acc[r][g] = _mm512_fmadd_ps(w[g], x, acc[r][g]);
             }
         }
     }
-    for g in 0..G {
+    for g in 0..GM {
         let col = 16 * g;
         if col >= s.ncols {
             break;
