@@ -1,11 +1,11 @@
 //! x86_64 kernels (std::arch intrinsics inside `#[target_feature]` functions). Ladder: avx512vnni → avx2 →
 //! portable.
 
+mod matmul_f32_f32_qunbp64x4_sf32_zpc_12x32_avx512vnni;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x32_avx2;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x64_avx512vnni;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_3x16_avx2;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_6x32_avx512vnni;
-mod matmul_f32_f32_qunbp64x4_sf32_zpc_6x64_avx512vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf16_zpc_1x64_avx512vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf16_zpc_6x32_avx512vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x32_avx2;
@@ -120,13 +120,9 @@ pub static FP32_GEMM_AVX512: UKernel = UKernel {
 /// fp32-path GEMM, AVX-512 FMA, dequantizing each weight panel once per tile for tiles of 8 rows or more
 /// (6 rows × 64 columns per register tile over the dequantized piece); smaller tiles as [`FP32_GEMM_AVX512`].
 pub static FP32_GEMM_AVX512_DQ: UKernel = UKernel {
-    name: "matmul_f32_f32_qunbp64x4_sf32_zpc_6x64_avx512vnni",
-    geometry: |_, _| Geometry {
-        max_task_rows: 48,
-        min_task_macs: 1 << 22,
-        ..Geometry::new(6, qunbp64x4_vnni::NR, usize::MAX)
-    },
-    run: matmul_f32_f32_qunbp64x4_sf32_zpc_6x64_avx512vnni::run,
+    name: "matmul_f32_f32_qunbp64x4_sf32_zpc_12x32_avx512vnni",
+    geometry: |_, _| Geometry { max_task_rows: 48, ..Geometry::new(6, qunbp64x4_vnni::NR, usize::MAX) },
+    run: matmul_f32_f32_qunbp64x4_sf32_zpc_12x32_avx512vnni::run,
     ..FP32_GEMM_AVX512
 };
 

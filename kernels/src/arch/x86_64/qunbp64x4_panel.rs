@@ -1,19 +1,21 @@
 //! The body shared by the AVX-512 fp32-path GEMM that dequantizes B (see `qunbp64x4_vnni` for the layout):
-//! per 64-column panel and per K piece of up to [`KC`] values, the codes are turned into f32 weights
-//! `w = s·q + c` (c = −s·z; without zero points c = −s·2^(bits−1)) once, into a `KC × 64` f32 buffer that stays
-//! in L1/L2, and a register-blocked FMA microkernel (`R` ≤ 6 rows × 64 columns: 24 accumulators, four weight
-//! loads and `R` broadcasts per K value) runs every row of the tile over it. The tile's rows of A are packed per
-//! piece (6 rows interleaved per K value), once for all panels. Output rows hold the partial sums
-//! between pieces (stored after the first piece, loaded and added after the others); the bias is added after
-//! the last.
+//! per K piece of up to [`KC`] values and per 64-column panel, the codes are turned into f32 weights
+//! `w = s·q + c` (c = −s·z; without zero points c = −s·2^(bits−1)) once, into a `KC × 64` f32 buffer (64 KiB,
+//! L2-resident), and a register-blocked FMA microkernel (`R` ≤ [`MR`] = 12 rows × 32 columns: 24 accumulators,
+//! two weight loads and `R` broadcasts of A per K value) runs every row of the tile over each half of it. The
+//! tile's rows of A for the piece are copied once (row by row, one cache line of padding between rows: in
+//! place, the rows of a 4096-wide A share L1 sets and the GEMM ran 20% slower at K = 4096; interleaving the
+//! 12 rows per K value measured slower than this copy).
+//! Output rows hold the partial sums between pieces (stored after the first piece, loaded and added after the
+//! others); the bias is added after the last.
 //!
 //! ```text
 //! for piece (k0 .. k0+KC):        // whole blocks, or KC values of one block
-//!     ap = rows of A, k0 .. k0+KC // packed [row block][k][6]
+//!     ap[r][0..KC] = a[r][k0..k0+KC]
 //!     for panel:                  // 64 columns
 //!         buf[k][0..64] = s·q + c // dequantize once
-//!         for rows r0 .. r0+6:    // every row of the tile
-//!             y[r][0..64] (+)= Σ_k ap[r][k]·buf[k]
+//!         for rows r0 .. r0+12, half h: // every row of the tile
+//!             y[r][32h..32h+32] (+)= Σ_k ap[r][k]·buf[k][32h..32h+32]
 //! ```
 
 // Register tiles are indexed [row][column group]: index loops read like the algebra.
@@ -34,17 +36,21 @@ const GM: usize = 2;
 
 /// Calls `micro::<R>` for the run-time row count `$rows` (one of the listed constants, the first = MR).
 macro_rules! rows {
-    ($rows:expr, $ap:expr, $b:expr, $len:expr, $m:expr; $($r:literal)+) => {
+    ($rows:expr, $ap:expr, $rs:expr, $b:expr, $len:expr, $m:expr; $($r:literal)+) => {
         match $rows {
-            $($r => micro::<$r>($ap, $b, $len, $m),)+
+            $($r => micro::<$r>($ap, $rs, $b, $len, $m),)+
             _ => unreachable!("row blocks are at most MR"),
         }
     };
 }
 use rows;
 
-/// Scratch of one tile: the dequantized piece (`KC × 64` f32) and the tile's rows of A for one piece, packed
-/// row block by row block (`[block][k][MR]`, so the microkernel's broadcasts read consecutive addresses).
+/// Values per row of the copied A piece: KC plus one cache line, so that the rows of a register block do not
+/// share L1 sets (rows of a 4096-wide A are 16 KiB apart: 12 of them in one 8-way set thrash it).
+const A_STRIDE: usize = KC + 16;
+
+/// Scratch of one tile: the dequantized piece (`KC × 64` f32, 64-byte aligned) and the tile's rows of A for the
+/// piece (`A_STRIDE` apart).
 pub(crate) struct Scratch {
     piece: Vec<__m512>,
     a: Vec<f32>,
@@ -54,35 +60,29 @@ impl Scratch {
     pub(crate) fn new(rows: usize) -> Self {
         // SAFETY: all-zero bits are a valid __m512.
         let piece = vec![unsafe { std::mem::zeroed::<__m512>() }; KC * G];
-        Scratch { piece, a: vec![0.0; rows.next_multiple_of(MR) * KC] }
+        Scratch { piece, a: vec![0.0; rows * A_STRIDE] }
     }
 }
 
-/// The whole tile: each K piece, its rows of A packed once, then each panel dequantized and walked by every
-/// row block.
+/// The whole tile: each K piece, each panel dequantized once and walked by every row block.
 ///
 /// # Safety
 /// The CPU has avx512f. `args` satisfies the `RunArgs` contract for an `f32` LHS and a `qunbp64x4_sf32_zpc`
-/// RHS of `args.bits` ∈ {2, 4, 8}; `s` was made for at least `args.rows` rows.
+/// RHS of `args.bits` ∈ {2, 4, 8}.
 #[target_feature(enable = "avx512f")]
 pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
     let a = args;
     let total = a.blocks * a.bl;
-    assert!(s.a.len() >= a.rows.next_multiple_of(MR) * KC);
+    assert!(s.a.len() >= a.rows * A_STRIDE, "scratch for {} rows", a.rows);
     let buf = s.piece.as_mut_ptr().cast::<f32>();
     let mut k0 = 0;
     while k0 < total {
         let len = (total - k0).min(KC);
         let (first, last) = (k0 == 0, k0 + len == total);
-        // Pack rows of A, values k0..k0+len: block j, value k, row r at (j·len + k)·MR + r.
         for r in 0..a.rows {
-            let (j, rr) = (r / MR, r % MR);
             // SAFETY: row r of the tile holds `total` values (padded to whole blocks), k0 + len ≤ total.
             let src = unsafe { std::slice::from_raw_parts(a.lhs.cast::<f32>().add(r * a.lhs_stride + k0), len) };
-            let dst = &mut s.a[j * len * MR..][..len * MR];
-            for (k, &v) in src.iter().enumerate() {
-                dst[k * MR + rr] = v;
-            }
+            s.a[r * A_STRIDE..][..len].copy_from_slice(src);
         }
         for panel in 0..a.cols.div_ceil(NR) {
             let c0 = panel * NR;
@@ -92,9 +92,9 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
             let mut r0 = 0;
             while r0 < a.rows {
                 let rows = (a.rows - r0).min(MR);
-                let ap = s.a[r0 * len..].as_ptr();
-                // SAFETY: rows r0..r0+rows are inside the tile, their packed values are `ap[k·MR + r]`, k < len;
-                // columns c0..c0+ncols of those output rows are the tile's.
+                let ap = s.a[r0 * A_STRIDE..].as_ptr();
+                // SAFETY: rows r0..r0+rows of the copy hold `len` values, `A_STRIDE` apart; columns c0..c0+ncols
+                // of those output rows are the tile's.
                 unsafe {
                     let dst = a.dst.add(r0 * a.dst_stride + c0);
                     let bias = if a.bias.is_null() || !last { std::ptr::null() } else { a.bias.add(c0) };
@@ -107,7 +107,7 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
                             break;
                         }
                         let b = buf.add(16 * GM * h);
-                        crate::arch::x86_64::qunbp64x4_panel::rows!(rows, ap, b, len, m; 12 11 10 9 8 7 6 5 4 3 2 1);
+                        crate::arch::x86_64::qunbp64x4_panel::rows!(rows, ap, A_STRIDE, b, len, m; 12 11 10 9 8 7 6 5 4 3 2 1);
                     }
                 }
                 r0 += rows;
@@ -180,13 +180,13 @@ unsafe fn dequant<const BITS: usize, const CHUNK: usize>(
     }
 }
 
-/// Where a microkernel call's `R × 64` results go.
+/// Where a microkernel call's `R × 16·GM` results go.
 #[derive(Clone, Copy)]
 struct Store {
     /// Row 0, first column of the panel.
     dst: *mut f32,
     dst_stride: usize,
-    /// Columns of the panel inside the tile (≤ 64).
+    /// Columns inside the tile from `dst` on (only the first `16·GM` are written).
     ncols: usize,
     /// The first piece stores; later ones add to what is there.
     first: bool,
@@ -194,21 +194,22 @@ struct Store {
     bias: *const f32,
 }
 
-/// `R` rows × 64 columns over `len` K values of the buffer.
+/// `R` rows × `16·GM` columns over `len` K values of the buffer.
 ///
 /// # Safety
-/// The CPU has avx512f; `ap` holds `len·MR` f32 (value k of row r at `k·MR + r`); `buf` holds `len·64` f32; `s.dst` rows `0..R` hold `s.ncols` values (and, unless `s.first`, the partial sums); `s.bias`, if not
+/// The CPU has avx512f; rows `0..R` of `ap` (stride `rs`) hold `len` values; `buf` rows of 64 f32 (stride
+/// [`NR`]) hold `len` rows of `16·GM` values; `s.dst` rows `0..R` hold `s.ncols` values (and, unless `s.first`, the partial sums); `s.bias`, if not
 /// null, `s.ncols` values.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn micro<const R: usize>(ap: *const f32, buf: *const f32, len: usize, s: Store) {
+unsafe fn micro<const R: usize>(ap: *const f32, rs: usize, buf: *const f32, len: usize, s: Store) {
     let mut acc = [[_mm512_setzero_ps(); GM]; R];
     for k in 0..len {
         // SAFETY: row k of the buffer.
         let w: [__m512; GM] = std::array::from_fn(|g| unsafe { _mm512_load_ps(buf.add(k * NR + 16 * g)) });
         for r in 0..R {
             // SAFETY: value k of row r, k < len.
-            let x = _mm512_set1_ps(unsafe { *ap.add(k * MR + r) });
+            let x = _mm512_set1_ps(unsafe { *ap.add(k + r * rs) });
             for g in 0..GM {
                 acc[r][g] = _mm512_fmadd_ps(w[g], x, acc[r][g]);
             }

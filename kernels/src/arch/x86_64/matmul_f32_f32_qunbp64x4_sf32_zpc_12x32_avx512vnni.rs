@@ -2,7 +2,7 @@
 //! accumulation (accuracy_level 1–3; the family's kernel for M > 1).
 //!
 //! Tiles of at least [`MIN_ROWS`] rows: each 64-column panel is dequantized piece by piece (up to 256 K values,
-//! 64 KiB of f32) into a buffer that all rows of the tile then walk with a 6 × 64 register tile (24 f32
+//! 64 KiB of f32) into a buffer that all rows of the tile then walk with a 12 × 32 register tile (24 f32
 //! accumulators; see `qunbp64x4_panel`). Smaller tiles take the in-register 6 × 32 body of
 //! `matmul_f32_f32_qunbp64x4_sf32_zpc_6x32_avx512vnni` (codes turned into f32 per K value, never stored), which
 //! wins there because a dequantized piece would serve too few rows.
@@ -18,7 +18,7 @@ use super::tiles::run_units;
 use crate::ukernel::RunArgs;
 
 /// Tile rows from which the dequantizing walk is used.
-pub(crate) const MIN_ROWS: usize = 8;
+pub(crate) const MIN_ROWS: usize = 2;
 
 /// # Safety
 /// The CPU has avx512f; `args` satisfies the `RunArgs` contract with an `f32` LHS and a `qunbp64x4_sf32_zpc` RHS
