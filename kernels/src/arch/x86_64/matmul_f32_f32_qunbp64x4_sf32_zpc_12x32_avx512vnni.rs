@@ -18,7 +18,7 @@ use super::tiles::run_units;
 use crate::ukernel::RunArgs;
 
 /// Tile rows from which the dequantizing walk is used.
-pub(crate) const MIN_ROWS: usize = 2;
+pub(crate) const MIN_ROWS: usize = 16;
 
 /// # Safety
 /// The CPU has avx512f; `args` satisfies the `RunArgs` contract with an `f32` LHS and a `qunbp64x4_sf32_zpc` RHS

@@ -117,11 +117,12 @@ pub static FP32_GEMM_AVX512: UKernel = UKernel {
     run: matmul_f32_f32_qunbp64x4_sf32_zpc_6x32_avx512vnni::run,
 };
 
-/// fp32-path GEMM, AVX-512 FMA, dequantizing each weight panel once per tile for tiles of 8 rows or more
-/// (6 rows × 64 columns per register tile over the dequantized piece); smaller tiles as [`FP32_GEMM_AVX512`].
+/// fp32-path GEMM, AVX-512 FMA, dequantizing each weight panel piece once per tile for tiles of 16 rows or more
+/// (12 rows × 32 columns per register tile over the dequantized piece, up to 64 rows per task); smaller tiles as
+/// [`FP32_GEMM_AVX512`].
 pub static FP32_GEMM_AVX512_DQ: UKernel = UKernel {
     name: "matmul_f32_f32_qunbp64x4_sf32_zpc_12x32_avx512vnni",
-    geometry: |_, _| Geometry { max_task_rows: 48, ..Geometry::new(6, qunbp64x4_vnni::NR, usize::MAX) },
+    geometry: |_, _| Geometry { max_task_rows: 64, ..Geometry::new(6, qunbp64x4_vnni::NR, usize::MAX) },
     run: matmul_f32_f32_qunbp64x4_sf32_zpc_12x32_avx512vnni::run,
     ..FP32_GEMM_AVX512
 };

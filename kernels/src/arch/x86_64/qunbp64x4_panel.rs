@@ -146,7 +146,7 @@ unsafe fn dequant<const BITS: usize, const CHUNK: usize>(
     while k < k0 + len {
         let (b, off) = (k / bl, k % bl);
         let n = (bl - off).min(k0 + len - k);
-        debug_assert!(off % CHUNK == 0 && n % CHUNK == 0);
+        debug_assert!(off.is_multiple_of(CHUNK) && n.is_multiple_of(CHUNK));
         // SAFETY: block b < blocks (k < blocks·bl): its record of this panel.
         let rec = unsafe { prec.add(b * a.rhs_record) };
         // SAFETY: this record's f32 scales (and corrections) of the panel's 64 columns.
