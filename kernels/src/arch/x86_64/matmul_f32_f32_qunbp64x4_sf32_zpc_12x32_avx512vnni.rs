@@ -10,7 +10,24 @@
 //! LHS: `f32` rows. RHS: `qunbp64x4_sf32_zpc`, bits 2/4/8, any block size 16 … 65536. Features: avx512f (the
 //! avx512vnni rung's floor). No over-reads; padding columns of the last panel are never stored.
 //!
-//! [`MIN_ROWS`], measured on an AMD EPYC (Zen 4, 2 cores; bench/results/x86-fp32-gemm.md): see that table.
+//! [`MIN_ROWS`] = 16, measured on an AMD EPYC (Zen 4, family 25 model 17, 2 cores, AVX-512 VNNI, no AMX) with
+//! ORT 1.31.1 in the same process (bench/bench_matmulnbits.py, acc 1, bs 32 sym, 1 thread, 3 rounds; time
+//! ratio ORT / nibble, in-register walk → dequantizing walk forced for every tile):
+//!
+//! | M | 4096×4096 | 576→1536 |
+//! |---:|---|---|
+//! | 4 | 2.62 → 1.78 | 2.36 → 1.53 |
+//! | 6 | 2.03 → 1.36 | 1.88 → 1.41 |
+//! | 8 | 1.52 → 1.47 | 1.52 → 1.32 |
+//! | 12 | 1.35 → 1.36 | 1.33 → 1.22 |
+//! | 16 | 1.22 → 1.22 | 1.19 → 1.15 |
+//! | 128 | 0.81 → 0.94 | 0.76 → 0.95 |
+//!
+//! (M = 128 before: the first "before" run of that table's session, same hour),
+//!
+//! and per kernel (cargo bench, 1536×576): 16 rows 41.7 → 42–46 GMAC/s, 128 rows 43 → 50 GMAC/s. Below 16 rows a
+//! dequantized piece serves too few rows to pay for itself; from 16 on the two are even and the gap grows with
+//! the rows (tiles of M ≥ 16 are 16 … 66 rows). Full before/after tables: bench/results/x86-fp32-gemm.md.
 
 use super::qunbp64x4_fma::unit;
 use super::qunbp64x4_panel::{Scratch, tile};
