@@ -10,24 +10,25 @@
 //! LHS: `f32` rows. RHS: `qunbp64x4_sf32_zpc`, bits 2/4/8, any block size 16 … 65536. Features: avx512f (the
 //! avx512vnni rung's floor). No over-reads; padding columns of the last panel are never stored.
 //!
-//! [`MIN_ROWS`] = 16, measured on an AMD EPYC (Zen 4, family 25 model 17, 2 cores, AVX-512 VNNI, no AMX) with
-//! ORT 1.31.1 in the same process (bench/bench_matmulnbits.py, acc 1, bs 32 sym, 1 thread, 3 rounds; time
-//! ratio ORT / nibble, in-register walk → dequantizing walk forced for every tile):
+//! [`MIN_ROWS`] = 32, measured on an AMD EPYC (Zen 4, family 25 model 17, 2 cores, AVX-512 VNNI, no AMX) with
+//! ORT 1.31.1 in the same process (bench/bench_matmulnbits.py, acc 1, 1 thread, 3 rounds, one core busy with
+//! other work throughout): time ratio ORT / nibble, in-register walk → dequantizing walk forced for every tile
+//! (M ≤ 48 is one tile of M rows):
 //!
-//! | M | 4096×4096 | 576→1536 |
-//! |---:|---|---|
-//! | 4 | 2.62 → 1.78 | 2.36 → 1.53 |
-//! | 6 | 2.03 → 1.36 | 1.88 → 1.41 |
-//! | 8 | 1.52 → 1.47 | 1.52 → 1.32 |
-//! | 12 | 1.35 → 1.36 | 1.33 → 1.22 |
-//! | 16 | 1.22 → 1.22 | 1.19 → 1.15 |
-//! | 128 | 0.81 → 0.94 | 0.76 → 0.95 |
+//! | M | bs32 sym 4096×4096 | bs32 sym 576→1536 | bs128 asym 4096×4096 | bs128 asym 576→1536 |
+//! |---:|---|---|---|---|
+//! | 4 | 2.62 → 1.78 | 2.36 → 1.53 | | |
+//! | 8 | 1.52 → 1.47 | 1.52 → 1.32 | | |
+//! | 12 | 1.48 → 1.36 | 1.32 → 1.22 | 1.57 → 1.38 | 1.36 → 1.20 |
+//! | 16 | 1.27 → 1.06 | 1.19 → 1.14 | 1.34 → 1.27 | 1.18 → 1.12 |
+//! | 24 | 1.17 → 1.05 | 1.04 → 1.08 | 1.22 → 1.15 | 1.06 → 1.03 |
+//! | 32 | 1.05 → 1.04 | 0.96 → 1.04 | 1.10 → 1.10 | 0.95 → 0.98 |
+//! | 48 | 1.00 → 1.05 | 0.91 → 1.00 | 1.11 → 1.09 | 0.89 → 0.93 |
 //!
-//! (M = 128 before: the first "before" run of that table's session, same hour),
-//!
-//! and per kernel (cargo bench, 1536×576): 16 rows 41.7 → 42–46 GMAC/s, 128 rows 43 → 50 GMAC/s. Below 16 rows a
-//! dequantized piece serves too few rows to pay for itself; from 16 on the two are even and the gap grows with
-//! the rows (tiles of M ≥ 16 are 16 … 66 rows). Full before/after tables: bench/results/x86-fp32-gemm.md.
+//! Per kernel (cargo bench, 1536×576, 1 thread): 128 rows 43 → 50 GMAC/s. Below 32 rows a dequantized piece
+//! serves too few rows to pay for itself (the in-register walk converts each code once per 6 rows, with no
+//! stores); from 32 rows on the dequantizing walk is even or ahead and the gap grows with the rows (M = 128: tiles
+//! of 62–66 rows). Full before/after tables: bench/results/x86-fp32-gemm.md.
 
 use super::qunbp64x4_fma::unit;
 use super::qunbp64x4_panel::{Scratch, tile};
@@ -35,7 +36,7 @@ use super::tiles::run_units;
 use crate::ukernel::RunArgs;
 
 /// Tile rows from which the dequantizing walk is used.
-pub(crate) const MIN_ROWS: usize = 16;
+pub(crate) const MIN_ROWS: usize = 32;
 
 /// # Safety
 /// The CPU has avx512f; `args` satisfies the `RunArgs` contract with an `f32` LHS and a `qunbp64x4_sf32_zpc` RHS

@@ -117,7 +117,7 @@ pub static FP32_GEMM_AVX512: UKernel = UKernel {
     run: matmul_f32_f32_qunbp64x4_sf32_zpc_6x32_avx512vnni::run,
 };
 
-/// fp32-path GEMM, AVX-512 FMA, dequantizing each weight panel piece once per tile for tiles of 16 rows or more
+/// fp32-path GEMM, AVX-512 FMA, dequantizing each weight panel piece once per tile for tiles of 32 rows or more
 /// (12 rows × 32 columns per register tile over the dequantized piece, up to 64 rows per task); smaller tiles as
 /// [`FP32_GEMM_AVX512`].
 pub static FP32_GEMM_AVX512_DQ: UKernel = UKernel {
