@@ -34,6 +34,7 @@ static ARCH_KERNELS: &[&UKernel] = &[
     &x86_64::INT8_GEMM_AVX512VNNI_F16,
     &x86_64::FP32_GEMV_AVX512,
     &x86_64::FP32_GEMM_AVX512,
+    &x86_64::FP32_GEMM_AVX512_DQ,
     &x86_64::INT8_GEMV_AVXVNNI,
     &x86_64::INT8_GEMM_AVXVNNI,
     &x86_64::INT8_GEMV_AVX2,
@@ -149,7 +150,7 @@ static ARCH_FAMILIES: &[&Family] = &[
         rank: 40,
         path: ComputePath::Fp32,
         gemv: &x86_64::FP32_GEMV_AVX512,
-        gemm: &x86_64::FP32_GEMM_AVX512,
+        gemm: &x86_64::FP32_GEMM_AVX512_DQ,
         layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
     },
 ];

@@ -309,6 +309,56 @@ fn every_family_tiles_correctly() {
     }
 }
 
+/// GEMM kernels over tiles of many rows, where the x86 fp32 GEMM switches from codes in registers to a
+/// dequantized weight piece (at 32 rows, in pieces of 256 K values, 12-row register blocks): M across the switch
+/// and the row blocks (tiles of up to 66 rows: M = 67 leaves a 1-row tile, M = 98 a 32-row one), K across whole
+/// pieces, inside one block and over many blocks, with tails; N tails inside a panel and past one; every block size the pieces meet
+/// (16: 16 blocks per piece, 512: two pieces per block), every zero-point kind, bias on and off; and f16 A.
+#[test]
+fn gemm_row_blocks_and_k_pieces() {
+    let cpu = Cpu::get();
+    for uk in kernels() {
+        let layout = layouts_of(uk)[0];
+        if uk.geometry(cpu, &layout).max_m == 1 {
+            continue; // GEMV kernels
+        }
+        let mut rng = Rng::for_kernel(10, uk.name());
+        let mut n_cases = 0;
+        for (bl, k) in [(16, 272), (32, 256), (32, 519), (64, 600), (128, 1029), (256, 250), (512, 1029), (1024, 700)] {
+            for zp in [ZpKind::None, ZpKind::Packed, ZpKind::Float] {
+                let bits = [4u32, 2, 8][n_cases % 3];
+                let n = [33, 64, 129, 95][n_cases % 4];
+                let case = Case::random(&mut rng, k, n, bits, bl, zp, GIdx::None, n_cases % 2 == 0);
+                let case = case_for(uk, &layout, case);
+                let Ok(sel) = Selected::single(uk, layout, &Problem::of(uk.path(), &case.weights())) else {
+                    continue;
+                };
+                for m in [7usize, 16, 31, 32, 33, 50, 67, 98] {
+                    check(&sel, &case, m, &mut rng);
+                }
+                n_cases += 1;
+            }
+        }
+        assert!(n_cases > 0, "{}: no case ran", uk.name());
+    }
+    // f16 A costs a conversion, not a different kernel: bit-identical results in the GEMM range.
+    let mut rng = Rng::new(11);
+    let case = Case::random(&mut rng, 600, 129, 4, 64, ZpKind::Packed, GIdx::None, true);
+    let w = case.weights();
+    for path in [ComputePath::Fp32, ComputePath::Int8] {
+        let sel = registry::select(&Problem::of(path, &w)).unwrap();
+        let rhs = sel.pack_rhs(&w).unwrap();
+        for m in [9usize, 40] {
+            let a16: Vec<half::f16> = activations(&mut rng, m, 600).into_iter().map(half::f16::from_f32).collect();
+            let a32: Vec<f32> = a16.iter().map(|x| x.to_f32()).collect();
+            let (mut y16, mut y32) = (vec![0f32; m * 129], vec![1f32; m * 129]);
+            matmul_serial(&sel, &rhs, LhsSource::F16(&a16), m, case.bias.as_deref(), &mut y16);
+            matmul_serial(&sel, &rhs, LhsSource::F32(&a32), m, case.bias.as_deref(), &mut y32);
+            assert_eq!(y16, y32, "{} M={m}", sel.name());
+        }
+    }
+}
+
 /// Packing is a function of (weights, layout): every layout unpacks to the source weights (codes exactly,
 /// scales as the scale type rounds them, zero points exactly or through the correction term, block sums).
 #[test]

@@ -1,6 +1,7 @@
 //! x86_64 kernels (std::arch intrinsics inside `#[target_feature]` functions). Ladder: avx512vnni → avx2 →
 //! portable.
 
+mod matmul_f32_f32_qunbp64x4_sf32_zpc_12x32_avx512vnni;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x32_avx2;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x64_avx512vnni;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_3x16_avx2;
@@ -16,6 +17,7 @@ mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_6x32_avx512vnni;
 pub(crate) mod quantize_block_avx512;
 mod qunbp64x4_avx2;
 mod qunbp64x4_fma;
+mod qunbp64x4_panel;
 mod qunbp64x4_vnni;
 #[macro_use]
 mod tiles;
@@ -113,6 +115,16 @@ pub static FP32_GEMM_AVX512: UKernel = UKernel {
     supports: supports_all,
     geometry: |_, _| Geometry { max_task_rows: 48, ..Geometry::new(6, qunbp64x4_vnni::NR, usize::MAX) },
     run: matmul_f32_f32_qunbp64x4_sf32_zpc_6x32_avx512vnni::run,
+};
+
+/// fp32-path GEMM, AVX-512 FMA, dequantizing each weight panel piece once per tile for tiles of 32 rows or more
+/// (12 rows × 32 columns per register tile over the dequantized piece, up to 64 rows per task); smaller tiles as
+/// [`FP32_GEMM_AVX512`].
+pub static FP32_GEMM_AVX512_DQ: UKernel = UKernel {
+    name: "matmul_f32_f32_qunbp64x4_sf32_zpc_12x32_avx512vnni",
+    geometry: |_, _| Geometry { max_task_rows: 64, ..Geometry::new(6, qunbp64x4_vnni::NR, usize::MAX) },
+    run: matmul_f32_f32_qunbp64x4_sf32_zpc_12x32_avx512vnni::run,
+    ..FP32_GEMM_AVX512
 };
 
 const AVX2: Features = Features::of(&[Feature::Avx2, Feature::Fma]);
