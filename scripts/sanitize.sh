@@ -15,8 +15,8 @@
 #
 # Exit status 1 when ASan reports anything or memcheck finds an error in nibble's frames. Logs: target/sanitize/.
 # Needs scripts/setup.sh (the .venv, ORT 1.31.1) and tests/fixtures/make_fixtures.py's fixtures; valgrind from
-# Debian (apt-get install valgrind: installed here when missing and apt is usable). Takes ~5 min (ASan, most of it
-# the instrumented build) and ~2 min (memcheck) on 2 cores.
+# Debian (scripts/setup.sh installs it). Takes ~5 min (ASan, most of it the instrumented build) and ~3 min
+# (memcheck) on 2 cores.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -91,9 +91,8 @@ EOF
 }
 
 if [ $vg = 1 ]; then
-    command -v valgrind > /dev/null || { sudo -n true 2>/dev/null && sudo apt-get install -y -q valgrind > /dev/null; } ||
-        apt-get install -y -q valgrind > /dev/null 2>&1 || true
-    command -v valgrind > /dev/null || { echo "sanitize.sh: valgrind is not installed (apt-get install valgrind)" >&2; exit 1; }
+    command -v valgrind > /dev/null ||
+        { echo "sanitize.sh: valgrind is not installed (scripts/setup.sh installs it: apt-get install valgrind)" >&2; exit 1; }
     cargo build -q "${locked[@]}" --release -p nibble-ort
     export NIBBLE_LIB=${CARGO_TARGET_DIR:-$root/target}/release/libnibble_ort.so
     bin=$(cargo test -q "${locked[@]}" --release -p nibble-ort --test session --no-run --message-format=json 2>/dev/null |

@@ -4,7 +4,7 @@
 # Needs: rustup + cargo, python3 (3.11), gcc. Network: crates.io, PyPI, Debian apt only.
 # Does, skipping whatever is already in place:
 #   1. nm/readelf: apt-get install binutils, only if `nm` is missing; likewise pkg-config, libpcre2-dev and
-#      nlohmann-json3-dev (the C/C++ package test and the C++ service example)
+#      nlohmann-json3-dev (the C/C++ package test and the C++ service example), and valgrind (scripts/sanitize.sh)
 #   2. the Rust toolchain pinned in rust-toolchain.toml (channel + components), and its compile-only targets
 #      aarch64-linux-android and aarch64-apple-darwin (not with --no-extra-ort)
 #   3. .venv (python3 -m venv) with the pinned tests/python/requirements.txt (+ requirements-nodeps.txt:
@@ -79,6 +79,12 @@ if command -v pkg-config >/dev/null && pkg-config --exists libpcre2-8 && [ -f /u
     say "pkg-config, libpcre2-dev, nlohmann-json3-dev: ok"
 else
     apt_install pkg-config libpcre2-dev nlohmann-json3-dev
+fi
+# valgrind (scripts/sanitize.sh --valgrind-session, a step of scripts/test.sh: memcheck over the ORT integration test)
+if command -v valgrind >/dev/null; then
+    say "valgrind: ok"
+else
+    apt_install valgrind
 fi
 
 # ------------------------------------------------------------------ 2. pinned Rust toolchain
