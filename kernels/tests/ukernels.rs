@@ -10,7 +10,7 @@ mod common;
 use common::*;
 use nibble_kernels::pack::{Codes, LhsFormat, LhsSource, RhsLayout, ScaleType, ZpStorage};
 use nibble_kernels::ukernel::RhsReads;
-use nibble_kernels::{ActQuant, ComputePath, Cpu, Problem, Selected, UKernel, matmul_serial, reference, registry};
+use nibble_kernels::{ActQuant, ComputePath, Cpu, Isa, Problem, Selected, UKernel, matmul_serial, reference, registry};
 use proptest::prelude::{ProptestConfig, any, proptest};
 use std::collections::BTreeMap;
 
@@ -309,7 +309,7 @@ fn every_family_tiles_correctly() {
     }
 }
 
-/// GEMM kernels over tiles of many rows, where the x86 fp32 GEMM switches from codes in registers to a
+/// The SIMD GEMM kernels over tiles of many rows, where the x86 fp32 GEMM switches from codes in registers to a
 /// dequantized weight piece (at 32 rows, in pieces of 256 K values, 12-row register blocks): M across the switch
 /// and the row blocks (tiles of up to 66 rows: M = 67 leaves a 1-row tile, M = 98 a 32-row one), K across whole
 /// pieces, inside one block and over many blocks, with tails; N tails inside a panel and past one; every block size the pieces meet
@@ -323,8 +323,8 @@ fn gemm_row_blocks_and_k_pieces() {
     let cpu = Cpu::get();
     for uk in kernels() {
         let layout = layouts_of(uk)[0];
-        if uk.geometry(cpu, &layout).max_m == 1 {
-            continue; // GEMV kernels
+        if uk.geometry(cpu, &layout).max_m == 1 || uk.isa() == Isa::Portable {
+            continue; // GEMV kernels; the portable GEMMs (one row loop, no row blocks) are the suite's reference
         }
         let mut rng = Rng::for_kernel(10, uk.name());
         let mut n_cases = 0;
@@ -337,7 +337,7 @@ fn gemm_row_blocks_and_k_pieces() {
                 let Ok(sel) = Selected::single(uk, layout, &Problem::of(uk.path(), &case.weights())) else {
                     continue;
                 };
-                for m in [7usize, 16, 31, 32, 33, 50, 67, 98] {
+                for m in [7usize, 31, 32, 33, 67, 98] {
                     check(&sel, &case, m, &mut rng);
                 }
                 n_cases += 1;
