@@ -10,7 +10,7 @@ mod common;
 use common::*;
 use nibble_kernels::pack::{Codes, LhsFormat, LhsSource, RhsLayout, ScaleType, ZpStorage};
 use nibble_kernels::ukernel::RhsReads;
-use nibble_kernels::{ActQuant, ComputePath, Cpu, Isa, Problem, Selected, UKernel, matmul_serial, reference, registry};
+use nibble_kernels::{ActQuant, ComputePath, Cpu, Problem, Selected, UKernel, matmul_serial, reference, registry};
 use proptest::prelude::{ProptestConfig, any, proptest};
 use std::collections::BTreeMap;
 
@@ -323,7 +323,7 @@ fn gemm_row_blocks_and_k_pieces() {
     let cpu = Cpu::get();
     for uk in kernels() {
         let layout = layouts_of(uk)[0];
-        if uk.geometry(cpu, &layout).max_m == 1 || uk.isa() == Isa::Portable {
+        if uk.geometry(cpu, &layout).max_m == 1 || uk.isa() == nibble_kernels::Isa::Portable {
             continue; // GEMV kernels; the portable GEMMs (one row loop, no row blocks) are the suite's reference
         }
         let mut rng = Rng::for_kernel(10, uk.name());
