@@ -371,7 +371,7 @@ mod tests {
                 tail == engine
                     || tail[engine.len()..]
                         .strip_prefix('_')
-                        .is_some_and(|t| t.bytes().all(|b| b.is_ascii_lowercase())),
+                        .is_some_and(|t| t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())),
                 "{}: must end with _{}[_<tech>]",
                 k.name(),
                 k.isa()
