@@ -86,24 +86,28 @@ impl ColumnScales {
     #[target_feature(enable = "neon")]
     unsafe fn fill(&mut self, a: &RunArgs, panel: usize) {
         // SAFETY: the panel's records (RunArgs contract).
-        let prec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
-        let lanes = |v: float32x4_t| [dup_pair::<0>(v), dup_pair::<1>(v)];
-        for (b, out) in self.0.chunks_exact_mut(PER_BLOCK).enumerate() {
-            let rec = prec.wrapping_add(b * a.rhs_record);
-            // SAFETY: block b's record: 8 f16 scales, and 8 f32 corrections with zero points.
-            let s = unsafe { scales8(rec.add(a.rhs_scales)) };
-            let s = [vmulq_n_f32(s[0], 1.0 / 16.0), vmulq_n_f32(s[1], 1.0 / 16.0)];
-            let mut v = [lanes(s[0]), lanes(s[1]), [vdupq_n_f32(0.0); 2], [vdupq_n_f32(0.0); 2]];
-            if a.has_zp != 0 {
-                // SAFETY: as above.
-                let c = unsafe { [vld1q_f32(rec.add(a.rhs_zp).cast()), vld1q_f32(rec.add(a.rhs_zp + 16).cast())] };
-                v[2] = lanes(c[0]);
-                v[3] = lanes(c[1]);
+        let mut rec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
+        let mut o = self.0.as_mut_ptr();
+        for _ in 0..a.blocks {
+            // SAFETY: the block's record: 8 f16 scales, and 8 f32 corrections with zero points; `o` is the block's
+            // 32 f32 of the buffer (blocks × 32); the corrections' half stays 0 without zero points.
+            unsafe {
+                let s = scales8(rec.add(a.rhs_scales));
+                let (s0, s1) = (vmulq_n_f32(s[0], 1.0 / 16.0), vmulq_n_f32(s[1], 1.0 / 16.0));
+                vst1q_f32(o, dup_pair::<0>(s0));
+                vst1q_f32(o.add(4), dup_pair::<1>(s0));
+                vst1q_f32(o.add(8), dup_pair::<0>(s1));
+                vst1q_f32(o.add(12), dup_pair::<1>(s1));
+                if a.has_zp != 0 {
+                    let (c0, c1) = (vld1q_f32(rec.add(a.rhs_zp).cast()), vld1q_f32(rec.add(a.rhs_zp + 16).cast()));
+                    vst1q_f32(o.add(16), dup_pair::<0>(c0));
+                    vst1q_f32(o.add(20), dup_pair::<1>(c0));
+                    vst1q_f32(o.add(24), dup_pair::<0>(c1));
+                    vst1q_f32(o.add(28), dup_pair::<1>(c1));
+                }
+                o = o.add(PER_BLOCK);
             }
-            for (i, q) in v.iter().flatten().enumerate() {
-                // SAFETY: 4 f32 of the block's 32.
-                unsafe { vst1q_f32(out.as_mut_ptr().add(4 * i), *q) };
-            }
+            rec = rec.wrapping_add(a.rhs_record);
         }
     }
 }
