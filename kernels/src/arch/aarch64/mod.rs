@@ -14,6 +14,7 @@ mod matmul_f32_f32_qsnbp8x4_sf32_zpc_4x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_2x8_neon;
+mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x32_sve;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8dbp4x16_qsnbp8x4_sf16_zpc_4x8_neon_dotprod;
 mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_4x8_neon_i8mm;
@@ -49,6 +50,7 @@ pub const QSNBP8X8_SF16_ZPC: RhsLayout = RhsLayout { kr: qsnbp8x8_int8::KR, ..QS
 const NEON: Features = Features::of(&[Feature::Neon]);
 const DOTPROD: Features = Features::of(&[Feature::Neon, Feature::Dotprod]);
 const I8MM: Features = Features::of(&[Feature::Neon, Feature::I8mm]);
+const SVE_DOTPROD: Features = Features::of(&[Feature::Neon, Feature::Dotprod, Feature::Sve]);
 const SVE_I8MM: Features = Features::of(&[Feature::Neon, Feature::I8mm, Feature::Sve, Feature::SveI8mm]);
 
 fn supports_all(bits: u32, bl: usize) -> bool {
@@ -125,6 +127,17 @@ pub static INT8_GEMM_I8MM: UKernel = UKernel {
     supports: supports_p8x8,
     geometry: |_, _| Geometry::new(qsnbp8x8_int8::MR, qsnbp8x8_int8::NR, usize::MAX),
     run: matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_4x8_neon_i8mm::run,
+};
+
+/// int8 GEMV of the SVE i8mm family, SVE SDOT at 256 bits: one row × 32 columns per pass, the whole block loop
+/// in one asm block (each SVE SDOT two NEON ones' work).
+pub static INT8_GEMV_SVE_P8X8: UKernel = UKernel {
+    name: "matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x32_sve",
+    isa: Isa::Sve,
+    requires: SVE_DOTPROD,
+    min_sve_vl: 32,
+    run: matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x32_sve::run,
+    ..INT8_GEMV_DOTPROD_P8X8
 };
 
 /// int8 GEMM, SVE i8mm at 256 bits: 8 rows × 8 columns per register tile (each SVE SMMLA two NEON ones' work),
