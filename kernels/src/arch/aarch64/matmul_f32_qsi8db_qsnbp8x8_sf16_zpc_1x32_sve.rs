@@ -7,7 +7,8 @@
 //! activations z20–z23, the field mask z24, the epilogue's vectors z25–z31.
 //!
 //! The kernel uses the first 256 bits of the vector (predicates `vl8` / `vl4`), so it runs at any SVE vector
-//! length of at least 256 bits (`min_sve_vl` = 32) and is selected only there.
+//! length of at least 256 bits (`min_sve_vl` = 32) and is selected only there; the length is read again on every
+//! call (per thread, changeable): shorter than 256 bits, the NEON GEMV runs.
 //!
 //! Instruction budget per 32 K × 8 columns (one panel, one block of 32), 4-bit codes, symmetric (per SVE SDOT: /
 //! 8): 8 SDOT; 4 code loads; 8 field extractions; the chunk's 4 activation loads shared by 4 panels (1); the block
@@ -22,7 +23,7 @@
 //! GEMV of the same layout (`super::qsnbp8x8_int8::gemv_unit`). Features: neon, dotprod, sve. No over-reads.
 
 use super::matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x8_neon_dotprod as neon;
-use super::ops::store4;
+use super::ops::{store4, sve_vl_bytes};
 use super::qsnbp8x8_int8::{NR, gemv_unit};
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
@@ -37,7 +38,8 @@ const PANELS: usize = 4;
 #[target_feature(enable = "neon,dotprod,sve")]
 pub(crate) unsafe fn run(args: &RunArgs) {
     let a = args;
-    if a.rows != 1 || a.bits != 4 || !a.bl.is_multiple_of(32) {
+    // The asm needs 256-bit vectors: this thread's may have been shortened since selection (see `sve_vl_bytes`).
+    if a.rows != 1 || a.bits != 4 || !a.bl.is_multiple_of(32) || sve_vl_bytes() < 32 {
         // SAFETY: the same contract; the CPU has neon and dotprod.
         return unsafe { neon::run(a) };
     }

@@ -8,7 +8,8 @@
 //!
 //! The kernel uses the first 256 bits of the vector (predicates `vl32` / `vl8`), so it runs at any SVE vector
 //! length of at least 256 bits (`min_sve_vl` = 32; Graviton3's Neoverse V1 has exactly 256) and is selected only
-//! there: at 128 bits NEON i8mm is as wide.
+//! there: at 128 bits NEON i8mm is as wide. The vector length is read again on every call (it is per thread and
+//! can change): shorter than 256 bits, every group runs the NEON body.
 //!
 //! Instruction budget per 32 K (one block of 32) × 8 columns × 8 rows, 4-bit codes, symmetric, per-block
 //! numerics (per SVE SMMLA: / 32): 32 SMMLA; 4 code loads + 16 activation loads (0.63); 8 field extractions
@@ -24,7 +25,7 @@
 //! NEON i8mm body of the same layout (`super::qsnbp8x8_int8::gemm_pairs`). Features: neon, i8mm, sve (SVE
 //! i8mm). No over-reads (a pair's second group is always a group of the tile).
 
-use super::ops::{scales8, store4};
+use super::ops::{scales8, store4, sve_vl_bytes};
 use super::qsnbp8x8_int8::{MR, NR, dup_pair, gemm_pairs};
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
@@ -41,7 +42,9 @@ const PER_BLOCK: usize = 32;
 pub(crate) unsafe fn run(args: &RunArgs) {
     let a = args;
     let groups = a.rows.div_ceil(MR);
-    let pairs = if a.bits == 4 && a.bl.is_multiple_of(32) { groups / 2 } else { 0 };
+    // The asm needs 256-bit vectors: this thread's may have been shortened since selection (see `sve_vl_bytes`).
+    let asm_ok = a.bits == 4 && a.bl.is_multiple_of(32) && sve_vl_bytes() >= 32;
+    let pairs = if asm_ok { groups / 2 } else { 0 };
     let rows = RowScales::new(a, pairs);
     let mut cols = ColumnScales::new(a.blocks);
     for panel in 0..a.cols.div_ceil(NR) {
@@ -69,6 +72,19 @@ pub(crate) unsafe fn run(args: &RunArgs) {
             }
         }
     }
+}
+
+/// This thread's SVE vector length (bytes), for the tests.
+#[cfg(test)]
+fn sve_vl_bytes_for_tests() -> usize {
+    // SAFETY: the test calls it only where the CPU has SVE.
+    unsafe { sve_vl_bytes_sve() }
+}
+
+#[cfg(test)]
+#[target_feature(enable = "sve")]
+unsafe fn sve_vl_bytes_sve() -> usize {
+    sve_vl_bytes()
 }
 
 /// One panel's column scales per block in the lanes of the SVE tiles: [s0 s1 s0 s1 | s2 s3 s2 s3], [s4 s5 s4
@@ -354,6 +370,66 @@ unsafe fn store_8x8(a: &RunArgs, panel: usize, g: usize, out: &[f32; 64]) {
                 // SAFETY: row r < rows of the tile; columns below cols are inside dst and bias.
                 unsafe { store4(a.dst.add(r * a.dst_stride), a.bias, col, a.cols, v) };
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::arch::aarch64::{
+        INT8_GEMM_I8MM, INT8_GEMM_SVE_I8MM, INT8_GEMV_DOTPROD_P8X8, INT8_GEMV_SVE_P8X8, QSNBP8X8_SF16_ZPC,
+    };
+    use crate::format::{Params, Weights, ZeroPoints};
+    use crate::pack::LhsSource;
+    use crate::{ComputePath, Cpu, Problem, Selected, UKernel, matmul_serial};
+
+    /// A thread whose SVE vector has been shortened to 128 bits after selection (prctl PR_SVE_SET_VL) gets the
+    /// NEON i8mm bodies from both SVE kernels, bit for bit what the NEON family's kernels compute, not the asm
+    /// written for 256 bits.
+    #[test]
+    fn sve_kernels_run_the_neon_bodies_when_the_threads_vector_shrinks() {
+        if !INT8_GEMM_SVE_I8MM.runs_on(Cpu::get()) || !INT8_GEMV_SVE_P8X8.runs_on(Cpu::get()) {
+            return;
+        }
+        let (k, n, bl) = (256usize, 72usize, 32usize);
+        let mut x = 0x9E37_79B9u32;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        let b: Vec<u8> = (0..n * k / 2).map(|_| next() as u8).collect();
+        let scales: Vec<f32> = (0..n * k / bl).map(|_| 0.01 + (next() % 100) as f32 * 1e-3).collect();
+        let zp: Vec<u8> = (0..n * (k / bl).div_ceil(2)).map(|_| next() as u8).collect();
+        let params = Params::new(k as i64, n as i64, 4, bl as i64).unwrap();
+        let w = Weights::new(params, &b, &scales, ZeroPoints::Packed(&zp), None).unwrap();
+        let p = Problem::of(ComputePath::Int8, &w);
+        let a: Vec<f32> = (0..16 * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
+        let run = |uk: &'static UKernel, m: usize| {
+            let sel = Selected::single(uk, QSNBP8X8_SF16_ZPC, &p).unwrap();
+            let rhs = sel.pack_rhs(&w).unwrap();
+            let mut y = vec![0f32; m * n];
+            matmul_serial(&sel, &rhs, LhsSource::F32(&a[..m * k]), m, None, &mut y);
+            y.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+        };
+        for (sve, neon, m) in
+            [(&INT8_GEMM_SVE_I8MM, &INT8_GEMM_I8MM, 16), (&INT8_GEMV_SVE_P8X8, &INT8_GEMV_DOTPROD_P8X8, 1)]
+        {
+            let want = run(neon, m);
+            let got = std::thread::scope(|s| {
+                s.spawn(|| {
+                    // SAFETY: PR_SVE_SET_VL (50) takes the new length in bytes and changes only this thread's
+                    // vector length (Linux, qemu-user alike); nothing of this thread holds SVE state across it.
+                    let r = unsafe { libc::prctl(50, 16 as libc::c_ulong) };
+                    assert!(r >= 0, "prctl(PR_SVE_SET_VL, 16) failed");
+                    assert_eq!(super::sve_vl_bytes_for_tests(), 16);
+                    run(sve, m)
+                })
+                .join()
+                .unwrap()
+            });
+            assert!(got == want, "{}: at 128 bits it must run the NEON body", sve.name());
         }
     }
 }

@@ -65,6 +65,20 @@ pub(crate) fn smmla(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
     acc
 }
 
+/// This thread's SVE vector length in bytes (RDVL). It is per thread and a process may change it
+/// (PR_SVE_SET_VL), so the SVE kernels read it on every call and run their NEON bodies when it has become shorter
+/// than the vector they are written for.
+#[target_feature(enable = "sve")]
+#[inline]
+pub(crate) fn sve_vl_bytes() -> usize {
+    let vl: usize;
+    // SAFETY: a register-only instruction of base SVE; executed only by entry points selected on CPUs with SVE.
+    unsafe {
+        asm!(".arch_extension sve", "rdvl {vl}, #1", vl = out(reg) vl, options(pure, nomem, nostack, preserves_flags));
+    }
+    vl
+}
+
 /// Four IEEE half-precision values (as bits) to f32: FCVTL, in every aarch64 CPU's base NEON. Not
 /// `preserves_flags`: a signalling NaN sets FPSR's invalid-operation flag (also for FCVTL2 below).
 #[target_feature(enable = "neon")]
