@@ -25,9 +25,9 @@
 use super::matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x8_neon_dotprod as neon;
 use super::ops::{store4, sve_vl_bytes};
 use super::qsnbp8x8_int8::{NR, gemv_unit};
+use super::sve_asm::{store_sums, sve_asm, zero_acc, zero_all};
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
-use core::arch::asm;
 
 /// Panels per asm pass.
 const PANELS: usize = 4;
@@ -124,17 +124,14 @@ unsafe fn pass(a: &RunArgs, panel: usize, row: &RowBlocks, out: &mut [f32; 64]) 
     // the block touches is declared; d8–d15 (callee-saved) are clobbered and saved by the compiler; the flags are
     // clobbered.
     unsafe {
-        asm!(
+        sve_asm!(
             ".arch_extension sve",
             "ptrue p1.s, vl8",
             "ptrue p2.s, vl4",
             "ptrue p3.d, vl4",
             "dup z24.b, #-16",
             "dup z29.s, #0",
-            "dup z8.s, #0", "dup z9.s, #0", "dup z10.s, #0", "dup z11.s, #0",
-            "dup z12.s, #0", "dup z13.s, #0", "dup z14.s, #0", "dup z15.s, #0",
-            "dup z0.s, #0", "dup z1.s, #0", "dup z2.s, #0", "dup z3.s, #0",
-            "dup z4.s, #0", "dup z5.s, #0", "dup z6.s, #0", "dup z7.s, #0",
+            zero_all!(),
             // Block loop.
             "2:",
             "mov {cc}, {chunks}",
@@ -262,8 +259,7 @@ unsafe fn pass(a: &RunArgs, panel: usize, row: &RowBlocks, out: &mut [f32; 64]) 
             "zip1 z30.s, z30.s, z29.s", "zip1 z31.s, z31.s, z29.s",
             "fmla z14.s, p1/m, z30.s, z28.s", "fmla z15.s, p1/m, z31.s, z28.s",
             "4:",
-            "dup z0.s, #0", "dup z1.s, #0", "dup z2.s, #0", "dup z3.s, #0",
-            "dup z4.s, #0", "dup z5.s, #0", "dup z6.s, #0", "dup z7.s, #0",
+            zero_acc!(),
             "add {c0}, {c0}, {to_next}",
             "add {c1}, {c1}, {to_next}",
             "add {c2}, {c2}, {to_next}",
@@ -271,15 +267,7 @@ unsafe fn pass(a: &RunArgs, panel: usize, row: &RowBlocks, out: &mut [f32; 64]) 
             "subs {nb}, {nb}, #1",
             "b.ne 2b",
             // The sums, [panel][column half].
-            "st1w {{z8.s}}, p1, [{out}]",
-            "st1w {{z9.s}}, p1, [{out}, {e8}, lsl #2]",
-            "st1w {{z10.s}}, p1, [{out}, {e16}, lsl #2]",
-            "st1w {{z11.s}}, p1, [{out}, {e24}, lsl #2]",
-            "add {out}, {out}, #128",
-            "st1w {{z12.s}}, p1, [{out}]",
-            "st1w {{z13.s}}, p1, [{out}, {e8}, lsl #2]",
-            "st1w {{z14.s}}, p1, [{out}, {e16}, lsl #2]",
-            "st1w {{z15.s}}, p1, [{out}, {e24}, lsl #2]",
+            store_sums!(),
             c0 = inout(reg) rec[0] => _,
             c1 = inout(reg) rec[1] => _,
             c2 = inout(reg) rec[2] => _,
@@ -299,13 +287,6 @@ unsafe fn pass(a: &RunArgs, panel: usize, row: &RowBlocks, out: &mut [f32; 64]) 
             e24 = in(reg) 24usize,
             cc = out(reg) _,
             xt = out(reg) _,
-            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _, out("v6") _, out("v7") _,
-            out("v8") _, out("v9") _, out("v10") _, out("v11") _, out("v12") _, out("v13") _, out("v14") _,
-            out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _, out("v21") _,
-            out("v22") _, out("v23") _, out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _,
-            out("v29") _, out("v30") _, out("v31") _,
-            out("p1") _, out("p2") _, out("p3") _,
-            options(nostack),
         );
     }
 }

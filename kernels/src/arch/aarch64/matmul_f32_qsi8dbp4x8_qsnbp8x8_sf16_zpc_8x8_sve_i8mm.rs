@@ -27,9 +27,9 @@
 
 use super::ops::{scales8, store4, sve_vl_bytes};
 use super::qsnbp8x8_int8::{MR, NR, dup_pair, gemm_pairs};
+use super::sve_asm::{store_sums, sve_asm, zero_acc, zero_all};
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
-use core::arch::asm;
 
 /// f32 per block in [`ColumnScales`] and in each row-group pair's [`RowScales`] (128 bytes: the asm's strides).
 const PER_BLOCK: usize = 32;
@@ -169,6 +169,22 @@ impl RowScales {
     }
 }
 
+/// One run of 8 K for the whole tile: 4 row pairs (z20–z23) × 2 column halves (the field z18/z19) into z0–z7.
+macro_rules! smmla_8x8 {
+    () => {
+        concat!(
+            "smmla z0.s, z20.b, z18.b\n",
+            "smmla z1.s, z20.b, z19.b\n",
+            "smmla z2.s, z21.b, z18.b\n",
+            "smmla z3.s, z21.b, z19.b\n",
+            "smmla z4.s, z22.b, z18.b\n",
+            "smmla z5.s, z22.b, z19.b\n",
+            "smmla z6.s, z23.b, z18.b\n",
+            "smmla z7.s, z23.b, z19.b\n",
+        )
+    };
+}
+
 /// Row groups `g`, `g + 1` × the 8 columns of `panel`, over all K, into `out`: [row pair p][column half j] 8 f32
 /// each (lanes per 128-bit segment: r0 c0, r0 c1, r1 c0, r1 c1; segment 0 columns 4j, 4j + 1, segment 1 the next
 /// two).
@@ -190,16 +206,13 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, row
     // scratch register the block touches is declared; d8–d15 (callee-saved) are clobbered and saved by the
     // compiler; the flags are clobbered (no preserves_flags).
     unsafe {
-        asm!(
+        sve_asm!(
             ".arch_extension sve",
             ".arch_extension i8mm",
             "ptrue p0.b, vl32",
             "ptrue p1.s, vl8",
             "dup z24.b, #-16",
-            "dup z8.s, #0", "dup z9.s, #0", "dup z10.s, #0", "dup z11.s, #0",
-            "dup z12.s, #0", "dup z13.s, #0", "dup z14.s, #0", "dup z15.s, #0",
-            "dup z0.s, #0", "dup z1.s, #0", "dup z2.s, #0", "dup z3.s, #0",
-            "dup z4.s, #0", "dup z5.s, #0", "dup z6.s, #0", "dup z7.s, #0",
+            zero_all!(),
             // Block loop.
             "2:",
             "mov {xc}, {rec}",
@@ -216,20 +229,14 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, row
             "ld1rqb {{z21.b}}, p0/z, [{a0}, #16]",
             "ld1rqb {{z22.b}}, p0/z, [{a1}]",
             "ld1rqb {{z23.b}}, p0/z, [{a1}, #16]",
-            "smmla z0.s, z20.b, z18.b", "smmla z1.s, z20.b, z19.b",
-            "smmla z2.s, z21.b, z18.b", "smmla z3.s, z21.b, z19.b",
-            "smmla z4.s, z22.b, z18.b", "smmla z5.s, z22.b, z19.b",
-            "smmla z6.s, z23.b, z18.b", "smmla z7.s, z23.b, z19.b",
+            smmla_8x8!(),
             "and z18.d, z16.d, z24.d",
             "and z19.d, z17.d, z24.d",
             "ld1rqb {{z20.b}}, p0/z, [{a0}, #64]",
             "ld1rqb {{z21.b}}, p0/z, [{a0}, #80]",
             "ld1rqb {{z22.b}}, p0/z, [{a1}, #64]",
             "ld1rqb {{z23.b}}, p0/z, [{a1}, #80]",
-            "smmla z0.s, z20.b, z18.b", "smmla z1.s, z20.b, z19.b",
-            "smmla z2.s, z21.b, z18.b", "smmla z3.s, z21.b, z19.b",
-            "smmla z4.s, z22.b, z18.b", "smmla z5.s, z22.b, z19.b",
-            "smmla z6.s, z23.b, z18.b", "smmla z7.s, z23.b, z19.b",
+            smmla_8x8!(),
             "ld1w {{z16.s}}, p1/z, [{xc}, {e16}, lsl #2]",
             "ld1w {{z17.s}}, p1/z, [{xc}, {e24}, lsl #2]",
             "lsl z18.b, z16.b, #4",
@@ -238,20 +245,14 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, row
             "ld1rqb {{z21.b}}, p0/z, [{a0}, #48]",
             "ld1rqb {{z22.b}}, p0/z, [{a1}, #32]",
             "ld1rqb {{z23.b}}, p0/z, [{a1}, #48]",
-            "smmla z0.s, z20.b, z18.b", "smmla z1.s, z20.b, z19.b",
-            "smmla z2.s, z21.b, z18.b", "smmla z3.s, z21.b, z19.b",
-            "smmla z4.s, z22.b, z18.b", "smmla z5.s, z22.b, z19.b",
-            "smmla z6.s, z23.b, z18.b", "smmla z7.s, z23.b, z19.b",
+            smmla_8x8!(),
             "and z18.d, z16.d, z24.d",
             "and z19.d, z17.d, z24.d",
             "ld1rqb {{z20.b}}, p0/z, [{a0}, #96]",
             "ld1rqb {{z21.b}}, p0/z, [{a0}, #112]",
             "ld1rqb {{z22.b}}, p0/z, [{a1}, #96]",
             "ld1rqb {{z23.b}}, p0/z, [{a1}, #112]",
-            "smmla z0.s, z20.b, z18.b", "smmla z1.s, z20.b, z19.b",
-            "smmla z2.s, z21.b, z18.b", "smmla z3.s, z21.b, z19.b",
-            "smmla z4.s, z22.b, z18.b", "smmla z5.s, z22.b, z19.b",
-            "smmla z6.s, z23.b, z18.b", "smmla z7.s, z23.b, z19.b",
+            smmla_8x8!(),
             "add {xc}, {xc}, #128",
             "add {a0}, {a0}, #128",
             "add {a1}, {a1}, #128",
@@ -296,22 +297,13 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, row
             "ld1rqw {{z27.s}}, p1/z, [{rowp}, #112]",
             "fmla z14.s, p1/m, z30.s, z27.s", "fmla z15.s, p1/m, z31.s, z27.s",
             "6:",
-            "dup z0.s, #0", "dup z1.s, #0", "dup z2.s, #0", "dup z3.s, #0",
-            "dup z4.s, #0", "dup z5.s, #0", "dup z6.s, #0", "dup z7.s, #0",
+            zero_acc!(),
             "add {col}, {col}, #128",
             "add {rowp}, {rowp}, #128",
             "subs {nb}, {nb}, #1",
             "b.ne 2b",
             // The sums, [row pair][column half].
-            "st1w {{z8.s}}, p1, [{out}]",
-            "st1w {{z9.s}}, p1, [{out}, {e8}, lsl #2]",
-            "st1w {{z10.s}}, p1, [{out}, {e16}, lsl #2]",
-            "st1w {{z11.s}}, p1, [{out}, {e24}, lsl #2]",
-            "add {out}, {out}, #128",
-            "st1w {{z12.s}}, p1, [{out}]",
-            "st1w {{z13.s}}, p1, [{out}, {e8}, lsl #2]",
-            "st1w {{z14.s}}, p1, [{out}, {e16}, lsl #2]",
-            "st1w {{z15.s}}, p1, [{out}, {e24}, lsl #2]",
+            store_sums!(),
             rec = inout(reg) rec => _,
             rstride = in(reg) a.rhs_record,
             chunks = in(reg) a.bl / 32,
@@ -328,13 +320,6 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, row
             e24 = in(reg) 24usize,
             xc = out(reg) _,
             cc = out(reg) _,
-            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _, out("v6") _, out("v7") _,
-            out("v8") _, out("v9") _, out("v10") _, out("v11") _, out("v12") _, out("v13") _, out("v14") _,
-            out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _, out("v21") _,
-            out("v22") _, out("v23") _, out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _,
-            out("v29") _, out("v30") _, out("v31") _,
-            out("p0") _, out("p1") _,
-            options(nostack),
         );
     }
 }

@@ -24,6 +24,7 @@ mod qsnbp8x4_fp32;
 mod qsnbp8x4_int8;
 mod qsnbp8x8_int8;
 pub(crate) mod quantize_block_neon;
+mod sve_asm;
 
 use crate::cpu::{Cpu, Feature, Features, Isa};
 use crate::pack::{Codes, LhsFormat, RhsLayout, ScaleType, ZpStorage};

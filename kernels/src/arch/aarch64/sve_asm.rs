@@ -1,0 +1,77 @@
+//! What the SVE kernels' whole-loop `asm!` blocks share: the block itself with every vector and predicate
+//! register declared clobbered ([`sve_asm!`]), zeroing the int32 accumulators z0–z7 and the f32 sums z8–z15, and
+//! storing the sums to 8 × 8 f32. Stable Rust has no SVE register types, so an SVE kernel keeps all its state in
+//! one asm block; these pieces are its text, spliced in with `concat!`.
+
+/// `asm!` with the SVE kernels' clobbers: z0–z31 (declared as v0–v31: d8–d15 are callee-saved, so the compiler
+/// saves them around the block) and the predicates p0–p3 they set; the flags are clobbered (no
+/// `preserves_flags`); no stack use.
+macro_rules! sve_asm {
+    ($($body:tt)*) => {
+        core::arch::asm!(
+            $($body)*
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _, out("v6") _,
+            out("v7") _, out("v8") _, out("v9") _, out("v10") _, out("v11") _, out("v12") _, out("v13") _,
+            out("v14") _, out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
+            out("v21") _, out("v22") _, out("v23") _, out("v24") _, out("v25") _, out("v26") _, out("v27") _,
+            out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+            out("p0") _, out("p1") _, out("p2") _, out("p3") _,
+            options(nostack),
+        )
+    };
+}
+pub(crate) use sve_asm;
+
+/// Zeroes the 8 int32 accumulators z0–z7.
+macro_rules! zero_acc {
+    () => {
+        concat!(
+            "dup z0.s, #0\n",
+            "dup z1.s, #0\n",
+            "dup z2.s, #0\n",
+            "dup z3.s, #0\n",
+            "dup z4.s, #0\n",
+            "dup z5.s, #0\n",
+            "dup z6.s, #0\n",
+            "dup z7.s, #0\n",
+        )
+    };
+}
+pub(crate) use zero_acc;
+
+/// Zeroes the 8 f32 sums z8–z15 and the accumulators.
+macro_rules! zero_all {
+    () => {
+        concat!(
+            "dup z8.s, #0\n",
+            "dup z9.s, #0\n",
+            "dup z10.s, #0\n",
+            "dup z11.s, #0\n",
+            "dup z12.s, #0\n",
+            "dup z13.s, #0\n",
+            "dup z14.s, #0\n",
+            "dup z15.s, #0\n",
+            $crate::arch::aarch64::sve_asm::zero_acc!(),
+        )
+    };
+}
+pub(crate) use zero_all;
+
+/// Stores the first 256 bits of the sums z8–z15 to `{out}` (64 f32, z8 first) under predicate p1 (`.s, vl8`);
+/// `{e8}`, `{e16}`, `{e24}` hold 8, 16, 24; `{out}` is advanced by 128 bytes.
+macro_rules! store_sums {
+    () => {
+        concat!(
+            "st1w {{z8.s}}, p1, [{out}]\n",
+            "st1w {{z9.s}}, p1, [{out}, {e8}, lsl #2]\n",
+            "st1w {{z10.s}}, p1, [{out}, {e16}, lsl #2]\n",
+            "st1w {{z11.s}}, p1, [{out}, {e24}, lsl #2]\n",
+            "add {out}, {out}, #128\n",
+            "st1w {{z12.s}}, p1, [{out}]\n",
+            "st1w {{z13.s}}, p1, [{out}, {e8}, lsl #2]\n",
+            "st1w {{z14.s}}, p1, [{out}, {e16}, lsl #2]\n",
+            "st1w {{z15.s}}, p1, [{out}, {e24}, lsl #2]\n",
+        )
+    };
+}
+pub(crate) use store_sums;
