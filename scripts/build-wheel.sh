@@ -34,6 +34,10 @@ glibc=2.28
 export CARGO_BUILD_TARGET=$arch-unknown-linux-gnu NIBBLE_GLIBC=$glibc
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}/wheel-build
 export PATH=$root/.venv/bin:$PATH   # cargo-zigbuild, and the python3 whose ziglang it runs
+# zig must link (against glibc 2.28's symbols): a linker set for the target in the environment (test-aarch64.sh
+# sets aarch64-linux-gnu-gcc for its own builds) would win over cargo-zigbuild's and link against this machine's
+# glibc, which auditwheel then refuses to tag manylinux_2_28.
+unset CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER
 
 raw=$out/raw-$arch
 rm -rf "$raw"
