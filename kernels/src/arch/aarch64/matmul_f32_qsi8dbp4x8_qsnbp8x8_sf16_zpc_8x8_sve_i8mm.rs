@@ -359,7 +359,8 @@ unsafe fn store_8x8(a: &RunArgs, panel: usize, g: usize, out: &[f32; 64]) {
     }
 }
 
-#[cfg(test)]
+// PR_SVE_SET_VL is Linux's (Android's too).
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests {
     use crate::arch::aarch64::{
         INT8_GEMM_I8MM, INT8_GEMM_SVE_I8MM, INT8_GEMV_DOTPROD_P8X8, INT8_GEMV_SVE_P8X8, QSNBP8X8_SF16_ZPC,
