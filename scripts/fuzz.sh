@@ -6,10 +6,11 @@
 #   TARGET       create (kernel creation from arbitrary attributes and constant inputs, through the op core's
 #                creation code), kernels (every kernel and family this CPU runs against the reference oracle on
 #                arbitrary small problems), serve_request (nibble-serve's request parsing); default: all three
-#   --smoke      60 s per target on a fresh copy of its committed seed corpus (what scripts/test.sh runs)
+#   --smoke      60 s per target, all at once, on a fresh copy of its committed seed corpus (scripts/test.sh runs
+#                it: ~4 min on 2 cores with a cold build)
 #   --time S     S seconds per target (default 60) on its working corpus, target/fuzz/corpus/TARGET (seeded from
 #                fuzz/corpus/TARGET and kept between runs: the committed seeds are never written to)
-#   --jobs N     targets run at once (default: the number of CPUs, at most 2)
+#   --jobs N     targets run at once (default: all of them with --smoke, so the smoke takes 60 s; otherwise one)
 #   --build-only build the instrumented targets and stop
 #
 # Build: the pinned stable toolchain with cargo-fuzz's flags (RUSTC_BOOTSTRAP=1 for -Zsanitizer): SanitizerCoverage
@@ -40,7 +41,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
-[ -n "$jobs" ] || jobs=$(( $(nproc) < 2 ? $(nproc) : 2 ))
+[ -n "$jobs" ] || { [ $smoke = 1 ] && jobs=${#targets[@]} || jobs=1; }
 case "$(uname -sm)" in
     "Linux x86_64") triple=x86_64-unknown-linux-gnu ;;
     "Linux aarch64") triple=aarch64-unknown-linux-gnu ;;
