@@ -203,7 +203,8 @@ fn tensor(t: &TensorArb, want: Dtype, expected: &[i64], bytes: &[u8], what: &Dim
 
 fuzz_target!(|case: Case| {
     let mut node = Node { name: "fuzz".into(), ..Node::default() };
-    let attrs: [(&str, &AttrArb, fn(u16) -> i64); 5] = [
+    type Plausible = fn(u16) -> i64;
+    let attrs: [(&str, &AttrArb, Plausible); 5] = [
         ("K", &case.k, |s| 1 + (s % 300) as i64),
         ("N", &case.n, |s| 1 + (s % 40) as i64),
         ("bits", &case.bits, |s| [2, 4, 8, 4][(s % 4) as usize]),
