@@ -36,38 +36,32 @@ impl AttrArb {
     }
 }
 
+/// A shape: mostly the one the attributes require (`kind` < 180), else its 1-D (legacy) form, one dimension off
+/// by `delta`, a dimension of 1 added in front, or any small shape.
 #[derive(Arbitrary, Debug, Clone, Copy)]
-enum ShapeArb {
-    /// The shape the attributes require.
-    Expected,
-    /// Its 1-D (legacy) form.
-    Flat,
-    /// One dimension off by `delta`.
-    Perturbed { axis: u8, delta: i8 },
-    /// A dimension of 1 added.
-    RankUp,
-    /// Any small shape.
-    Any { a: u16, b: u8, rank: u8 },
+struct ShapeArb {
+    kind: u8,
+    axis: u8,
+    delta: i8,
+    a: u16,
+    b: u8,
 }
 
+/// An element type: mostly the one expected (`kind` < 220), else float, float16, uint8, int32 or any ONNX type.
 #[derive(Arbitrary, Debug, Clone, Copy)]
-enum TypeArb {
-    Expected,
-    F32,
-    F16,
-    U8,
-    I32,
-    /// Any ONNX element type code (int8, int64, double, ...).
-    Other(u8),
+struct TypeArb {
+    kind: u8,
+    code: u8,
 }
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
 struct TensorArb {
     ty: TypeArb,
     shape: ShapeArb,
-    /// Values from the fuzzer's bytes as they are, or mapped into the range a quantizer produces.
-    raw_values: bool,
-    /// 1 in 256: a graph input rather than a constant initializer.
+    /// Above 200: values from the fuzzer's bytes as they are (NaN, infinities, subnormals, any g_idx); else
+    /// mapped into the range a quantizer produces.
+    raw: u8,
+    /// 0 (1 in 256): a graph input rather than a constant initializer.
     input: u8,
 }
 
@@ -78,7 +72,8 @@ struct Case {
     bits: AttrArb,
     block_size: AttrArb,
     accuracy_level: AttrArb,
-    weight_prepacked: Option<i8>,
+    /// The attribute weight_prepacked (only 0 is valid): present when the first is 240 or more.
+    weight_prepacked: (u8, i8),
     a_f16: bool,
     default_int8: bool,
     act_row: bool,
@@ -122,21 +117,22 @@ fn dims(node: &Node) -> Dims {
 }
 
 fn shape_of(expected: &[i64], s: ShapeArb) -> Vec<i64> {
-    match s {
-        ShapeArb::Expected => expected.to_vec(),
-        ShapeArb::Flat => vec![expected.iter().fold(1i64, |a, &d| a.saturating_mul(d))],
-        ShapeArb::Perturbed { axis, delta } => {
+    let (a, b) = (s.a as i64, s.b as i64);
+    match s.kind {
+        0..=179 => expected.to_vec(),
+        180..=209 => vec![expected.iter().fold(1i64, |a, &d| a.saturating_mul(d))],
+        210..=229 => {
             let mut v = expected.to_vec();
-            let i = axis as usize % v.len();
-            v[i] = v[i].saturating_add(delta as i64);
+            let i = s.axis as usize % v.len();
+            v[i] = v[i].saturating_add(s.delta as i64);
             v
         }
-        ShapeArb::RankUp => [1].iter().chain(expected).copied().collect(),
-        ShapeArb::Any { a, b, rank } => match rank % 4 {
+        230..=239 => [1].iter().chain(expected).copied().collect(),
+        _ => match s.axis % 4 {
             0 => vec![],
-            1 => vec![a as i64],
-            2 => vec![a as i64, b as i64],
-            _ => vec![b as i64, a as i64 % 64, b as i64 % 8],
+            1 => vec![a],
+            2 => vec![a, b],
+            _ => vec![b, a % 64, b % 8],
         },
     }
 }
@@ -144,19 +140,13 @@ fn shape_of(expected: &[i64], s: ShapeArb) -> Vec<i64> {
 /// Builds one input, or None when its data would exceed the harness's size cap (or a dimension is negative:
 /// no real tensor has one).
 fn tensor(t: &TensorArb, want: Dtype, expected: &[i64], bytes: &[u8], what: &Dims, is_g_idx: bool) -> Option<Input> {
-    let dtype = match t.ty {
-        TypeArb::Expected => want,
-        TypeArb::F32 => Dtype::F32,
-        TypeArb::F16 => Dtype::F16,
-        TypeArb::U8 => Dtype::U8,
-        TypeArb::I32 => Dtype::I32,
-        TypeArb::Other(c) => match c % 16 {
-            1 => Dtype::F32,
-            2 => Dtype::U8,
-            6 => Dtype::I32,
-            10 => Dtype::F16,
-            c => Dtype::Other(c as i32),
-        },
+    let dtype = match (t.ty.kind, t.ty.code % 16) {
+        (0..=219, _) => want,
+        (_, 1) => Dtype::F32,
+        (_, 2) => Dtype::U8,
+        (_, 6) => Dtype::I32,
+        (_, 10) => Dtype::F16,
+        (_, c) => Dtype::Other(c as i32),
     };
     let shape = shape_of(expected, t.shape);
     let size = match dtype {
@@ -174,7 +164,7 @@ fn tensor(t: &TensorArb, want: Dtype, expected: &[i64], bytes: &[u8], what: &Dim
         match dtype {
             Dtype::U8 => data.push(b),
             Dtype::F32 | Dtype::F16 => {
-                let v = if t.raw_values {
+                let v = if t.raw > 200 {
                     f32::from_le_bytes([b, byte(i + 1), byte(i + 2), byte(i + 3)])
                 } else {
                     (b as f32 - 100.0) / 512.0
@@ -186,7 +176,7 @@ fn tensor(t: &TensorArb, want: Dtype, expected: &[i64], bytes: &[u8], what: &Dim
                 }
             }
             Dtype::I32 => {
-                let v = if t.raw_values {
+                let v = if t.raw > 200 {
                     i32::from_le_bytes([b, byte(i + 1), byte(i + 2), byte(i + 3)])
                 } else if is_g_idx && b < 128 {
                     (i as i64 / what.bs) as i32
@@ -216,8 +206,8 @@ fuzz_target!(|case: Case| {
             node.attrs.push((name.into(), v));
         }
     }
-    if let Some(w) = case.weight_prepacked {
-        node.attrs.push(("weight_prepacked".into(), Attr::Int(w as i64)));
+    if case.weight_prepacked.0 >= 240 {
+        node.attrs.push(("weight_prepacked".into(), Attr::Int(case.weight_prepacked.1 as i64)));
     }
     let d = dims(&node);
     let a_type = if case.a_f16 { Dtype::F16 } else { Dtype::F32 };
