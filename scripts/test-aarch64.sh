@@ -45,10 +45,11 @@ declare -A expect=(
 )
 # model → the family each path gets (4-bit, block 32, zero points).
 fp32=fp32=neon_fp32_qsnbp8x4_sf32_zpc
+sve_fams="int8=sve_i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
 declare -A families=(
-  [max]="int8=i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
+  [max]=$sve_fams
   [max,sve=off]="int8=i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
-  [max,sme=off]="int8=i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
+  [max,sme=off]=$sve_fams
   [neoverse-n1]="int8=dotprod_int8_qsnbp8x4_sf16_zpc,$fp32"
   [cortex-a76]="int8=dotprod_int8_qsnbp8x4_sf16_zpc,$fp32"
   [cortex-a72]="int8=neon_int8_qsnbp8x4_sf16_zpc,$fp32"
@@ -68,9 +69,10 @@ cpus=${AARCH64_CPUS:-"max max,sve=off max,sme=off neoverse-n1 cortex-a76 cortex-
 [ "$cpus" = none ] && cpus=""
 
 # The same for qemu >= 10.1 (Debian testing's qemu-user, 11.1 when written), whose models differ: SME2 in max, SVE
-# and SME vector lengths set per model, the Neoverse V1 / N2 and Cortex-A710 models. The top aarch64 family is
-# still NEON i8mm: SVE and SME are detected (and reported) but select nothing yet. "max,sve=off" is here an SME2
-# core without SVE, whose sve2 flag must not turn into SVE.
+# and SME vector lengths set per model, the Neoverse V1 / N2 and Cortex-A710 models. The int8 path gets the SVE i8mm
+# family where SVE i8mm has vectors of at least 256 bits (max at 32 and 64 bytes, max,sme=off, neoverse-v1), NEON
+# i8mm at 128 bits (neoverse-n2, cortex-a710, max at 16 bytes); SME is detected (and reported) but selects nothing
+# yet. "max,sve=off" is here an SME2 core without SVE, whose sve2 flag must not turn into SVE.
 i8mm_fams="int8=i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
 q11_max_feats="neon+dotprod+i8mm+fp16+bf16+sve+sve2+svei8mm+sme+sme2"
 vl() { echo "max,sve-default-vector-length=$1,sme-default-vector-length=$1"; }
@@ -99,16 +101,17 @@ declare -A features11=(
   [a64fx]="neon+fp16+sve (sve vl 64 B)"
 )
 declare -A families11=(
-  [max]=$i8mm_fams [$(vl 16)]=$i8mm_fams [$(vl 32)]=$i8mm_fams [$(vl 64)]=$i8mm_fams [max,sme=off]=$i8mm_fams
-  [max,sve=off]=$i8mm_fams [neoverse-v1]=$i8mm_fams [neoverse-n2]=$i8mm_fams [cortex-a710]=$i8mm_fams
+  [max]=$sve_fams [$(vl 16)]=$i8mm_fams [$(vl 32)]=$sve_fams [$(vl 64)]=$sve_fams [max,sme=off]=$sve_fams
+  [max,sve=off]=$i8mm_fams [neoverse-v1]=$sve_fams [neoverse-n2]=$i8mm_fams [cortex-a710]=$i8mm_fams
   [a64fx]="int8=neon_int8_qsnbp8x4_sf16_zpc,$fp32"
 )
 cpus11=${AARCH64_CPUS_QEMU11:-"max $(vl 16) $(vl 32) $(vl 64) max,sme=off max,sve=off neoverse-v1 neoverse-n2 cortex-a710 a64fx"}
 [ "$cpus11" = none ] && cpus11=""
 # The qemu 11 models that run the whole kernel suite; the others run QUICK_KERNEL_TESTS (below). Measured on this
 # 2-core machine (qemu 11.1.2, CPU seconds, which the load of other jobs does not change): a model with the whole
-# suite 126 s, a quick one 41 s (the kernel subset, nibble-info and the ORT session test). While every aarch64 family
-# is a NEON one, max (every feature) runs the whole suite; add neoverse-v1 (SVE 256) when SVE families exist.
+# suite 126 s, a quick one 41 s (the kernel subset, nibble-info and the ORT session test). max (every feature, SVE at
+# 512 bits) runs the whole suite, the SVE i8mm GEMM included (it uses the first 256 bits at any vector length);
+# neoverse-v1 and max at 32 bytes run it at exactly 256 bits in the quick subset.
 full11=${QEMU11_FULL:-"max"}
 # The qemu 7.2 models that run the whole kernel suite: one per default int8 family below i8mm (dotprod, base NEON).
 # Each whole suite draws its random cases after those of the families before it, so each model adds cases of its

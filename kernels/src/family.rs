@@ -66,8 +66,8 @@ impl Family {
 /// Why kernel `k` cannot compute `p` from weights packed in `layout` on `cpu`, or None if it can: the one check
 /// behind every `Selected`.
 fn kernel_why_not(k: &UKernel, cpu: &Cpu, p: &Problem, layout: &RhsLayout) -> Option<String> {
-    if !k.runs_on(cpu) {
-        return Some(format!("{} needs {}", k.name, k.requires.missing_from(cpu.features())));
+    if let Some(why) = k.why_not_on(cpu) {
+        return Some(why);
     }
     if k.path != p.path || !k.supports(p.bits, p.block_size) {
         return Some(format!("{} does not take {p}", k.name));

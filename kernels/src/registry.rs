@@ -46,6 +46,8 @@ static ARCH_KERNELS: &[&UKernel] = &[
 static ARCH_KERNELS: &[&UKernel] = &[
     &aarch64::INT8_GEMV_DOTPROD_P8X8,
     &aarch64::INT8_GEMM_I8MM,
+    &aarch64::INT8_GEMM_SVE_I8MM,
+    &aarch64::INT8_GEMV_SVE_P8X8,
     &aarch64::INT8_GEMV_DOTPROD,
     &aarch64::INT8_GEMM_DOTPROD,
     &aarch64::INT8_GEMV_NEON,
@@ -156,6 +158,14 @@ static ARCH_FAMILIES: &[&Family] = &[
 ];
 #[cfg(target_arch = "aarch64")]
 static ARCH_FAMILIES: &[&Family] = &[
+    &Family {
+        name: "sve_i8mm_int8_qsnbp8x8_sf16_zpc",
+        rank: 50,
+        path: ComputePath::Int8,
+        gemv: &aarch64::INT8_GEMV_SVE_P8X8,
+        gemm: &aarch64::INT8_GEMM_SVE_I8MM,
+        layout: |_| aarch64::QSNBP8X8_SF16_ZPC,
+    },
     &Family {
         name: "i8mm_int8_qsnbp8x8_sf16_zpc",
         rank: 45,
@@ -303,12 +313,8 @@ pub fn build_ladder(cpu: &Cpu, isa: Option<&str>, families: Option<&str>) -> Res
                     let known: Vec<&str> = self::families().iter().map(|f| f.name()).collect();
                     SelectError(format!("NIBBLE_FAMILIES: unknown family {name} (known: {})", known.join(", ")))
                 })?;
-                if let Some(k) = [f.gemv(), f.gemm()].into_iter().find(|k| !k.runs_on(&capped)) {
-                    return Err(SelectError(format!(
-                        "NIBBLE_FAMILIES: {name} cannot run on this CPU: {} needs {}",
-                        k.name(),
-                        k.requires().missing_from(capped.features())
-                    )));
+                if let Some(why) = [f.gemv(), f.gemm()].into_iter().find_map(|k| k.why_not_on(&capped)) {
+                    return Err(SelectError(format!("NIBBLE_FAMILIES: {name} cannot run on this CPU: {why}")));
                 }
                 v.push(*f);
             }
@@ -366,7 +372,7 @@ mod tests {
                 tail == engine
                     || tail[engine.len()..]
                         .strip_prefix('_')
-                        .is_some_and(|t| t.bytes().all(|b| b.is_ascii_lowercase())),
+                        .is_some_and(|t| t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())),
                 "{}: must end with _{}[_<tech>]",
                 k.name(),
                 k.isa()

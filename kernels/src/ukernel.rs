@@ -53,6 +53,9 @@ pub struct UKernel {
     pub(crate) isa: Isa,
     /// Every CPU feature `run` uses.
     pub(crate) requires: Features,
+    /// The shortest SVE vector length (bytes) `run` is written for; 0 for kernels without SVE. SVE kernels that
+    /// use a fixed part of the vector (e.g. 256 bits) state it here: a shorter vector cannot run them.
+    pub(crate) min_sve_vl: usize,
     pub(crate) path: ComputePath,
     pub(crate) lhs: LhsFormat,
     pub(crate) rhs: RhsReads,
@@ -111,7 +114,18 @@ impl UKernel {
 
     /// Whether `cpu` can run the kernel.
     pub fn runs_on(&self, cpu: &Cpu) -> bool {
-        cpu.supports(self.requires)
+        self.why_not_on(cpu).is_none()
+    }
+
+    /// Why `cpu` cannot run the kernel (the features it lacks, or its SVE vector length), or None if it can.
+    pub fn why_not_on(&self, cpu: &Cpu) -> Option<String> {
+        if !cpu.supports(self.requires) {
+            return Some(format!("{} needs {}", self.name, self.requires.missing_from(cpu.features())));
+        }
+        let vl = cpu.sve_vl().unwrap_or(0);
+        (vl < self.min_sve_vl).then(|| {
+            format!("{} needs an SVE vector length of at least {} bytes (this CPU: {vl})", self.name, self.min_sve_vl)
+        })
     }
 }
 

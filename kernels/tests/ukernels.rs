@@ -7,7 +7,7 @@
 
 use nibble_kernels::pack::{LhsFormat, LhsSource, RhsLayout, ZpStorage};
 use nibble_kernels::testing::*;
-use nibble_kernels::{ActQuant, ComputePath, Cpu, Isa, Problem, Selected, UKernel, matmul_serial, registry};
+use nibble_kernels::{ActQuant, ComputePath, Cpu, Problem, Selected, UKernel, matmul_serial, registry};
 use proptest::prelude::{ProptestConfig, any, proptest};
 use std::collections::BTreeMap;
 
@@ -199,7 +199,7 @@ fn gemm_row_blocks_and_k_pieces() {
     let cpu = Cpu::get();
     for uk in kernels() {
         let layout = layouts_of(uk)[0];
-        if uk.geometry(cpu, &layout).max_m == 1 || uk.isa() == Isa::Portable {
+        if uk.geometry(cpu, &layout).max_m == 1 || uk.isa() == nibble_kernels::Isa::Portable {
             continue; // GEMV kernels; the portable GEMMs (one row loop, no row blocks) are the suite's reference
         }
         let mut rng = Rng::for_kernel(10, uk.name());

@@ -1,6 +1,7 @@
 //! aarch64 kernels: NEON intrinsics, and one-instruction `asm!` blocks for what Rust 1.95 has no stable
-//! intrinsic for (SDOT, SMMLA, FCVTL from f16), inside `#[target_feature]` entry points. Ladder: i8mm →
-//! dotprod → neon → portable (features from getauxval, `crate::arch::detect`).
+//! intrinsic for (SDOT, SMMLA, FCVTL from f16), inside `#[target_feature]` entry points; SVE kernels as whole
+//! `asm!` loops (no stable SVE intrinsics). Ladder: SVE i8mm (vectors of ≥ 256 bits) → i8mm → dotprod → neon →
+//! portable (features from getauxval, `crate::arch::detect`).
 //!
 //! Layouts (signed codes, zero points folded into a per-block correction, 8-column panels):
 //! - `qsnbp8x4`: each column's 4 consecutive K in one 32-bit lane: the operand of SDOT by element (dotprod)
@@ -13,9 +14,11 @@ mod matmul_f32_f32_qsnbp8x4_sf32_zpc_4x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_2x8_neon;
+mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x32_sve;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8dbp4x16_qsnbp8x4_sf16_zpc_4x8_neon_dotprod;
 mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_4x8_neon_i8mm;
+mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x8_sve_i8mm;
 mod ops;
 mod qsnbp8x4_fp32;
 mod qsnbp8x4_int8;
@@ -47,6 +50,8 @@ pub const QSNBP8X8_SF16_ZPC: RhsLayout = RhsLayout { kr: qsnbp8x8_int8::KR, ..QS
 const NEON: Features = Features::of(&[Feature::Neon]);
 const DOTPROD: Features = Features::of(&[Feature::Neon, Feature::Dotprod]);
 const I8MM: Features = Features::of(&[Feature::Neon, Feature::I8mm]);
+const SVE_DOTPROD: Features = Features::of(&[Feature::Neon, Feature::Dotprod, Feature::Sve]);
+const SVE_I8MM: Features = Features::of(&[Feature::Neon, Feature::I8mm, Feature::Sve, Feature::SveI8mm]);
 
 fn supports_all(bits: u32, bl: usize) -> bool {
     matches!(bits, 2 | 4 | 8) && bl >= 16 && bl.is_power_of_two() && bl <= crate::format::MAX_BLOCK_SIZE
@@ -62,6 +67,7 @@ pub static INT8_GEMV_DOTPROD: UKernel = UKernel {
     name: "matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon_dotprod",
     isa: Isa::Dotprod,
     requires: DOTPROD,
+    min_sve_vl: 0,
     path: ComputePath::Int8,
     lhs: LhsFormat::Qsi8Db,
     rhs: RhsReads::Only(|_: &Cpu| QSNBP8X4_SF16_ZPC),
@@ -85,6 +91,7 @@ pub static INT8_GEMV_NEON: UKernel = UKernel {
     name: "matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon",
     isa: Isa::Neon,
     requires: NEON,
+    min_sve_vl: 0,
     geometry: |_, _| Geometry::new(1, qsnbp8x4_int8::NR, 3),
     run: matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon::run,
     ..INT8_GEMV_DOTPROD
@@ -113,6 +120,7 @@ pub static INT8_GEMM_I8MM: UKernel = UKernel {
     name: "matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_4x8_neon_i8mm",
     isa: Isa::I8mm,
     requires: I8MM,
+    min_sve_vl: 0,
     path: ComputePath::Int8,
     lhs: LhsFormat::Qsi8DbP { mr: qsnbp8x8_int8::MR, kr: qsnbp8x8_int8::KR },
     rhs: RhsReads::Only(|_: &Cpu| QSNBP8X8_SF16_ZPC),
@@ -121,11 +129,34 @@ pub static INT8_GEMM_I8MM: UKernel = UKernel {
     run: matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_4x8_neon_i8mm::run,
 };
 
+/// int8 GEMV of the SVE i8mm family, SVE SDOT at 256 bits: one row × 32 columns per pass, the whole block loop
+/// in one asm block (each SVE SDOT two NEON ones' work).
+pub static INT8_GEMV_SVE_P8X8: UKernel = UKernel {
+    name: "matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x32_sve",
+    isa: Isa::Sve,
+    requires: SVE_DOTPROD,
+    min_sve_vl: 32,
+    run: matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x32_sve::run,
+    ..INT8_GEMV_DOTPROD_P8X8
+};
+
+/// int8 GEMM, SVE i8mm at 256 bits: 8 rows × 8 columns per register tile (each SVE SMMLA two NEON ones' work),
+/// the whole block loop in one asm block; on `qsnbp8x8` weights, so it pairs with the i8mm family's GEMV.
+pub static INT8_GEMM_SVE_I8MM: UKernel = UKernel {
+    name: "matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x8_sve_i8mm",
+    isa: Isa::Sve,
+    requires: SVE_I8MM,
+    min_sve_vl: 32,
+    run: matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x8_sve_i8mm::run,
+    ..INT8_GEMM_I8MM
+};
+
 /// fp32-path GEMV, NEON: up to 3 rows × 4 columns per unit (codes widened to f32 in registers).
 pub static FP32_GEMV_NEON: UKernel = UKernel {
     name: "matmul_f32_f32_qsnbp8x4_sf32_zpc_1x8_neon",
     isa: Isa::Neon,
     requires: NEON,
+    min_sve_vl: 0,
     path: ComputePath::Fp32,
     lhs: LhsFormat::F32,
     rhs: RhsReads::Only(|_: &Cpu| QSNBP8X4_SF32_ZPC),

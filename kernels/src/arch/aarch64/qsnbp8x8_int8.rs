@@ -285,6 +285,6 @@ unsafe fn gemm_pairs_c<
 /// `[x[2H], x[2H+1], x[2H], x[2H+1]]`: one 64-bit half duplicated (`dup .2d`).
 #[target_feature(enable = "neon")]
 #[inline]
-fn dup_pair<const H: i32>(x: float32x4_t) -> float32x4_t {
+pub(crate) fn dup_pair<const H: i32>(x: float32x4_t) -> float32x4_t {
     vreinterpretq_f32_f64(vdupq_laneq_f64::<H>(vreinterpretq_f64_f32(x)))
 }

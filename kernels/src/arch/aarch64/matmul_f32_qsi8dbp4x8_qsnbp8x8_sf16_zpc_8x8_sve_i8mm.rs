@@ -1,0 +1,359 @@
+//! int8-activation GEMM for prefill, SVE i8mm at 256 bits: 8 rows (two `qsi8dbp4x8` row groups: four SMMLA row
+//! pairs) × 8 columns per register tile. One SVE SMMLA works on two 128-bit segments at once: the row pair's
+//! 2 × 8 activations replicated into both (`ld1rqb`) against two column pairs of the `qsnbp8x8` record (a
+//! 32-byte load), so each instruction does the work of two NEON SMMLA. The whole block loop of a tile is one
+//! `asm!` block (stable Rust has no SVE intrinsics or register types; SVE state cannot live across Rust code):
+//! 8 int32 accumulators (z0–z7, [row pair][column half]), 8 f32 sums (z8–z15), codes z16/z17, one field at a
+//! time z18/z19, activations z20–z23, the field mask z24, the block epilogue's vectors z25–z31.
+//!
+//! The kernel uses the first 256 bits of the vector (predicates `vl32` / `vl8`), so it runs at any SVE vector
+//! length of at least 256 bits (`min_sve_vl` = 32; Graviton3's Neoverse V1 has exactly 256) and is selected only
+//! there: at 128 bits NEON i8mm is as wide.
+//!
+//! Instruction budget per 32 K (one block of 32) × 8 columns × 8 rows, 4-bit codes, symmetric, per-block
+//! numerics (per SVE SMMLA: / 32): 32 SMMLA; 4 code loads + 16 activation loads (0.63); 8 field extractions
+//! (0.25); per block 8 DUP (zeroing), 8 SCVTF, 8 FMUL (row × column scales), 8 FMLA, 2 + 4 scale loads (1.06; the
+//! row numerics drop the 8 FMUL and 4 loads: 0.69; zero points add 4 loads and 8 FMLA); loop ~9 (0.28). Total
+//! ~3.2 per SVE SMMLA = ~1.6 per NEON-SMMLA-equivalent (the NEON 4×8 tile measures 3.37). The column scales
+//! (× 2^−4, the field's factor, exact), their zero-point corrections and the rows' activation scales and
+//! sa·Σq are laid out once per call in the lane order of the 2 × 2 tiles (`ColumnScales`, `RowScales`), so the
+//! asm epilogue is loads and vector arithmetic only.
+//!
+//! LHS: `qsi8dbp4x8`; RHS: `qsnbp8x8_sf16_zpc`. The asm runs 4-bit codes in blocks of whole 32-K chunks over
+//! pairs of row groups; everything else (2- and 8-bit codes, blocks of 16, a last single row group) runs the
+//! NEON i8mm body of the same layout (`super::qsnbp8x8_int8::gemm_pairs`). Features: neon, i8mm, sve (SVE
+//! i8mm). No over-reads (a pair's second group is always a group of the tile).
+
+use super::ops::{scales8, store4};
+use super::qsnbp8x8_int8::{MR, NR, dup_pair, gemm_pairs};
+use crate::ukernel::RunArgs;
+use core::arch::aarch64::*;
+use core::arch::asm;
+
+/// f32 per block in [`ColumnScales`] and in each row-group pair's [`RowScales`] (128 bytes: the asm's strides).
+const PER_BLOCK: usize = 32;
+
+/// # Safety
+/// The CPU has neon, i8mm, sve and SVE i8mm with a vector length of at least 32 bytes; `args` satisfies the
+/// `RunArgs` contract with a `qsi8dbp4x8` LHS (the tile starts at a row group) and a `qsnbp8x8` RHS (f16 scales)
+/// of `args.bits` ∈ {2, 4, 8}.
+#[target_feature(enable = "neon,i8mm,sve")]
+pub(crate) unsafe fn run(args: &RunArgs) {
+    let a = args;
+    let groups = a.rows.div_ceil(MR);
+    let pairs = if a.bits == 4 && a.bl.is_multiple_of(32) { groups / 2 } else { 0 };
+    let rows = RowScales::new(a, pairs);
+    let mut cols = ColumnScales::new(a.blocks);
+    for panel in 0..a.cols.div_ceil(NR) {
+        if pairs > 0 {
+            // SAFETY: panel is one of the tile's (RunArgs contract).
+            unsafe { cols.fill(a, panel) };
+        }
+        for gp in 0..pairs {
+            let mut out = [0f32; 64];
+            // SAFETY: groups 2gp, 2gp + 1 are the tile's, panel is the tile's, the buffers hold every block; the
+            // CPU has SVE i8mm at ≥ 256 bits (the kernel's requirements).
+            unsafe { tile_8x8(a, panel, 2 * gp, &cols, rows.pair(gp), &mut out) };
+            // SAFETY: the tile's output rows and columns (store_8x8 stores only real rows and columns).
+            unsafe { store_8x8(a, panel, 2 * gp, &out) };
+        }
+        for g in 2 * pairs..groups {
+            let real = (a.rows - g * MR).min(MR);
+            // SAFETY: row group g is the tile's; panel is the tile's; the CPU has i8mm.
+            unsafe {
+                if real > 2 {
+                    crate::arch::dispatch!(gemm_pairs::<2>(a, panel, 2 * g, real); bits(a.bits))
+                } else {
+                    crate::arch::dispatch!(gemm_pairs::<1>(a, panel, 2 * g, real); bits(a.bits))
+                }
+            }
+        }
+    }
+}
+
+/// One panel's column scales per block in the lanes of the SVE tiles: [s0 s1 s0 s1 | s2 s3 s2 s3], [s4 s5 s4
+/// s5 | s6 s7 s6 s7] (times 2^−4: the 4-bit field's factor, exact), then the zero-point corrections c in the
+/// same order (when the weights have them).
+struct ColumnScales(Vec<f32>);
+
+impl ColumnScales {
+    fn new(blocks: usize) -> ColumnScales {
+        ColumnScales(vec![0f32; blocks * PER_BLOCK])
+    }
+
+    /// # Safety
+    /// `panel` is one of the tile's panels in `a`'s `qsnbp8x8` layout (f16 scales).
+    #[target_feature(enable = "neon")]
+    unsafe fn fill(&mut self, a: &RunArgs, panel: usize) {
+        // SAFETY: the panel's records (RunArgs contract).
+        let mut rec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
+        let mut o = self.0.as_mut_ptr();
+        for _ in 0..a.blocks {
+            // SAFETY: the block's record: 8 f16 scales, and 8 f32 corrections with zero points; `o` is the block's
+            // 32 f32 of the buffer (blocks × 32); the corrections' half stays 0 without zero points.
+            unsafe {
+                let s = scales8(rec.add(a.rhs_scales));
+                let (s0, s1) = (vmulq_n_f32(s[0], 1.0 / 16.0), vmulq_n_f32(s[1], 1.0 / 16.0));
+                vst1q_f32(o, dup_pair::<0>(s0));
+                vst1q_f32(o.add(4), dup_pair::<1>(s0));
+                vst1q_f32(o.add(8), dup_pair::<0>(s1));
+                vst1q_f32(o.add(12), dup_pair::<1>(s1));
+                if a.has_zp != 0 {
+                    let (c0, c1) = (vld1q_f32(rec.add(a.rhs_zp).cast()), vld1q_f32(rec.add(a.rhs_zp + 16).cast()));
+                    vst1q_f32(o.add(16), dup_pair::<0>(c0));
+                    vst1q_f32(o.add(20), dup_pair::<1>(c0));
+                    vst1q_f32(o.add(24), dup_pair::<0>(c1));
+                    vst1q_f32(o.add(28), dup_pair::<1>(c1));
+                }
+                o = o.add(PER_BLOCK);
+            }
+            rec = rec.wrapping_add(a.rhs_record);
+        }
+    }
+}
+
+/// Per pair of row groups and block, for each of its 4 row pairs (r0, r1): [sa0 sa0 sa1 sa1] (activation
+/// scales; 1 in the row numerics) and [q0 q0 q1 q1] (sa·Σq, the zero-point correction's row factor), the
+/// 16-byte quadwords `ld1rqw` replicates into both segments.
+struct RowScales {
+    v: Vec<f32>,
+    blocks: usize,
+}
+
+impl RowScales {
+    fn new(a: &RunArgs, pairs: usize) -> RowScales {
+        let mut v = vec![0f32; pairs * a.blocks * PER_BLOCK];
+        for (i, out) in v.chunks_exact_mut(PER_BLOCK).enumerate() {
+            let (gp, b) = (i / a.blocks.max(1), i % a.blocks.max(1));
+            for p in 0..4 {
+                let g = 2 * gp + p / 2;
+                let at = g * MR * a.blocks + b * MR + 2 * (p % 2);
+                let rs: [f32; 2] = core::array::from_fn(|h| {
+                    // SAFETY: row 2·(p % 2) + h of group g of the tile, block b (group-major scales; padding rows
+                    // hold 0); the row numerics' scales are 1 and not read.
+                    if a.row != 0 { 1.0 } else { unsafe { *a.lhs_scale.add(at + h) } }
+                });
+                let q: [f32; 2] = core::array::from_fn(|h| {
+                    if a.has_zp == 0 {
+                        return 0.0;
+                    }
+                    // SAFETY: as above (Σq is laid out as the scales).
+                    let s = unsafe { *a.lhs_sum.add(at + h) } as f32;
+                    if a.row != 0 { s } else { rs[h] * s }
+                });
+                out[8 * p..8 * p + 8].copy_from_slice(&[rs[0], rs[0], rs[1], rs[1], q[0], q[0], q[1], q[1]]);
+            }
+        }
+        RowScales { v, blocks: a.blocks }
+    }
+
+    /// Row-group pair `gp`'s blocks.
+    fn pair(&self, gp: usize) -> &[f32] {
+        &self.v[gp * self.blocks * PER_BLOCK..(gp + 1) * self.blocks * PER_BLOCK]
+    }
+}
+
+/// Row groups `g`, `g + 1` × the 8 columns of `panel`, over all K, into `out`: [row pair p][column half j] 8 f32
+/// each (lanes per 128-bit segment: r0 c0, r0 c1, r1 c0, r1 c1; segment 0 columns 4j, 4j + 1, segment 1 the next
+/// two).
+///
+/// # Safety
+/// The CPU has SVE and SVE i8mm with a vector length of at least 32 bytes; `a` satisfies the `RunArgs` contract
+/// for a `qsi8dbp4x8` LHS and a 4-bit `qsnbp8x8` RHS with blocks of whole 32-K chunks; groups `g`, `g + 1` and
+/// `panel` are the tile's; `cols` is filled for `panel` and `rows` is the pair's.
+#[target_feature(enable = "neon,i8mm,sve")]
+unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, rows: &[f32], out: &mut [f32; 64]) {
+    debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
+    debug_assert!(cols.0.len() == a.blocks * PER_BLOCK && rows.len() == a.blocks * PER_BLOCK);
+    let rec = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
+    let act0 = a.lhs.wrapping_add(g * MR * a.lhs_stride);
+    let act1 = a.lhs.wrapping_add((g + 1) * MR * a.lhs_stride);
+    // SAFETY: reads: per block, the record's codes (chunks × 128 bytes from the record's start), each group's
+    // 128 bytes per chunk (4 runs of 8 K × 4 rows) and 128 bytes of each buffer, for a.blocks blocks: all inside
+    // the tile's buffers (the caller's guarantee). Writes: the 64 f32 of `out`. Every vector, predicate and
+    // scratch register the block touches is declared; d8–d15 (callee-saved) are clobbered and saved by the
+    // compiler; the flags are clobbered (no preserves_flags).
+    unsafe {
+        asm!(
+            ".arch_extension sve",
+            ".arch_extension i8mm",
+            "ptrue p0.b, vl32",
+            "ptrue p1.s, vl8",
+            "dup z24.b, #-16",
+            "dup z8.s, #0", "dup z9.s, #0", "dup z10.s, #0", "dup z11.s, #0",
+            "dup z12.s, #0", "dup z13.s, #0", "dup z14.s, #0", "dup z15.s, #0",
+            "dup z0.s, #0", "dup z1.s, #0", "dup z2.s, #0", "dup z3.s, #0",
+            "dup z4.s, #0", "dup z5.s, #0", "dup z6.s, #0", "dup z7.s, #0",
+            // Block loop.
+            "2:",
+            "mov {xc}, {rec}",
+            "add {rec}, {rec}, {rstride}",
+            "mov {cc}, {chunks}",
+            // Chunk loop: 32 K, two 64-byte groups of 8 columns × 8 K × 2 fields; field l of group g is run
+            // 2l + g of the chunk (32 bytes apart in each row group).
+            "3:",
+            "ld1w {{z16.s}}, p1/z, [{xc}]",
+            "ld1w {{z17.s}}, p1/z, [{xc}, {e8}, lsl #2]",
+            "lsl z18.b, z16.b, #4",
+            "lsl z19.b, z17.b, #4",
+            "ld1rqb {{z20.b}}, p0/z, [{a0}]",
+            "ld1rqb {{z21.b}}, p0/z, [{a0}, #16]",
+            "ld1rqb {{z22.b}}, p0/z, [{a1}]",
+            "ld1rqb {{z23.b}}, p0/z, [{a1}, #16]",
+            "smmla z0.s, z20.b, z18.b", "smmla z1.s, z20.b, z19.b",
+            "smmla z2.s, z21.b, z18.b", "smmla z3.s, z21.b, z19.b",
+            "smmla z4.s, z22.b, z18.b", "smmla z5.s, z22.b, z19.b",
+            "smmla z6.s, z23.b, z18.b", "smmla z7.s, z23.b, z19.b",
+            "and z18.d, z16.d, z24.d",
+            "and z19.d, z17.d, z24.d",
+            "ld1rqb {{z20.b}}, p0/z, [{a0}, #64]",
+            "ld1rqb {{z21.b}}, p0/z, [{a0}, #80]",
+            "ld1rqb {{z22.b}}, p0/z, [{a1}, #64]",
+            "ld1rqb {{z23.b}}, p0/z, [{a1}, #80]",
+            "smmla z0.s, z20.b, z18.b", "smmla z1.s, z20.b, z19.b",
+            "smmla z2.s, z21.b, z18.b", "smmla z3.s, z21.b, z19.b",
+            "smmla z4.s, z22.b, z18.b", "smmla z5.s, z22.b, z19.b",
+            "smmla z6.s, z23.b, z18.b", "smmla z7.s, z23.b, z19.b",
+            "ld1w {{z16.s}}, p1/z, [{xc}, {e16}, lsl #2]",
+            "ld1w {{z17.s}}, p1/z, [{xc}, {e24}, lsl #2]",
+            "lsl z18.b, z16.b, #4",
+            "lsl z19.b, z17.b, #4",
+            "ld1rqb {{z20.b}}, p0/z, [{a0}, #32]",
+            "ld1rqb {{z21.b}}, p0/z, [{a0}, #48]",
+            "ld1rqb {{z22.b}}, p0/z, [{a1}, #32]",
+            "ld1rqb {{z23.b}}, p0/z, [{a1}, #48]",
+            "smmla z0.s, z20.b, z18.b", "smmla z1.s, z20.b, z19.b",
+            "smmla z2.s, z21.b, z18.b", "smmla z3.s, z21.b, z19.b",
+            "smmla z4.s, z22.b, z18.b", "smmla z5.s, z22.b, z19.b",
+            "smmla z6.s, z23.b, z18.b", "smmla z7.s, z23.b, z19.b",
+            "and z18.d, z16.d, z24.d",
+            "and z19.d, z17.d, z24.d",
+            "ld1rqb {{z20.b}}, p0/z, [{a0}, #96]",
+            "ld1rqb {{z21.b}}, p0/z, [{a0}, #112]",
+            "ld1rqb {{z22.b}}, p0/z, [{a1}, #96]",
+            "ld1rqb {{z23.b}}, p0/z, [{a1}, #112]",
+            "smmla z0.s, z20.b, z18.b", "smmla z1.s, z20.b, z19.b",
+            "smmla z2.s, z21.b, z18.b", "smmla z3.s, z21.b, z19.b",
+            "smmla z4.s, z22.b, z18.b", "smmla z5.s, z22.b, z19.b",
+            "smmla z6.s, z23.b, z18.b", "smmla z7.s, z23.b, z19.b",
+            "add {xc}, {xc}, #128",
+            "add {a0}, {a0}, #128",
+            "add {a1}, {a1}, #128",
+            "subs {cc}, {cc}, #1",
+            "b.ne 3b",
+            // Block epilogue: y += f32(acc)·(s·sa) [+ c·sq] (the row numerics: y += f32(acc)·s [+ c·sq]).
+            "ld1w {{z25.s}}, p1/z, [{col}]",
+            "ld1w {{z26.s}}, p1/z, [{col}, {e8}, lsl #2]",
+            "scvtf z0.s, p1/m, z0.s", "scvtf z1.s, p1/m, z1.s",
+            "scvtf z2.s, p1/m, z2.s", "scvtf z3.s, p1/m, z3.s",
+            "scvtf z4.s, p1/m, z4.s", "scvtf z5.s, p1/m, z5.s",
+            "scvtf z6.s, p1/m, z6.s", "scvtf z7.s, p1/m, z7.s",
+            "cbnz {row}, 4f",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}]",
+            "fmul z28.s, z25.s, z27.s", "fmul z29.s, z26.s, z27.s",
+            "fmla z8.s, p1/m, z0.s, z28.s", "fmla z9.s, p1/m, z1.s, z29.s",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #32]",
+            "fmul z28.s, z25.s, z27.s", "fmul z29.s, z26.s, z27.s",
+            "fmla z10.s, p1/m, z2.s, z28.s", "fmla z11.s, p1/m, z3.s, z29.s",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #64]",
+            "fmul z28.s, z25.s, z27.s", "fmul z29.s, z26.s, z27.s",
+            "fmla z12.s, p1/m, z4.s, z28.s", "fmla z13.s, p1/m, z5.s, z29.s",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #96]",
+            "fmul z28.s, z25.s, z27.s", "fmul z29.s, z26.s, z27.s",
+            "fmla z14.s, p1/m, z6.s, z28.s", "fmla z15.s, p1/m, z7.s, z29.s",
+            "b 5f",
+            "4:",
+            "fmla z8.s, p1/m, z0.s, z25.s", "fmla z9.s, p1/m, z1.s, z26.s",
+            "fmla z10.s, p1/m, z2.s, z25.s", "fmla z11.s, p1/m, z3.s, z26.s",
+            "fmla z12.s, p1/m, z4.s, z25.s", "fmla z13.s, p1/m, z5.s, z26.s",
+            "fmla z14.s, p1/m, z6.s, z25.s", "fmla z15.s, p1/m, z7.s, z26.s",
+            "5:",
+            "cbz {zp}, 6f",
+            "ld1w {{z30.s}}, p1/z, [{col}, {e16}, lsl #2]",
+            "ld1w {{z31.s}}, p1/z, [{col}, {e24}, lsl #2]",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #16]",
+            "fmla z8.s, p1/m, z30.s, z27.s", "fmla z9.s, p1/m, z31.s, z27.s",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #48]",
+            "fmla z10.s, p1/m, z30.s, z27.s", "fmla z11.s, p1/m, z31.s, z27.s",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #80]",
+            "fmla z12.s, p1/m, z30.s, z27.s", "fmla z13.s, p1/m, z31.s, z27.s",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #112]",
+            "fmla z14.s, p1/m, z30.s, z27.s", "fmla z15.s, p1/m, z31.s, z27.s",
+            "6:",
+            "dup z0.s, #0", "dup z1.s, #0", "dup z2.s, #0", "dup z3.s, #0",
+            "dup z4.s, #0", "dup z5.s, #0", "dup z6.s, #0", "dup z7.s, #0",
+            "add {col}, {col}, #128",
+            "add {rowp}, {rowp}, #128",
+            "subs {nb}, {nb}, #1",
+            "b.ne 2b",
+            // The sums, [row pair][column half].
+            "st1w {{z8.s}}, p1, [{out}]",
+            "st1w {{z9.s}}, p1, [{out}, {e8}, lsl #2]",
+            "st1w {{z10.s}}, p1, [{out}, {e16}, lsl #2]",
+            "st1w {{z11.s}}, p1, [{out}, {e24}, lsl #2]",
+            "add {out}, {out}, #128",
+            "st1w {{z12.s}}, p1, [{out}]",
+            "st1w {{z13.s}}, p1, [{out}, {e8}, lsl #2]",
+            "st1w {{z14.s}}, p1, [{out}, {e16}, lsl #2]",
+            "st1w {{z15.s}}, p1, [{out}, {e24}, lsl #2]",
+            rec = inout(reg) rec => _,
+            rstride = in(reg) a.rhs_record,
+            chunks = in(reg) a.bl / 32,
+            nb = inout(reg) a.blocks => _,
+            a0 = inout(reg) act0 => _,
+            a1 = inout(reg) act1 => _,
+            col = inout(reg) cols.0.as_ptr() => _,
+            rowp = inout(reg) rows.as_ptr() => _,
+            out = inout(reg) out.as_mut_ptr() => _,
+            row = in(reg) a.row,
+            zp = in(reg) a.has_zp,
+            e8 = in(reg) 8usize,
+            e16 = in(reg) 16usize,
+            e24 = in(reg) 24usize,
+            xc = out(reg) _,
+            cc = out(reg) _,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _, out("v6") _, out("v7") _,
+            out("v8") _, out("v9") _, out("v10") _, out("v11") _, out("v12") _, out("v13") _, out("v14") _,
+            out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _, out("v21") _,
+            out("v22") _, out("v23") _, out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _,
+            out("v29") _, out("v30") _, out("v31") _,
+            out("p0") _, out("p1") _,
+            options(nostack),
+        );
+    }
+}
+
+/// Stores [`tile_8x8`]'s sums of row groups `g`, `g + 1` × `panel` (plus bias), only the tile's real rows and the
+/// columns below `a.cols`.
+///
+/// # Safety
+/// `a` satisfies the `RunArgs` contract; groups `g`, `g + 1` and `panel` are the tile's.
+#[target_feature(enable = "neon")]
+unsafe fn store_8x8(a: &RunArgs, panel: usize, g: usize, out: &[f32; 64]) {
+    for p in 0..4 {
+        for h in 0..2 {
+            let r = g * MR + 2 * p + h;
+            if r >= a.rows {
+                return;
+            }
+            for j in 0..2 {
+                let col = panel * NR + 4 * j;
+                if col >= a.cols {
+                    break;
+                }
+                // SAFETY: the 8 lanes of [row pair p][column half j] inside `out`.
+                let (s0, s1) = unsafe {
+                    let at = out.as_ptr().add((2 * p + j) * 8);
+                    (vld1q_f32(at), vld1q_f32(at.add(4)))
+                };
+                let v = if h == 0 {
+                    vcombine_f32(vget_low_f32(s0), vget_low_f32(s1))
+                } else {
+                    vcombine_f32(vget_high_f32(s0), vget_high_f32(s1))
+                };
+                // SAFETY: row r < rows of the tile; columns below cols are inside dst and bias.
+                unsafe { store4(a.dst.add(r * a.dst_stride), a.bias, col, a.cols, v) };
+            }
+        }
+    }
+}
