@@ -167,7 +167,8 @@ step "cargo build --release -p nibble-ort -p nibble-llama -p nibble-serve" \
 step "Python package: pip install . (nibble_ort into .venv)" \
     .venv/bin/pip install -q --disable-pip-version-check --no-deps --force-reinstall .
 step "lint (cargo fmt --check, cargo clippy -D warnings)" \
-    bash -c 'cargo fmt --all -- --check && cargo clippy -q "$@" --workspace --all-targets -- -D warnings' _ "${LOCKED[@]}"
+    bash -c 'cargo fmt --all -- --check && cargo fmt --manifest-path fuzz/Cargo.toml -- --check &&
+        cargo clippy -q "$@" --workspace --all-targets -- -D warnings' _ "${LOCKED[@]}"
 # Android and macOS on arm64: the kernels and the library compile there, feature detection included (getauxval;
 # sysctlbyname hw.optional.arm.FEAT_*). Compiled only: nothing here can run them.
 for t in aarch64-linux-android aarch64-apple-darwin; do
