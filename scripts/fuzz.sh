@@ -7,7 +7,7 @@
 #                creation code), kernels (every kernel and family this CPU runs against the reference oracle on
 #                arbitrary small problems), serve_request (nibble-serve's request parsing); default: all three
 #   --smoke      60 s per target, all at once, on a fresh copy of its committed seed corpus (scripts/test.sh runs
-#                it: ~4 min on 2 cores with a cold build)
+#                it: ~3 min on 2 idle cores with a cold build, 4.6 min measured on busy ones)
 #   --time S     S seconds per target (default 60) on its working corpus, target/fuzz/corpus/TARGET (seeded from
 #                fuzz/corpus/TARGET and kept between runs: the committed seeds are never written to)
 #   --jobs N     targets run at once (default: all of them with --smoke, so the smoke takes 60 s; otherwise one)
@@ -16,7 +16,7 @@
 # Build: the pinned stable toolchain with cargo-fuzz's flags (RUSTC_BOOTSTRAP=1 for -Zsanitizer): SanitizerCoverage
 # (inline 8-bit counters, PC table, compare tracing, stack depth), AddressSanitizer, debug assertions (overflow
 # checks), `--cfg fuzzing`; release profile of fuzz/Cargo.toml, its own target dir target/fuzz. `cargo fuzz run
-# TARGET` (cargo-fuzz on nightly) builds and runs the same targets.
+# TARGET` (cargo-fuzz; `RUSTC_BOOTSTRAP=1` on the pinned toolchain) builds and runs the same targets.
 # Limits per input: -max_len (create 4096, kernels 1024, serve_request 16384 bytes), -malloc_limit_mb=256 (any
 # allocation past it is a finding: the inputs justify far less), -rss_limit_mb=1024, -timeout=20 s.
 # FUZZ_ARGS: more libFuzzer flags for every run (e.g. FUZZ_ARGS="-seed=1 -verbosity=2").
