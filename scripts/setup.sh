@@ -4,7 +4,8 @@
 # Needs: rustup + cargo, python3 (3.11), gcc. Network: crates.io, PyPI, Debian apt only.
 # Does, skipping whatever is already in place:
 #   1. nm/readelf: apt-get install binutils, only if `nm` is missing; likewise pkg-config, libpcre2-dev and
-#      nlohmann-json3-dev (the C/C++ package test and the C++ service example), and valgrind (scripts/sanitize.sh)
+#      nlohmann-json3-dev (the C/C++ package test and the C++ service example), valgrind (scripts/sanitize.sh)
+#      and g++ (scripts/fuzz.sh: libFuzzer)
 #   2. the Rust toolchain pinned in rust-toolchain.toml (channel + components), and its compile-only targets
 #      aarch64-linux-android and aarch64-apple-darwin (not with --no-extra-ort)
 #   3. .venv (python3 -m venv) with the pinned tests/python/requirements.txt (+ requirements-nodeps.txt:
@@ -85,6 +86,12 @@ if command -v valgrind >/dev/null; then
     say "valgrind: ok"
 else
     apt_install valgrind
+fi
+# g++ (scripts/fuzz.sh, a step of scripts/test.sh: the crate libfuzzer-sys compiles libFuzzer, C++, with it)
+if command -v g++ >/dev/null; then
+    say "g++: ok"
+else
+    apt_install g++
 fi
 
 # ------------------------------------------------------------------ 2. pinned Rust toolchain

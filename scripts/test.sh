@@ -23,6 +23,10 @@
 #      scripts/sanitize.sh --valgrind-session    that test under valgrind memcheck, both frontends: no error in
 #                                                nibble's frames (--asan / --valgrind: the kernel suite under
 #                                                AddressSanitizer, a parity subset under memcheck; not run here)
+#      scripts/fuzz.sh --smoke                   the libFuzzer targets (fuzz/: kernel creation from arbitrary
+#                                                attributes and inputs, every kernel against the reference,
+#                                                nibble-serve's request parsing), built with coverage and ASan,
+#                                                60 s each on a copy of their seed corpora: a finding fails it
 #   5. tests/cpp/run.sh                          C++ end-to-end test: g++ against ORT's C++ API, custom-op library
 #                                                on ORT 1.31.1, execution provider on 1.24.4 and 1.31.1
 #      tests/cpp/package/run.sh                  scripts/install.sh into a fresh prefix; CMake (find_package) and
@@ -163,7 +167,8 @@ step "cargo build --release -p nibble-ort -p nibble-llama -p nibble-serve" \
 step "Python package: pip install . (nibble_ort into .venv)" \
     .venv/bin/pip install -q --disable-pip-version-check --no-deps --force-reinstall .
 step "lint (cargo fmt --check, cargo clippy -D warnings)" \
-    bash -c 'cargo fmt --all -- --check && cargo clippy -q "$@" --workspace --all-targets -- -D warnings' _ "${LOCKED[@]}"
+    bash -c 'cargo fmt --all -- --check && cargo fmt --manifest-path fuzz/Cargo.toml -- --check &&
+        cargo clippy -q "$@" --workspace --all-targets -- -D warnings' _ "${LOCKED[@]}"
 # Android and macOS on arm64: the kernels and the library compile there, feature detection included (getauxval;
 # sysctlbyname hw.optional.arm.FEAT_*). Compiled only: nothing here can run them.
 for t in aarch64-linux-android aarch64-apple-darwin; do
@@ -173,6 +178,7 @@ done
 step "cargo test --workspace (ORT integration on $ORT_NEW)" with_ort "$ORT_NEW" cargo test "${LOCKED[@]}" --workspace
 step "valgrind memcheck: the ORT integration test, both frontends (scripts/sanitize.sh --valgrind-session)" \
     bash scripts/sanitize.sh --valgrind-session
+step "fuzz smoke (scripts/fuzz.sh --smoke: create, kernels, serve_request, 60 s each)" bash scripts/fuzz.sh --smoke
 step "C++ end-to-end test (tests/cpp/run.sh: custom-op on $ORT_NEW, EP on 1.24.4 and $ORT_NEW)" bash tests/cpp/run.sh
 step "C/C++ package: scripts/install.sh, CMake and pkg-config consumers (tests/cpp/package/run.sh)" \
     bash tests/cpp/package/run.sh

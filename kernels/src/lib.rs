@@ -18,6 +18,8 @@ pub mod plan;
 pub mod problem;
 pub mod reference;
 pub mod registry;
+#[doc(hidden)]
+pub mod testing;
 pub mod ukernel;
 pub mod versus_ort;
 

@@ -5,29 +5,11 @@
 //! M = 1..9 and ≥ 64; plus every family as selected, MLAS's shape sweeps and a property test. A runnable kernel
 //! that the suite could not exercise on one of its layouts fails the suite.
 
-mod common;
-
-use common::*;
-use nibble_kernels::pack::{Codes, LhsFormat, LhsSource, RhsLayout, ScaleType, ZpStorage};
-use nibble_kernels::ukernel::RhsReads;
-use nibble_kernels::{ActQuant, ComputePath, Cpu, Problem, Selected, UKernel, matmul_serial, reference, registry};
+use nibble_kernels::pack::{LhsFormat, LhsSource, RhsLayout, ZpStorage};
+use nibble_kernels::testing::*;
+use nibble_kernels::{ActQuant, ComputePath, Cpu, Problem, Selected, UKernel, matmul_serial, registry};
 use proptest::prelude::{ProptestConfig, any, proptest};
 use std::collections::BTreeMap;
-
-/// Descriptors layout-generic kernels are run on, beside every family's layout: both code encodings, every
-/// scale type and zero-point storage, block sums on and off, several panel geometries.
-fn variety() -> Vec<RhsLayout> {
-    let l =
-        |nr, kr, codes, scales, zero_points, block_sums| RhsLayout { nr, kr, codes, scales, zero_points, block_sums };
-    vec![
-        RhsLayout::plain(8, 4),
-        l(4, 8, Codes::Signed, ScaleType::F16, ZpStorage::Correction, true),
-        l(16, 4, Codes::Unsigned, ScaleType::Bf16, ZpStorage::PerBlock, true),
-        l(4, 4, Codes::Signed, ScaleType::F32, ZpStorage::PerBlock, false),
-        l(8, 8, Codes::Unsigned, ScaleType::F32, ZpStorage::Correction, true),
-        l(3, 2, Codes::Signed, ScaleType::Bf16, ZpStorage::None, true),
-    ]
-}
 
 /// Kernels to test: all this CPU runs; the rest are reported as skipped. `NIBBLE_REQUIRE_ISAS=a,b` makes a
 /// skip of kernels of those rungs a failure (CI on a machine that has them).
@@ -52,112 +34,6 @@ fn kernels() -> Vec<&'static UKernel> {
         }
     }
     out
-}
-
-/// The layouts kernel `uk` is tested on.
-fn layouts_of(uk: &UKernel) -> Vec<RhsLayout> {
-    let cpu = Cpu::get();
-    let mut v: Vec<RhsLayout> = match uk.rhs() {
-        RhsReads::Only(f) => vec![f(cpu)],
-        RhsReads::Any | RhsReads::Where(_) => {
-            registry::families().iter().map(|f| f.layout(cpu)).chain(variety()).filter(|l| uk.reads(cpu, l)).collect()
-        }
-    };
-    v.dedup();
-    let mut seen = Vec::new();
-    v.retain(|l| {
-        let new = !seen.contains(l);
-        seen.push(*l);
-        new
-    });
-    v
-}
-
-/// `case` as kernel `uk` on `layout` sees it: an fp32-path kernel only takes lossy scale types for models whose
-/// scales they hold exactly (f16 models), so those cases get such scales.
-fn case_for(uk: &UKernel, layout: &RhsLayout, case: Case) -> Case {
-    if uk.path() == ComputePath::Fp32 && layout.scales != ScaleType::F32 {
-        case.with_scales(layout.scales)
-    } else {
-        case
-    }
-}
-
-/// Runs `sel` on `case` with M rows, in its activation numerics, and checks it against the references.
-/// Returns the max |error|.
-fn check(sel: &Selected, case: &Case, m: usize, rng: &mut Rng) -> f64 {
-    let w = case.weights();
-    let p = w.params;
-    let a = activations(rng, m, p.k);
-    let rhs = sel.pack_rhs(&w).unwrap_or_else(|e| panic!("{}: {e}", sel.name()));
-    let mut out = vec![f32::NAN; m * p.n];
-    matmul_serial(sel, &rhs, LhsSource::F32(&a), m, case.bias.as_deref(), &mut out);
-    let (kernel, _) = sel.kernel_for(m);
-    let what = format!(
-        "{} act={} layout={} M={m} N={} K={} bits={} bl={} zp={:?} g_idx={} bias={}",
-        kernel.name(),
-        sel.activation_quant(),
-        sel.layout(),
-        p.n,
-        p.k,
-        p.bits,
-        p.block_size,
-        case.zp,
-        case.g_idx.is_some(),
-        case.bias.is_some()
-    );
-    // The oracle computes with the scales as the layout stores them.
-    let eff = case.with_scales(sel.layout().scales);
-    let we = eff.weights();
-    let exact = reference::matmul(&a, m, &we, case.bias.as_deref());
-    let mag = magnitudes(&a, m, &we);
-    let bias_mag = |i: usize| case.bias.as_ref().map_or(0.0, |b| b[i % p.n].abs() as f64);
-    match sel.path() {
-        ComputePath::Fp32 => {
-            // f32 products and sums: a few ulps of the magnitude sum, far below any quantization effect.
-            let cmag = code_magnitudes(&a, m, &we);
-            assert_close(&what, &out, &exact, |i| 3e-6 * mag[i] + 1e-6 * cmag[i] + 1e-6 * bias_mag(i) + 1e-7);
-        }
-        ComputePath::Int8 if sel.activation_quant() == ActQuant::Row => {
-            // Y = Σ q·w and the z·Σw it is corrected by are each up to 128·sa·Σ|w| in f32: their rounding.
-            let wd = reference::dequantize(&we);
-            let wabs: Vec<f64> = (0..p.n).map(|n| wd[n * p.k..][..p.k].iter().map(|v| v.abs()).sum()).collect();
-            let cmag = code_magnitudes(&a, m, &we);
-            let float_tol = |i: usize| {
-                let (row, n) = (i / p.n, i % p.n);
-                let (sa, _, _) = reference::quantize_asymmetric_int8(&a[row * p.k..][..p.k]);
-                1e-5 * cmag[i] + 4e-5 * sa as f64 * 128.0 * wabs[n] + 1e-6 * bias_mag(i) + 1e-7
-            };
-            if !we.has_reordering_g_idx() {
-                let int_ref = reference::matmul_int8_row(&a, m, &we, case.bias.as_deref());
-                assert_close(&format!("{what} vs int8 row reference"), &out, &int_ref, float_tol);
-            }
-            assert_close(&format!("{what} vs exact"), &out, &exact, |i| {
-                let (row, n) = (i / p.n, i % p.n);
-                let bound = reference::int8_row_error_bound(&a[row * p.k..][..p.k], &wd[n * p.k..][..p.k]);
-                bound * 1.001 + float_tol(i)
-            });
-        }
-        ComputePath::Int8 => {
-            let cmag = code_magnitudes(&a, m, &we);
-            let float_tol = |i: usize| 1e-5 * cmag[i] + 1e-6 * bias_mag(i) + 1e-7;
-            if !we.has_reordering_g_idx() {
-                // Same integer numerics: only the f32 epilogue may differ.
-                let int_ref = reference::matmul_int8(&a, m, &we, case.bias.as_deref());
-                assert_close(&format!("{what} vs int8 reference"), &out, &int_ref, float_tol);
-            }
-            // Against exact arithmetic: at most half a quantization step per activation.
-            let wd = reference::dequantize(&we);
-            // Activation blocks are the weight blocks, except with g_idx regrouping (then bound by the row).
-            let a_block = if we.has_reordering_g_idx() { p.k } else { p.block_size };
-            assert_close(&format!("{what} vs exact"), &out, &exact, |i| {
-                let (row, n) = (i / p.n, i % p.n);
-                let bound = reference::int8_error_bound(&a[row * p.k..][..p.k], &wd[n * p.k..][..p.k], a_block);
-                bound * 1.001 + float_tol(i)
-            });
-        }
-    }
-    out.iter().zip(&exact).map(|(&g, &e)| (g as f64 - e).abs()).fold(0.0, f64::max)
 }
 
 /// Cases run per (kernel, layout): the coverage check at the end of the taxonomy reads it.

@@ -250,9 +250,7 @@ impl<'a> Tensor<'a> {
         ort![unsafe GetTensorTypeAndShape(value, &mut info)]?;
         // SAFETY: `info` is the live info GetTensorTypeAndShape just returned, and we own it: `owned = true`.
         let (dtype, shape) = unsafe { type_and_shape(info, true) }?;
-        let count = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?));
-        let count = count.ok_or_else(|| Error::fail(format!("tensor with invalid shape {shape:?}")))?;
-        let bytes = count * dtype.size();
+        let bytes = byte_size(dtype, &shape)?;
         let data: &'a [u8] = if bytes == 0 {
             &[]
         } else {
@@ -264,6 +262,20 @@ impl<'a> Tensor<'a> {
             // (contract); `bytes` is their size.
             unsafe { std::slice::from_raw_parts(p.cast::<u8>(), bytes) }
         };
+        Tensor::from_bytes(dtype, shape, data)
+    }
+
+    /// A tensor of `dtype` and `shape` over `data` (little-endian elements), which must hold exactly the
+    /// shape's elements: what ORT hands over, or a tensor described without ORT (`crate::fuzzing`).
+    pub fn from_bytes(dtype: Dtype, shape: Vec<i64>, data: &'a [u8]) -> Result<Tensor<'a>> {
+        let bytes = byte_size(dtype, &shape)?;
+        if data.len() != bytes {
+            return Err(Error::fail(format!(
+                "tensor of {} {shape:?} needs {bytes} bytes, got {}",
+                dtype.name(),
+                data.len()
+            )));
+        }
         Ok(Tensor { dtype, shape, data })
     }
 
@@ -297,6 +309,15 @@ impl<'a> Tensor<'a> {
     }
 }
 
+/// The size in bytes of a tensor of `dtype` and `shape`, or an error for a negative dimension or an overflowing
+/// size.
+fn byte_size(dtype: Dtype, shape: &[i64]) -> Result<usize> {
+    let count = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?));
+    count
+        .and_then(|c| c.checked_mul(dtype.size()))
+        .ok_or_else(|| Error::fail(format!("tensor with invalid shape {shape:?}")))
+}
+
 /// Views the bytes of an ORT tensor as its element type: borrowed when aligned (ORT's allocations always
 /// are), copied otherwise (an initializer could in principle sit unaligned in a mapped file).
 fn cast_slice<T: Copy, const N: usize>(bytes: &[u8], from_le: fn([u8; N]) -> T) -> Cow<'_, [T]> {
@@ -321,6 +342,11 @@ fn read_string(mut f: impl FnMut(*mut c_char, *mut usize) -> Result<()>) -> Resu
     f(buf.as_mut_ptr().cast(), &mut size)?;
     let s = CStr::from_bytes_until_nul(&buf).map_err(|_| Error::fail("ORT string not NUL-terminated"))?;
     Ok(s.to_string_lossy().into_owned())
+}
+
+/// The error for an attribute that must be an int but has type `t` (`float 1.5`, `string`, ...).
+pub fn not_an_int(name: &str, t: &str) -> Error {
+    Error::invalid(format!("attribute {name} is {t}, but must be an int"))
 }
 
 /// What ORT knows about a node while its kernel is being created.
@@ -374,7 +400,7 @@ impl<'a> KernelInfo<'a> {
             is_int_list().then(|| "a list of ints".to_string())
         };
         match wrong {
-            Some(t) => Err(Error::invalid(format!("attribute {name} is {t}, but must be an int"))),
+            Some(t) => Err(not_an_int(name, &t)),
             None => Ok(None),
         }
     }

@@ -19,6 +19,8 @@ mod api;
 mod custom_op;
 pub mod domain;
 pub mod ep;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod host;
 pub mod info;
 mod matmul_nbits;

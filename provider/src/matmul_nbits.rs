@@ -122,12 +122,49 @@ enum Bias {
     PerCall,
 }
 
-fn required_attr(info: &KernelInfo<'_>, name: &str) -> Result<i64> {
+/// What kernel creation reads from a node: its name, int attributes, inputs and constant initializers, and a
+/// logger. ORT's [`KernelInfo`] in both frontends; a plain description of a node (`crate::fuzzing::Node`) in the
+/// fuzz target, so that it drives this same creation code without ORT.
+pub trait NodeInfo<'a> {
+    fn node_name(&self) -> Result<String>;
+    /// An int attribute, None if the node does not have it, or an error naming the type it has instead.
+    fn attr_i64(&self, name: &str) -> Result<Option<i64>>;
+    fn input_count(&self) -> Result<usize>;
+    /// Whether input `i` exists (optional inputs may be absent or given as an empty name).
+    fn has_input(&self, i: usize) -> Result<bool>;
+    /// Input `i` if it is a constant initializer (one a graph input cannot override), else None.
+    fn constant_input(&self, i: usize) -> Result<Option<Tensor<'a>>>;
+    /// Logs at INFO severity (ORT filters by the session's level).
+    fn log_info(&self, message: &str) -> Result<()>;
+}
+
+impl<'a> NodeInfo<'a> for KernelInfo<'a> {
+    fn node_name(&self) -> Result<String> {
+        KernelInfo::node_name(self)
+    }
+    fn attr_i64(&self, name: &str) -> Result<Option<i64>> {
+        KernelInfo::attr_i64(self, name)
+    }
+    fn input_count(&self) -> Result<usize> {
+        KernelInfo::input_count(self)
+    }
+    fn has_input(&self, i: usize) -> Result<bool> {
+        KernelInfo::has_input(self, i)
+    }
+    fn constant_input(&self, i: usize) -> Result<Option<Tensor<'a>>> {
+        KernelInfo::constant_input(self, i)
+    }
+    fn log_info(&self, message: &str) -> Result<()> {
+        KernelInfo::log_info(self, message)
+    }
+}
+
+fn required_attr<'a>(info: &impl NodeInfo<'a>, name: &str) -> Result<i64> {
     info.attr_i64(name)?.ok_or_else(|| Error::invalid(format!("required attribute {name} is missing")))
 }
 
 /// A constant initializer input, or an error saying why it must be one.
-fn constant<'a>(info: &KernelInfo<'a>, i: usize, name: &str) -> Result<Tensor<'a>> {
+fn constant<'a>(info: &impl NodeInfo<'a>, i: usize, name: &str) -> Result<Tensor<'a>> {
     info.constant_input(i)?.ok_or_else(|| {
         Error::invalid(format!(
             "input {name} must be a constant initializer, but it is a graph input (or an initializer that a graph \
@@ -150,12 +187,18 @@ fn expect_type(t: &Tensor<'_>, name: &str, want: Dtype, why: &str) -> Result<()>
 impl MatMulNBits {
     /// Kernel creation (session creation time). Every error names the node. `dtype` is A's type (the custom-op
     /// variant's, or the node's input type for the EP).
-    pub fn create(info: &KernelInfo<'_>, dtype: Dtype, config: &OpConfig, at: PackAt) -> Result<Self> {
+    pub fn create<'a>(info: &impl NodeInfo<'a>, dtype: Dtype, config: &OpConfig, at: PackAt) -> Result<Self> {
         let node = info.node_name()?;
         in_node(&node, "create", || Self::create_in(info, dtype, config, at, node.clone()))
     }
 
-    fn create_in(info: &KernelInfo<'_>, dtype: Dtype, config: &OpConfig, at: PackAt, node: String) -> Result<Self> {
+    fn create_in<'a>(
+        info: &impl NodeInfo<'a>,
+        dtype: Dtype,
+        config: &OpConfig,
+        at: PackAt,
+        node: String,
+    ) -> Result<Self> {
         if !matches!(dtype, Dtype::F32 | Dtype::F16) {
             return Err(Error::invalid(format!("input A has type {} but must be float or float16", dtype.name())));
         }

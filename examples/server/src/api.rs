@@ -1,10 +1,22 @@
 //! The OpenAI chat-completions request as this server accepts it, and OpenAI-style errors.
 //! Request fields are checked one by one so an error names the field (`param`) and the bad value.
 
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use nibble_llama::chat::Message;
+use http::StatusCode;
 use serde_json::{Value, json};
+
+/// One message of a request, its role normalised ("developer" is OpenAI's newer name for "system"). The server
+/// hands these to the chat template as `nibble_llama::chat::Message`s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: &str, content: &str) -> Self {
+        Self { role: role.into(), content: content.into() }
+    }
+}
 
 /// An error answered as OpenAI does: `{"error": {"message", "type", "param", "code"}}`.
 #[derive(Debug)]
@@ -73,8 +85,10 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+#[cfg(feature = "server")]
+impl axum::response::IntoResponse for ApiError {
+    fn into_response(self) -> axum::response::Response {
+        use axum::http::{HeaderValue, header};
         let mut r = (self.status, axum::Json(self.body())).into_response();
         if let Some(s) = self.retry_after {
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));

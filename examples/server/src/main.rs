@@ -6,7 +6,6 @@
 //! beyond --parallel wait in a queue of --queue, and past that get 503 with Retry-After. The usage block carries
 //! the chatbot metrics as extra fields (the driver's definitions, `nibble_llama::cli::METRICS_HELP`).
 
-mod api;
 mod engine;
 mod text;
 
@@ -25,6 +24,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use clap::Parser;
+use nibble_llama::chat::Message;
 use nibble_llama::cli::{ActQuantArg, FrontendArg};
 use nibble_llama::frontend;
 use nibble_llama::generate::Generation;
@@ -37,8 +37,8 @@ use tokenizers::Tokenizer;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
-use api::{ApiError, ChatRequest};
 use engine::{Engine, Event, Job, Refused};
+use nibble_serve::api::{ApiError, ChatRequest};
 use text::TextStream;
 
 /// Serves a Llama model directory (models/LLAMA_MODEL_DIR.md) over OpenAI's chat-completions API.
@@ -455,7 +455,8 @@ fn accept(s: &AppState, req: &ChatRequest) -> Result<Accepted, ApiError> {
     };
     let m = &s.models[mi];
     let cfg = &m.config;
-    let text = prompt::render_chat(&m.tok, cfg, &req.messages)
+    let messages: Vec<Message> = req.messages.iter().map(|x| Message::new(&x.role, &x.content)).collect();
+    let text = prompt::render_chat(&m.tok, cfg, &messages)
         .map_err(|e| ApiError::invalid("messages", format!("{e:#}")))?
         .ok_or_else(|| ApiError::invalid("messages", format!("the model `{}` has no chat template", m.id)))?;
     let ids = prompt::encode(&m.tok, cfg, &text).map_err(|e| ApiError::invalid("messages", format!("{e:#}")))?;
