@@ -21,7 +21,8 @@
 # allocation past it is a finding: the inputs justify far less), -rss_limit_mb=1024, -timeout=20 s.
 # FUZZ_ARGS: more libFuzzer flags for every run (e.g. FUZZ_ARGS="-seed=1 -verbosity=2").
 # Exit status 1 when a target finds anything (crash, overflow, timeout, leak, out-of-memory): the reproducer's
-# path is printed; re-run it with `target/fuzz/x86_64-unknown-linux-gnu/release/TARGET FILE`. Logs: target/fuzz/logs/.
+# path is printed; re-run it with `target/fuzz/x86_64-unknown-linux-gnu/release/TARGET FILE`. Logs: target/fuzz/logs/
+# (the smoke's: target/fuzz/smoke/logs/).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -65,14 +66,17 @@ echo "   built in $((SECONDS - t0)) s"
 [ $build_only = 1 ] && exit 0
 
 max_len() { case "$1" in create) echo 4096 ;; kernels) echo 1024 ;; *) echo 16384 ;; esac; }
-mkdir -p "$out/logs"
+# The smoke has its own logs and corpus copies, so it can run beside a long run of the same target.
+logs=$out/logs
+[ $smoke = 1 ] && logs=$out/smoke/logs
+mkdir -p "$logs"
 # run TARGET: one libFuzzer run; its exit status is the run's.
 run() {
     local t=$1 corpus art log
     art=$out/artifacts/$t
-    log=$out/logs/$t.log
+    log=$logs/$t.log
     if [ $smoke = 1 ]; then
-        corpus=$out/smoke-corpus/$t
+        corpus=$out/smoke/corpus/$t
         rm -rf "$corpus"
     else
         corpus=$out/corpus/$t
@@ -94,19 +98,19 @@ status=0
 finish() {
     local t=$1 rc=0
     wait "${pid[$t]}" || rc=$?
-    local log=$out/logs/$t.log
+    local log=$logs/$t.log
     local last
-    last=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
+    last=$(grep -aE '^#[0-9]+' "$log" | tail -1 || true)
     local execs rate
-    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
-    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
+    execs=$(grep -a '^stat::number_of_executed_units:' "$log" | sed 's/^.*: *//')
+    rate=$(grep -a '^stat::average_exec_per_sec:' "$log" | sed 's/^.*: *//')
     if [ $rc = 0 ]; then
         printf '   %-14s ok: %s execs (%s/s); last: %s\n' "$t" "${execs:-?}" "${rate:-?}" "$last"
     else
         status=1
         printf '   %-14s FAILED (exit %d); log %s\n' "$t" "$rc" "$log" >&2
-        grep -E 'ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer)|panicked at|SUMMARY' "$log" | head -5 | sed 's/^/      /' >&2
-        grep -ohE "(Test unit written to|artifact_prefix.*; Test unit written to) [^ ]+" "$log" | sed 's/^.* to /      reproducer: /' >&2
+        grep -aE 'ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer)|panicked at|SUMMARY' "$log" | head -5 | sed 's/^/      /' >&2
+        grep -aohE "(Test unit written to|artifact_prefix.*; Test unit written to) [^ ]+" "$log" | sed 's/^.* to /      reproducer: /' >&2
     fi
 }
 echo "== fuzzing ${targets[*]}: $secs s each, $jobs at a time"
