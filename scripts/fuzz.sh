@@ -18,7 +18,8 @@
 # checks), `--cfg fuzzing`; release profile of fuzz/Cargo.toml, its own target dir target/fuzz. `cargo fuzz run
 # TARGET` (cargo-fuzz; `RUSTC_BOOTSTRAP=1` on the pinned toolchain) builds and runs the same targets.
 # Limits per input: -max_len (create 4096, kernels 1024, serve_request 16384 bytes), -malloc_limit_mb=256 (any
-# allocation past it is a finding: the inputs justify far less), -rss_limit_mb=1024, -timeout=20 s.
+# allocation past it is a finding: the inputs justify far less), -rss_limit_mb=1024, -timeout=60 s (the kernels
+# target's largest problems took up to 17 s under compare tracing and ASan on a busy machine).
 # FUZZ_ARGS: more libFuzzer flags for every run (e.g. FUZZ_ARGS="-seed=1 -verbosity=2").
 # Exit status 1 when a target finds anything (crash, overflow, timeout, leak, out-of-memory): the reproducer's
 # path is printed; re-run it with `target/fuzz/x86_64-unknown-linux-gnu/release/TARGET FILE`. Logs: target/fuzz/logs/
@@ -88,7 +89,7 @@ run() {
     # A crash leaves its reproducer under $art (crash-*, oom-*, timeout-*, leak-*, slow-unit-* is not one).
     ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0} \
         "$out/$triple/release/$t" -max_total_time="$secs" -max_len="$(max_len "$t")" -malloc_limit_mb=256 \
-        -rss_limit_mb=1024 -timeout=20 -print_final_stats=1 -artifact_prefix="$art/" "${dict[@]}" ${FUZZ_ARGS:-} "$corpus" \
+        -rss_limit_mb=1024 -timeout=60 -print_final_stats=1 -artifact_prefix="$art/" "${dict[@]}" ${FUZZ_ARGS:-} "$corpus" \
         > "$log" 2>&1
 }
 
