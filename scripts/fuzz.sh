@@ -18,10 +18,12 @@
 # checks), `--cfg fuzzing`; release profile of fuzz/Cargo.toml, its own target dir target/fuzz. `cargo fuzz run
 # TARGET` (cargo-fuzz; `RUSTC_BOOTSTRAP=1` on the pinned toolchain) builds and runs the same targets.
 # Limits per input: -max_len (create 4096, kernels 1024, serve_request 16384 bytes), -malloc_limit_mb=256 (any
-# allocation past it is a finding: the inputs justify far less), -rss_limit_mb=1024, -timeout=20 s.
+# allocation past it is a finding: the inputs justify far less), -rss_limit_mb=1024, -timeout=60 s (the kernels
+# target's largest problems took up to 17 s under compare tracing and ASan on a busy machine).
 # FUZZ_ARGS: more libFuzzer flags for every run (e.g. FUZZ_ARGS="-seed=1 -verbosity=2").
 # Exit status 1 when a target finds anything (crash, overflow, timeout, leak, out-of-memory): the reproducer's
-# path is printed; re-run it with `target/fuzz/x86_64-unknown-linux-gnu/release/TARGET FILE`. Logs: target/fuzz/logs/.
+# path is printed; re-run it with `target/fuzz/x86_64-unknown-linux-gnu/release/TARGET FILE`. Logs: target/fuzz/logs/
+# (the smoke's: target/fuzz/smoke/logs/).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -65,14 +67,17 @@ echo "   built in $((SECONDS - t0)) s"
 [ $build_only = 1 ] && exit 0
 
 max_len() { case "$1" in create) echo 4096 ;; kernels) echo 1024 ;; *) echo 16384 ;; esac; }
-mkdir -p "$out/logs"
+# The smoke has its own logs and corpus copies, so it can run beside a long run of the same target.
+logs=$out/logs
+[ $smoke = 1 ] && logs=$out/smoke/logs
+mkdir -p "$logs"
 # run TARGET: one libFuzzer run; its exit status is the run's.
 run() {
     local t=$1 corpus art log
     art=$out/artifacts/$t
-    log=$out/logs/$t.log
+    log=$logs/$t.log
     if [ $smoke = 1 ]; then
-        corpus=$out/smoke-corpus/$t
+        corpus=$out/smoke/corpus/$t
         rm -rf "$corpus"
     else
         corpus=$out/corpus/$t
@@ -84,7 +89,7 @@ run() {
     # A crash leaves its reproducer under $art (crash-*, oom-*, timeout-*, leak-*, slow-unit-* is not one).
     ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0} \
         "$out/$triple/release/$t" -max_total_time="$secs" -max_len="$(max_len "$t")" -malloc_limit_mb=256 \
-        -rss_limit_mb=1024 -timeout=20 -print_final_stats=1 -artifact_prefix="$art/" "${dict[@]}" ${FUZZ_ARGS:-} "$corpus" \
+        -rss_limit_mb=1024 -timeout=60 -print_final_stats=1 -artifact_prefix="$art/" "${dict[@]}" ${FUZZ_ARGS:-} "$corpus" \
         > "$log" 2>&1
 }
 
@@ -94,19 +99,19 @@ status=0
 finish() {
     local t=$1 rc=0
     wait "${pid[$t]}" || rc=$?
-    local log=$out/logs/$t.log
+    local log=$logs/$t.log
     local last
-    last=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
+    last=$(grep -aE '^#[0-9]+' "$log" | tail -1 || true)
     local execs rate
-    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
-    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
+    execs=$(grep -a '^stat::number_of_executed_units:' "$log" | sed 's/^.*: *//')
+    rate=$(grep -a '^stat::average_exec_per_sec:' "$log" | sed 's/^.*: *//')
     if [ $rc = 0 ]; then
         printf '   %-14s ok: %s execs (%s/s); last: %s\n' "$t" "${execs:-?}" "${rate:-?}" "$last"
     else
         status=1
         printf '   %-14s FAILED (exit %d); log %s\n' "$t" "$rc" "$log" >&2
-        grep -E 'ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer)|panicked at|SUMMARY' "$log" | head -5 | sed 's/^/      /' >&2
-        grep -ohE "(Test unit written to|artifact_prefix.*; Test unit written to) [^ ]+" "$log" | sed 's/^.* to /      reproducer: /' >&2
+        grep -aE 'ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer)|panicked at|SUMMARY' "$log" | head -5 | sed 's/^/      /' >&2
+        grep -aohE "(Test unit written to|artifact_prefix.*; Test unit written to) [^ ]+" "$log" | sed 's/^.* to /      reproducer: /' >&2
     fi
 }
 echo "== fuzzing ${targets[*]}: $secs s each, $jobs at a time"

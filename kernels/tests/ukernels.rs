@@ -440,6 +440,34 @@ proptest! {
     }
 }
 
+/// Found by the kernels fuzz target (`fuzz/corpus/kernels/crash-6d5374e2…`): in the row numerics a short K in a long
+/// block (K = 1, blocks of 512) leaves 511 packed positions that hold q = z against the model's don't-care codes;
+/// with each row's one real code at its zero point (w = 0) the exact output is 0, and all that remains is the
+/// kernel's f32 rounding of those cancelling terms, which the tolerance must count. Every int8 kernel, on each of
+/// its layouts, every bit width.
+#[test]
+fn row_numerics_with_a_long_k_tail_of_garbage_codes() {
+    for uk in kernels().into_iter().filter(|uk| uk.path() == ComputePath::Int8) {
+        let mut rng = Rng::for_kernel(11, uk.name());
+        for layout in layouts_of(uk) {
+            for bits in [2u32, 4, 8] {
+                let mut case = Case::random(&mut rng, 1, 22, bits, 512, ZpKind::Packed, GIdx::Trivial, false);
+                let p = case.params;
+                for n in 0..p.n {
+                    let zp = case.zp_packed[n * p.zp_row_bytes()] & p.max_code();
+                    let b0 = &mut case.b[n * p.k_blocks() * p.blob_size()];
+                    *b0 = (*b0 & !p.max_code()) | zp;
+                }
+                let case = case_for(uk, &layout, case);
+                let Ok(sel) = Selected::single(uk, layout, &Problem::of(uk.path(), &case.weights())) else {
+                    continue;
+                };
+                check(&sel.with_activation_quant(ActQuant::Row), &case, 14, &mut rng);
+            }
+        }
+    }
+}
+
 /// A NaN in A must reach the output rows it feeds (as f32 arithmetic would), on every family, and only those rows.
 #[test]
 fn nan_activations_propagate() {
