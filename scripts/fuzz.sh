@@ -60,9 +60,13 @@ echo "== building the fuzz targets (${targets[*]}) into $out"
 t0=$SECONDS
 bins=()
 for t in "${targets[@]}"; do bins+=(--bin "$t"); done
+# fuzz/ is a workspace of its own, whose lock file is not committed: it starts as a copy of the repository's
+# Cargo.lock, so every crate the libraries share keeps the version the tests pin, and cargo adds the fuzz-only ones
+# (libfuzzer-sys and arbitrary, pinned exactly in fuzz/Cargo.toml, and what they need).
+cp Cargo.lock fuzz/Cargo.lock
 # --target keeps the flags off build scripts and proc macros (sanitizers and coverage are for the code under test).
 RUSTC_BOOTSTRAP=1 RUSTFLAGS="${flags[*]}" CARGO_TARGET_DIR="$out" \
-    cargo build -q --locked --release --manifest-path fuzz/Cargo.toml --target "$triple" "${bins[@]}"
+    cargo build -q --release --manifest-path fuzz/Cargo.toml --target "$triple" "${bins[@]}"
 echo "   built in $((SECONDS - t0)) s"
 [ $build_only = 1 ] && exit 0
 
