@@ -25,14 +25,11 @@
 //! NEON i8mm body of the same layout (`super::qsnbp8x8_int8::gemm_pairs`). Features: neon, i8mm, sve (SVE
 //! i8mm). No over-reads (a pair's second group is always a group of the tile).
 
-use super::ops::{scales8, store4, sve_vl_bytes};
-use super::qsnbp8x8_int8::{MR, NR, dup_pair, gemm_pairs};
+use super::ops::sve_vl_bytes;
+use super::qsnbp8x8_int8::MR;
+use super::qsnbp8x8_tiles::{ColumnScales, PER_BLOCK, Sums, run_pairs};
 use super::sve_asm::{store_sums, sve_asm, zero_acc, zero_all};
 use crate::ukernel::RunArgs;
-use core::arch::aarch64::*;
-
-/// f32 per block in [`ColumnScales`] and in each row-group pair's [`RowScales`] (128 bytes: the asm's strides).
-const PER_BLOCK: usize = 32;
 
 /// # Safety
 /// The CPU has neon, i8mm, sve and SVE i8mm with a vector length of at least 32 bytes; `args` satisfies the
@@ -41,120 +38,10 @@ const PER_BLOCK: usize = 32;
 #[target_feature(enable = "neon,i8mm,sve")]
 pub(crate) unsafe fn run(args: &RunArgs) {
     let a = args;
-    let groups = a.rows.div_ceil(MR);
     // The asm needs 256-bit vectors: this thread's may have been shortened since selection (see `sve_vl_bytes`).
-    let asm_ok = a.bits == 4 && a.bl.is_multiple_of(32) && sve_vl_bytes() >= 32;
-    let pairs = if asm_ok { groups / 2 } else { 0 };
-    let rows = RowScales::new(a, pairs);
-    // Laid out per panel only for the asm tiles (none: the NEON body reads the records itself).
-    let mut cols = ColumnScales::new(if pairs > 0 { a.blocks } else { 0 });
-    for panel in 0..a.cols.div_ceil(NR) {
-        if pairs > 0 {
-            // SAFETY: panel is one of the tile's (RunArgs contract).
-            unsafe { cols.fill(a, panel) };
-        }
-        for gp in 0..pairs {
-            let mut out = [0f32; 64];
-            // SAFETY: groups 2gp, 2gp + 1 are the tile's, panel is the tile's, the buffers hold every block; the
-            // CPU has SVE i8mm at ≥ 256 bits (the kernel's requirements).
-            unsafe { tile_8x8(a, panel, 2 * gp, &cols, rows.pair(gp), &mut out) };
-            // SAFETY: the tile's output rows and columns (store_8x8 stores only real rows and columns).
-            unsafe { store_8x8(a, panel, 2 * gp, &out) };
-        }
-        for g in 2 * pairs..groups {
-            let real = (a.rows - g * MR).min(MR);
-            // SAFETY: row group g is the tile's; panel is the tile's; the CPU has i8mm.
-            unsafe {
-                if real > 2 {
-                    crate::arch::dispatch!(gemm_pairs::<2>(a, panel, 2 * g, real); bits(a.bits))
-                } else {
-                    crate::arch::dispatch!(gemm_pairs::<1>(a, panel, 2 * g, real); bits(a.bits))
-                }
-            }
-        }
-    }
-}
-
-/// One panel's column scales per block in the lanes of the SVE tiles: [s0 s1 s0 s1 | s2 s3 s2 s3], [s4 s5 s4
-/// s5 | s6 s7 s6 s7] (times 2^−4: the 4-bit field's factor, exact), then the zero-point corrections c in the
-/// same order (when the weights have them).
-struct ColumnScales(Vec<f32>);
-
-impl ColumnScales {
-    fn new(blocks: usize) -> ColumnScales {
-        ColumnScales(vec![0f32; blocks * PER_BLOCK])
-    }
-
-    /// # Safety
-    /// `panel` is one of the tile's panels in `a`'s `qsnbp8x8` layout (f16 scales).
-    #[target_feature(enable = "neon")]
-    unsafe fn fill(&mut self, a: &RunArgs, panel: usize) {
-        // SAFETY: the panel's records (RunArgs contract).
-        let mut rec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
-        let mut o = self.0.as_mut_ptr();
-        for _ in 0..a.blocks {
-            // SAFETY: the block's record: 8 f16 scales, and 8 f32 corrections with zero points; `o` is the block's
-            // 32 f32 of the buffer (blocks × 32); the corrections' half stays 0 without zero points.
-            unsafe {
-                let s = scales8(rec.add(a.rhs_scales));
-                let (s0, s1) = (vmulq_n_f32(s[0], 1.0 / 16.0), vmulq_n_f32(s[1], 1.0 / 16.0));
-                vst1q_f32(o, dup_pair::<0>(s0));
-                vst1q_f32(o.add(4), dup_pair::<1>(s0));
-                vst1q_f32(o.add(8), dup_pair::<0>(s1));
-                vst1q_f32(o.add(12), dup_pair::<1>(s1));
-                if a.has_zp != 0 {
-                    let (c0, c1) = (vld1q_f32(rec.add(a.rhs_zp).cast()), vld1q_f32(rec.add(a.rhs_zp + 16).cast()));
-                    vst1q_f32(o.add(16), dup_pair::<0>(c0));
-                    vst1q_f32(o.add(20), dup_pair::<1>(c0));
-                    vst1q_f32(o.add(24), dup_pair::<0>(c1));
-                    vst1q_f32(o.add(28), dup_pair::<1>(c1));
-                }
-                o = o.add(PER_BLOCK);
-            }
-            rec = rec.wrapping_add(a.rhs_record);
-        }
-    }
-}
-
-/// Per pair of row groups and block, for each of its 4 row pairs (r0, r1): [sa0 sa0 sa1 sa1] (activation
-/// scales; 1 in the row numerics) and [q0 q0 q1 q1] (sa·Σq, the zero-point correction's row factor), the
-/// 16-byte quadwords `ld1rqw` replicates into both segments.
-struct RowScales {
-    v: Vec<f32>,
-    blocks: usize,
-}
-
-impl RowScales {
-    fn new(a: &RunArgs, pairs: usize) -> RowScales {
-        let mut v = vec![0f32; pairs * a.blocks * PER_BLOCK];
-        for (i, out) in v.chunks_exact_mut(PER_BLOCK).enumerate() {
-            let (gp, b) = (i / a.blocks, i % a.blocks);
-            for p in 0..4 {
-                let g = 2 * gp + p / 2;
-                let at = g * MR * a.blocks + b * MR + 2 * (p % 2);
-                let rs: [f32; 2] = core::array::from_fn(|h| {
-                    // SAFETY: row 2·(p % 2) + h of group g of the tile, block b (group-major scales; padding rows
-                    // hold 0); the row numerics' scales are 1 and not read.
-                    if a.row != 0 { 1.0 } else { unsafe { *a.lhs_scale.add(at + h) } }
-                });
-                let q: [f32; 2] = core::array::from_fn(|h| {
-                    if a.has_zp == 0 {
-                        return 0.0;
-                    }
-                    // SAFETY: as above (Σq is laid out as the scales).
-                    let s = unsafe { *a.lhs_sum.add(at + h) } as f32;
-                    if a.row != 0 { s } else { rs[h] * s }
-                });
-                out[8 * p..8 * p + 8].copy_from_slice(&[rs[0], rs[0], rs[1], rs[1], q[0], q[0], q[1], q[1]]);
-            }
-        }
-        RowScales { v, blocks: a.blocks }
-    }
-
-    /// Row-group pair `gp`'s blocks.
-    fn pair(&self, gp: usize) -> &[f32] {
-        &self.v[gp * self.blocks * PER_BLOCK..(gp + 1) * self.blocks * PER_BLOCK]
-    }
+    let asm = a.bits == 4 && a.bl.is_multiple_of(32) && sve_vl_bytes() >= 32;
+    // SAFETY: the CPU has SVE i8mm at ≥ 256 bits when `asm` is set (checked just now); the rest is the caller's.
+    unsafe { run_pairs(a, asm, tile_8x8) }
 }
 
 /// One run of 8 K for the whole tile: 4 row pairs (z20–z23) × 2 column halves (the field z18/z19) into z0–z7.
@@ -182,9 +69,9 @@ macro_rules! smmla_8x8 {
 /// for a `qsi8dbp4x8` LHS and a 4-bit `qsnbp8x8` RHS with blocks of whole 32-K chunks; groups `g`, `g + 1` and
 /// `panel` are the tile's; `cols` is filled for `panel` and `rows` is the pair's.
 #[target_feature(enable = "neon,i8mm,sve")]
-unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, rows: &[f32], out: &mut [f32; 64]) {
+unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, rows: &[f32], out: &mut Sums) {
     debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
-    debug_assert!(cols.0.len() == a.blocks * PER_BLOCK && rows.len() == a.blocks * PER_BLOCK);
+    debug_assert!(cols.holds(a.blocks) && rows.len() == a.blocks * PER_BLOCK);
     let rec = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
     let act0 = a.lhs.wrapping_add(g * MR * a.lhs_stride);
     let act1 = a.lhs.wrapping_add((g + 1) * MR * a.lhs_stride);
@@ -257,13 +144,13 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, row
             "ld1rqw {{z27.s}}, p1/z, [{rowp}]",
             "fmul z28.s, z25.s, z27.s", "fmul z29.s, z26.s, z27.s",
             "fmla z8.s, p1/m, z0.s, z28.s", "fmla z9.s, p1/m, z1.s, z29.s",
-            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #32]",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #16]",
             "fmul z28.s, z25.s, z27.s", "fmul z29.s, z26.s, z27.s",
             "fmla z10.s, p1/m, z2.s, z28.s", "fmla z11.s, p1/m, z3.s, z29.s",
-            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #64]",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #32]",
             "fmul z28.s, z25.s, z27.s", "fmul z29.s, z26.s, z27.s",
             "fmla z12.s, p1/m, z4.s, z28.s", "fmla z13.s, p1/m, z5.s, z29.s",
-            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #96]",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #48]",
             "fmul z28.s, z25.s, z27.s", "fmul z29.s, z26.s, z27.s",
             "fmla z14.s, p1/m, z6.s, z28.s", "fmla z15.s, p1/m, z7.s, z29.s",
             "b 5f",
@@ -276,11 +163,11 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, row
             "cbz {zp}, 6f",
             "ld1w {{z30.s}}, p1/z, [{col}, {e16}, lsl #2]",
             "ld1w {{z31.s}}, p1/z, [{col}, {e24}, lsl #2]",
-            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #16]",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #64]",
             "fmla z8.s, p1/m, z30.s, z27.s", "fmla z9.s, p1/m, z31.s, z27.s",
-            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #48]",
-            "fmla z10.s, p1/m, z30.s, z27.s", "fmla z11.s, p1/m, z31.s, z27.s",
             "ld1rqw {{z27.s}}, p1/z, [{rowp}, #80]",
+            "fmla z10.s, p1/m, z30.s, z27.s", "fmla z11.s, p1/m, z31.s, z27.s",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #96]",
             "fmla z12.s, p1/m, z30.s, z27.s", "fmla z13.s, p1/m, z31.s, z27.s",
             "ld1rqw {{z27.s}}, p1/z, [{rowp}, #112]",
             "fmla z14.s, p1/m, z30.s, z27.s", "fmla z15.s, p1/m, z31.s, z27.s",
@@ -298,7 +185,7 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, row
             nb = inout(reg) a.blocks => _,
             a0 = inout(reg) act0 => _,
             a1 = inout(reg) act1 => _,
-            col = inout(reg) cols.0.as_ptr() => _,
+            col = inout(reg) cols.as_ptr() => _,
             rowp = inout(reg) rows.as_ptr() => _,
             out = inout(reg) out.as_mut_ptr() => _,
             row = in(reg) a.row,
@@ -309,41 +196,6 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, row
             xc = out(reg) _,
             cc = out(reg) _,
         );
-    }
-}
-
-/// Stores [`tile_8x8`]'s sums of row groups `g`, `g + 1` × `panel` (plus bias), only the tile's real rows and the
-/// columns below `a.cols`.
-///
-/// # Safety
-/// `a` satisfies the `RunArgs` contract; groups `g`, `g + 1` and `panel` are the tile's.
-#[target_feature(enable = "neon")]
-unsafe fn store_8x8(a: &RunArgs, panel: usize, g: usize, out: &[f32; 64]) {
-    for p in 0..4 {
-        for h in 0..2 {
-            let r = g * MR + 2 * p + h;
-            if r >= a.rows {
-                return;
-            }
-            for j in 0..2 {
-                let col = panel * NR + 4 * j;
-                if col >= a.cols {
-                    break;
-                }
-                // SAFETY: the 8 lanes of [row pair p][column half j] inside `out`.
-                let (s0, s1) = unsafe {
-                    let at = out.as_ptr().add((2 * p + j) * 8);
-                    (vld1q_f32(at), vld1q_f32(at.add(4)))
-                };
-                let v = if h == 0 {
-                    vcombine_f32(vget_low_f32(s0), vget_low_f32(s1))
-                } else {
-                    vcombine_f32(vget_high_f32(s0), vget_high_f32(s1))
-                };
-                // SAFETY: row r < rows of the tile; columns below cols are inside dst and bias.
-                unsafe { store4(a.dst.add(r * a.dst_stride), a.bias, col, a.cols, v) };
-            }
-        }
     }
 }
 

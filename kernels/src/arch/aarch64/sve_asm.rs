@@ -1,13 +1,13 @@
-//! What the SVE kernels' whole-loop `asm!` blocks share: the block itself with every vector and predicate
-//! register declared clobbered ([`sve_asm!`]), zeroing the int32 accumulators z0–z7 and the f32 sums z8–z15, and
+//! What the whole-loop `asm!` kernels share: the block itself with every vector (and the SVE kernels' predicate)
+//! register declared clobbered ([`vector_asm!`], [`sve_asm!`]), zeroing the int32 accumulators z0–z7 and the f32 sums z8–z15, and
 //! storing the sums to 8 × 8 f32. Stable Rust has no SVE register types, so an SVE kernel keeps all its state in
 //! one asm block; these pieces are its text, spliced in with `concat!`.
 
-/// `asm!` with the SVE kernels' clobbers: z0–z31 (declared as v0–v31: d8–d15 are callee-saved, so the compiler
-/// saves them around the block) and the predicates p0–p3 they set; the flags are clobbered (no
-/// `preserves_flags`); no stack use.
-macro_rules! sve_asm {
-    ($($body:tt)*) => {
+/// `asm!` with every vector register clobbered, v0–v31 (d8–d15 are callee-saved, so the compiler saves them
+/// around the block), plus the `[...]` operands given first (the SVE kernels' predicates); the flags are
+/// clobbered (no `preserves_flags`); no stack use. The NEON asm kernels use it as it is.
+macro_rules! vector_asm {
+    ([$($extra:tt)*] $($body:tt)*) => {
         core::arch::asm!(
             $($body)*
             out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _, out("v6") _,
@@ -15,8 +15,20 @@ macro_rules! sve_asm {
             out("v14") _, out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
             out("v21") _, out("v22") _, out("v23") _, out("v24") _, out("v25") _, out("v26") _, out("v27") _,
             out("v28") _, out("v29") _, out("v30") _, out("v31") _,
-            out("p0") _, out("p1") _, out("p2") _, out("p3") _,
+            $($extra)*
             options(nostack),
+        )
+    };
+}
+pub(crate) use vector_asm;
+
+/// `asm!` with the SVE kernels' clobbers: z0–z31 (declared as v0–v31, see [`vector_asm!`]) and the predicates
+/// p0–p3 they set.
+macro_rules! sve_asm {
+    ($($body:tt)*) => {
+        $crate::arch::aarch64::sve_asm::vector_asm!(
+            [out("p0") _, out("p1") _, out("p2") _, out("p3") _,]
+            $($body)*
         )
     };
 }
