@@ -27,7 +27,7 @@
 
 use super::ops::sve_vl_bytes;
 use super::qsnbp8x8_int8::MR;
-use super::qsnbp8x8_tiles::{ColumnScales, PER_BLOCK, Sums, run_pairs};
+use super::qsnbp8x8_tiles::{ColumnScales, PER_BLOCK, Sums, run_tiles};
 use super::sve_asm::{store_sums, sve_asm, zero_acc, zero_all};
 use crate::ukernel::RunArgs;
 
@@ -41,7 +41,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     // The asm needs 256-bit vectors: this thread's may have been shortened since selection (see `sve_vl_bytes`).
     let asm = a.bits == 4 && a.bl.is_multiple_of(32) && sve_vl_bytes() >= 32;
     // SAFETY: the CPU has SVE i8mm at ≥ 256 bits when `asm` is set (checked just now); the rest is the caller's.
-    unsafe { run_pairs(a, asm, tile_8x8) }
+    unsafe { run_tiles(a, asm, tile_8x8, None) }
 }
 
 /// One run of 8 K for the whole tile: 4 row pairs (z20–z23) × 2 column halves (the field z18/z19) into z0–z7.

@@ -17,7 +17,7 @@ mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_2x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x32_sve;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8dbp4x16_qsnbp8x4_sf16_zpc_4x8_neon_dotprod;
-mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x4_neon_i8mm;
+mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_12x4_neon_i8mm;
 mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x8_sve_i8mm;
 mod ops;
 mod qsnbp8x4_fp32;
@@ -117,9 +117,9 @@ pub static INT8_GEMV_DOTPROD_P8X8: UKernel = UKernel {
     ..INT8_GEMV_DOTPROD
 };
 
-/// int8 GEMM, i8mm (SMMLA): 4 rows × 8 columns per register tile, all accumulators in registers.
+/// int8 GEMM, i8mm (SMMLA): 12 (or 8) rows × 4 columns per register tile, the block loop one asm block.
 pub static INT8_GEMM_I8MM: UKernel = UKernel {
-    name: "matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x4_neon_i8mm",
+    name: "matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_12x4_neon_i8mm",
     isa: Isa::I8mm,
     requires: I8MM,
     min_sve_vl: 0,
@@ -128,7 +128,7 @@ pub static INT8_GEMM_I8MM: UKernel = UKernel {
     rhs: RhsReads::Only(|_: &Cpu| QSNBP8X8_SF16_ZPC),
     supports: supports_p8x8,
     geometry: |_, _| Geometry::new(qsnbp8x8_int8::MR, qsnbp8x8_int8::NR, usize::MAX),
-    run: matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x4_neon_i8mm::run,
+    run: matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_12x4_neon_i8mm::run,
 };
 
 /// int8 GEMV of the SVE i8mm family, SVE SDOT at 256 bits: one row × 32 columns per pass, the whole block loop

@@ -1,7 +1,7 @@
-//! What the whole-loop `asm!` GEMMs over `qsi8dbp4x8` × `qsnbp8x8` share (the NEON i8mm 8×4 and the SVE i8mm
-//! 8×8 kernels): the walk of a tile in pairs of row groups with the NEON i8mm body for what the asm does not
-//! take ([`run_pairs`]), the per-block scales laid out once per call in the lane order of SMMLA's 2 × 2 tiles
-//! ([`ColumnScales`], [`RowScales`]), and the store of a pair's 8 × 8 sums ([`store_8x8`]).
+//! What the whole-loop `asm!` GEMMs over `qsi8dbp4x8` × `qsnbp8x8` share (the NEON i8mm and the SVE i8mm
+//! kernels): the walk of a tile in asm tiles of three or two row groups with the NEON i8mm body for what the
+//! asm does not take ([`run_tiles`]), the per-block scales laid out once per call in the lane order of SMMLA's
+//! 2 × 2 tiles ([`ColumnScales`], [`RowScales`]), and the store of a tile's sums ([`store_groups`]).
 //!
 //! Lane order of a 2 × 2 SMMLA tile: (r0 c0, r0 c1, r1 c0, r1 c1). A tile's sums leave the asm as 8 × 8 f32
 //! `[row pair p][column half j]`, 8 each: column pair 2j in lanes 0..4, column pair 2j + 1 in lanes 4..8.
@@ -11,45 +11,62 @@ use super::qsnbp8x8_int8::{MR, NR, dup_pair, gemm_pairs};
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
 
-/// f32 per block in [`ColumnScales`] and in each row-group pair's [`RowScales`] (128 bytes: the asm's strides).
+/// f32 per block in [`ColumnScales`] (128 bytes: the asm's stride), and in a two-group tile's [`RowScales`].
 pub(crate) const PER_BLOCK: usize = 32;
 
-/// The 8 × 8 sums of one pair of row groups × one panel (see the module doc for the order).
-pub(crate) type Sums = [f32; 64];
+/// The sums of one tile of up to three row groups × one panel (see the module doc for the order).
+pub(crate) type Sums = [f32; 96];
 
-/// An asm tile: row groups `g`, `g + 1` × `panel` over all K into the sums, from the call's laid-out scales.
+/// An asm tile: the tile's row groups from `g` × `panel` over all K into the sums, from the call's laid-out
+/// scales (`&[f32]`: the tile's [`RowScales`]).
 pub(crate) type Tile = unsafe fn(&RunArgs, usize, usize, &ColumnScales, &[f32], &mut Sums);
 
 /// Runs a tile of `a`: with `asm` (4-bit codes in blocks of whole 32-K chunks, and whatever the caller's asm
-/// needs), every pair of row groups through `tile` and a last single group through the NEON i8mm body; without,
-/// every group through the NEON i8mm body (2- and 8-bit codes, blocks of 16).
+/// needs), the row groups in threes through `tile3` (when there is one), what is left in twos through `tile2`
+/// and a last single group through the NEON i8mm body; without, every group through the NEON i8mm body (2- and
+/// 8-bit codes, blocks of 16).
 ///
 /// # Safety
-/// The CPU has neon and i8mm, and whatever `tile` needs when `asm` is set; `a` satisfies the `RunArgs` contract
-/// with a `qsi8dbp4x8` LHS (the tile starts at a row group) and a `qsnbp8x8` RHS (f16 scales) of `a.bits` ∈
-/// {2, 4, 8}; with `asm`, `a.bits` = 4 and `a.bl` is a multiple of 32.
+/// The CPU has neon and i8mm, and whatever the tiles need when `asm` is set; `a` satisfies the `RunArgs`
+/// contract with a `qsi8dbp4x8` LHS (the tile starts at a row group) and a `qsnbp8x8` RHS (f16 scales) of
+/// `a.bits` ∈ {2, 4, 8}; with `asm`, `a.bits` = 4 and `a.bl` is a multiple of 32.
 #[target_feature(enable = "neon,i8mm")]
-pub(crate) unsafe fn run_pairs(a: &RunArgs, asm: bool, tile: Tile) {
+pub(crate) unsafe fn run_tiles(a: &RunArgs, asm: bool, tile2: Tile, tile3: Option<Tile>) {
     debug_assert!(!asm || (a.bits == 4 && a.bl.is_multiple_of(32)));
     let groups = a.rows.div_ceil(MR);
-    let pairs = if asm { groups / 2 } else { 0 };
-    let rows = RowScales::new(a, pairs);
+    // The asm tiles: (first group, groups, tile).
+    let mut units: Vec<(usize, usize, Tile)> = Vec::new();
+    if asm {
+        let mut g = 0;
+        if let Some(t3) = tile3 {
+            while groups - g >= 3 {
+                units.push((g, 3, t3));
+                g += 3;
+            }
+        }
+        while groups - g >= 2 {
+            units.push((g, 2, tile2));
+            g += 2;
+        }
+    }
+    let single = units.last().map_or(0, |&(g, n, _)| g + n);
+    let rows = RowScales::new(a, &units);
     // Laid out per panel only for the asm tiles (none: the NEON body reads the records itself).
-    let mut cols = ColumnScales::new(if pairs > 0 { a.blocks } else { 0 });
+    let mut cols = ColumnScales::new(if units.is_empty() { 0 } else { a.blocks });
     for panel in 0..a.cols.div_ceil(NR) {
-        if pairs > 0 {
+        if !units.is_empty() {
             // SAFETY: panel is one of the tile's (RunArgs contract).
             unsafe { cols.fill(a, panel) };
         }
-        for gp in 0..pairs {
-            let mut out = [0f32; 64];
-            // SAFETY: groups 2gp, 2gp + 1 are the tile's, panel is the tile's, the buffers hold every block; the
-            // CPU runs `tile` (the caller's guarantee).
-            unsafe { tile(a, panel, 2 * gp, &cols, rows.pair(gp), &mut out) };
-            // SAFETY: the tile's output rows and columns (store_8x8 stores only real rows and columns).
-            unsafe { store_8x8(a, panel, 2 * gp, &out) };
+        for (u, &(g, n, tile)) in units.iter().enumerate() {
+            let mut out = [0f32; 96];
+            // SAFETY: groups g..g + n are the tile's, panel is the tile's, the buffers hold every block; the CPU
+            // runs `tile` (the caller's guarantee).
+            unsafe { tile(a, panel, g, &cols, rows.unit(u), &mut out) };
+            // SAFETY: the tile's output rows and columns (store_groups stores only real rows and columns).
+            unsafe { store_groups(a, panel, g, n, &out) };
         }
-        for g in 2 * pairs..groups {
+        for g in single..groups {
             let real = (a.rows - g * MR).min(MR);
             // SAFETY: row group g is the tile's (whole, padding rows zero), so are its scales, sums and the output
             // rows of its `real` rows (RunArgs contract); panel is the tile's; the CPU has i8mm.
@@ -115,56 +132,72 @@ impl ColumnScales {
     }
 }
 
-/// Per pair of row groups and block: for its 4 row pairs (r0, r1) [sa0 sa0 sa1 sa1] (activation scales; 1 in
-/// the row numerics), then for the same 4 [q0 q0 q1 q1] (sa·Σq, the zero-point correction's row factor): 16-byte
-/// quadwords at 16·p and 64 + 16·p bytes.
+/// Per asm tile of n row groups and block: for its 2n row pairs (r0, r1) [sa0 sa0 sa1 sa1] (activation scales;
+/// 1 in the row numerics), then for the same row pairs [q0 q0 q1 q1] (sa·Σq, the zero-point correction's row
+/// factor): 16-byte quadwords at 16·p and 32·n + 16·p bytes, 16·n f32 per block.
 pub(crate) struct RowScales {
     v: Vec<f32>,
-    blocks: usize,
+    /// Where each tile's blocks start in `v`.
+    at: Vec<usize>,
 }
 
 impl RowScales {
-    fn new(a: &RunArgs, pairs: usize) -> RowScales {
-        let mut v = vec![0f32; pairs * a.blocks * PER_BLOCK];
-        for (i, out) in v.chunks_exact_mut(PER_BLOCK).enumerate() {
-            let (gp, b) = (i / a.blocks, i % a.blocks);
-            for p in 0..4 {
-                let g = 2 * gp + p / 2;
-                let at = g * MR * a.blocks + b * MR + 2 * (p % 2);
-                let rs: [f32; 2] = core::array::from_fn(|h| {
-                    // SAFETY: row 2·(p % 2) + h of group g of the tile, block b (group-major scales; padding rows
-                    // hold 0); the row numerics' scales are 1 and not read.
-                    if a.row != 0 { 1.0 } else { unsafe { *a.lhs_scale.add(at + h) } }
-                });
-                let q: [f32; 2] = core::array::from_fn(|h| {
-                    if a.has_zp == 0 {
-                        return 0.0;
-                    }
-                    // SAFETY: as above (Σq is laid out as the scales).
-                    let s = unsafe { *a.lhs_sum.add(at + h) } as f32;
-                    if a.row != 0 { s } else { rs[h] * s }
-                });
-                out[4 * p..4 * p + 4].copy_from_slice(&[rs[0], rs[0], rs[1], rs[1]]);
-                out[16 + 4 * p..16 + 4 * p + 4].copy_from_slice(&[q[0], q[0], q[1], q[1]]);
-            }
-        }
-        RowScales { v, blocks: a.blocks }
+    /// f32 per block of a tile of `n` row groups.
+    pub(crate) const fn per_block(n: usize) -> usize {
+        16 * n
     }
 
-    /// Row-group pair `gp`'s blocks.
-    fn pair(&self, gp: usize) -> &[f32] {
-        &self.v[gp * self.blocks * PER_BLOCK..(gp + 1) * self.blocks * PER_BLOCK]
+    fn new(a: &RunArgs, units: &[(usize, usize, Tile)]) -> RowScales {
+        let mut at = Vec::with_capacity(units.len() + 1);
+        at.push(0);
+        for &(_, n, _) in units {
+            at.push(at[at.len() - 1] + a.blocks * Self::per_block(n));
+        }
+        let mut v = vec![0f32; at[units.len()]];
+        for (u, &(g0, n, _)) in units.iter().enumerate() {
+            let per = Self::per_block(n);
+            for (b, out) in v[at[u]..at[u + 1]].chunks_exact_mut(per).enumerate() {
+                for p in 0..2 * n {
+                    let g = g0 + p / 2;
+                    let i = g * MR * a.blocks + b * MR + 2 * (p % 2);
+                    let rs: [f32; 2] = core::array::from_fn(|h| {
+                        // SAFETY: row 2·(p % 2) + h of group g of the tile, block b (group-major scales; padding
+                        // rows hold 0); the row numerics' scales are 1 and not read.
+                        if a.row != 0 { 1.0 } else { unsafe { *a.lhs_scale.add(i + h) } }
+                    });
+                    let q: [f32; 2] = core::array::from_fn(|h| {
+                        if a.has_zp == 0 {
+                            return 0.0;
+                        }
+                        // SAFETY: as above (Σq is laid out as the scales).
+                        let s = unsafe { *a.lhs_sum.add(i + h) } as f32;
+                        if a.row != 0 { s } else { rs[h] * s }
+                    });
+                    out[4 * p..4 * p + 4].copy_from_slice(&[rs[0], rs[0], rs[1], rs[1]]);
+                    let qa = 8 * n + 4 * p;
+                    out[qa..qa + 4].copy_from_slice(&[q[0], q[0], q[1], q[1]]);
+                }
+            }
+        }
+        at.pop();
+        RowScales { v, at }
+    }
+
+    /// Asm tile `u`'s blocks.
+    fn unit(&self, u: usize) -> &[f32] {
+        let end = self.at.get(u + 1).copied().unwrap_or(self.v.len());
+        &self.v[self.at[u]..end]
     }
 }
 
-/// Stores a tile's sums of row groups `g`, `g + 1` × `panel` (plus bias), only the tile's real rows and the
+/// Stores a tile's sums of row groups `g..g + n` × `panel` (plus bias), only the tile's real rows and the
 /// columns below `a.cols`.
 ///
 /// # Safety
-/// `a` satisfies the `RunArgs` contract; groups `g`, `g + 1` and `panel` are the tile's.
+/// `a` satisfies the `RunArgs` contract; groups `g..g + n` and `panel` are the tile's.
 #[target_feature(enable = "neon")]
-unsafe fn store_8x8(a: &RunArgs, panel: usize, g: usize, out: &Sums) {
-    for p in 0..4 {
+unsafe fn store_groups(a: &RunArgs, panel: usize, g: usize, n: usize, out: &Sums) {
+    for p in 0..2 * n {
         for h in 0..2 {
             let r = g * MR + 2 * p + h;
             if r >= a.rows {

@@ -1,0 +1,188 @@
+//! int8-activation GEMM for prefill, i8mm: 12 rows (three `qsi8dbp4x8` row groups: six SMMLA row pairs) × 4
+//! columns (two column pairs of a `qsnbp8x8` panel) per register tile, and 8 rows × 4 columns for a last pair
+//! of groups; the whole block loop of a tile is one `asm!` block, so nothing leaves the registers: 12 int32 2 × 2
+//! tiles for the block (v0–v11), 12 f32 2 × 2 sums (v12–v23), one 64-byte group of the chunk's codes (v24, v25),
+//! one field at a time (v26, v27), a row-pair pair of activations (v28, v29), the field mask (v30). A panel is
+//! two such tiles (column halves); a tile's activations are read once per half. A last single row group (and
+//! 2- and 8-bit codes, blocks of 16) runs the intrinsic 4 × 8 body of the same layout
+//! (`super::qsnbp8x8_int8::gemm_pairs`).
+//!
+//! Why 12 × 4: per 32 K the codes of 4 columns (2 loads, 8 field extractions) serve 6 row pairs, and the
+//! per-block bookkeeping (loops, scale loads, branches) is shared by 48 SMMLA. 12 + 12 accumulators are what
+//! fits beside the operands (16 × 4 or 8 × 8 need 32 accumulators); as intrinsics LLVM spilled at 12 × 8 rows,
+//! in asm nothing spills.
+//!
+//! Instruction budget per 32 K (one block of 32) × 4 columns × 12 rows, 4-bit codes, symmetric, per-block
+//! numerics, from the text (per SMMLA: / 48): 48 SMMLA; 2 + 12 LDP (codes, activations; 0.29); 8 field
+//! extractions (SHL / AND, 0.17); per block 12 SCVTF, 12 FMUL (column × row scales: the per-block activation
+//! scale's cost), 12 FMLA, 12 MOVI (zeroing), 4 LDP (scales) (1.08; the row numerics drop the 12 FMUL and 3 LDP:
+//! 0.77; zero points add 4 LDP and 12 FMLA); loops, pointer steps and branches 12 (0.25). Total 138 = 2.88 per
+//! SMMLA (the 8 × 4 tile: 100 = 3.13). Measured (`scripts/aarch64/icount-kernel.sh`, 2048 × 2048, qemu -cpu
+//! max,sve=off, by symbol): the asm tiles 2.95 per SMMLA at M = 128 (ten 12-row tiles and one 8-row tile per
+//! panel), the whole kernel 3.15 (laying out the scales, storing the sums); the intrinsic 4 × 8 tile it
+//! replaces: 3.37.
+//!
+//! The column scales (× 2^−4, exact) and corrections, and the rows' activation scales and sa·Σq, are laid out
+//! once per call in the tiles' lane order (`super::qsnbp8x8_tiles`), as for the SVE 8 × 8 kernel, so the asm
+//! epilogue is loads and vector arithmetic: `y += f32(acc)·(s·sa) [+ c·sq]` (row numerics: `y += f32(acc)·s
+//! [+ c·sq]`), `ops::block_epilogue`'s formula.
+//!
+//! LHS: `qsi8dbp4x8`; RHS: `qsnbp8x8_sf16_zpc`. Features: neon, i8mm. No over-reads (a tile's groups are always
+//! groups of the call's tile).
+
+use super::qsnbp8x8_int8::MR;
+use super::qsnbp8x8_tiles::{ColumnScales, RowScales, Sums, run_tiles};
+use super::sve_asm::vector_asm;
+use crate::ukernel::RunArgs;
+
+/// # Safety
+/// The CPU has neon and i8mm; `args` satisfies the `RunArgs` contract with a `qsi8dbp4x8` LHS (the tile starts
+/// at a row group) and a `qsnbp8x8` RHS (f16 scales) of `args.bits` ∈ {2, 4, 8}.
+#[target_feature(enable = "neon,i8mm")]
+pub(crate) unsafe fn run(args: &RunArgs) {
+    let a = args;
+    let asm = a.bits == 4 && a.bl.is_multiple_of(32);
+    // SAFETY: the caller's guarantee; the asm tiles need only neon and i8mm.
+    unsafe { run_tiles(a, asm, tile_8x8, Some(tile_12x8)) }
+}
+
+/// The asm text of one tile of G row groups (`$g`: the group's activation operand `{a$g}`, its 4 int32
+/// accumulators `$c*` = [row pair 0: column pair 0, 1; row pair 1: 0, 1], its 4 f32 sums `$s*` in the same
+/// order, the offsets of its row scales `$ro` and sa·Σq `$qo` in a block's `RowScales`, and of its sums `$oo`
+/// in the output) × 4 columns (two column pairs), over all blocks. Registers: codes v24, v25 (one 64-byte group
+/// of the chunk at a time: column pairs 2·half, 2·half + 1), fields v26, v27, a row-pair pair of activations
+/// v28, v29, the field mask v30; in the epilogue v24, v25 hold the column scales (then corrections), v26, v27
+/// a group's row vectors and v28, v29 the products.
+#[rustfmt::skip]
+macro_rules! tile_text {
+    ($($g:literal [$c0:literal $c1:literal $c2:literal $c3:literal] [$s0:literal $s1:literal $s2:literal $s3:literal]
+       $ro:literal $qo:literal $oo:literal);+) => {
+        concat!(
+            ".arch_extension i8mm\n",
+            "movi v30.16b, #0xf0\n",
+            $("movi v", $c0, ".4s, #0\n", "movi v", $c1, ".4s, #0\n", "movi v", $c2, ".4s, #0\n",
+              "movi v", $c3, ".4s, #0\n", "movi v", $s0, ".4s, #0\n", "movi v", $s1, ".4s, #0\n",
+              "movi v", $s2, ".4s, #0\n", "movi v", $s3, ".4s, #0\n",)+
+            // Block loop.
+            "2:\n",
+            "mov {xc}, {rec}\n",
+            "add {rec}, {rec}, {rstride}\n",
+            "mov {cc}, {chunks}\n",
+            // Chunk loop: 32 K in two 64-byte groups of 8 columns × 8 K × 2 fields; field l of group h is run
+            // 2l + h of the chunk (activations at 32·run bytes in each row group): the low field (`shl #4`) and
+            // the high one (`and #0xf0`), both 16 × the signed code.
+            "3:\n",
+            "ldp q24, q25, [{xc}]\n",
+            "shl v26.16b, v24.16b, #4\n", "shl v27.16b, v25.16b, #4\n",
+            $(tile_text!(@run $g 0 $c0 $c1 $c2 $c3),)+
+            "and v26.16b, v24.16b, v30.16b\n", "and v27.16b, v25.16b, v30.16b\n",
+            $(tile_text!(@run $g 64 $c0 $c1 $c2 $c3),)+
+            "ldp q24, q25, [{xc}, #64]\n",
+            "shl v26.16b, v24.16b, #4\n", "shl v27.16b, v25.16b, #4\n",
+            $(tile_text!(@run $g 32 $c0 $c1 $c2 $c3),)+
+            "and v26.16b, v24.16b, v30.16b\n", "and v27.16b, v25.16b, v30.16b\n",
+            $(tile_text!(@run $g 96 $c0 $c1 $c2 $c3),)+
+            "add {xc}, {xc}, #128\n",
+            $("add {a", $g, "}, {a", $g, "}, #128\n",)+
+            "subs {cc}, {cc}, #1\n",
+            "b.ne 3b\n",
+            // Block epilogue: y += f32(acc)·(s·sa) [+ c·sq] (the row numerics: y += f32(acc)·s [+ c·sq]).
+            "ldp q24, q25, [{col}]\n",
+            $("scvtf v", $c0, ".4s, v", $c0, ".4s\n", "scvtf v", $c1, ".4s, v", $c1, ".4s\n",
+              "scvtf v", $c2, ".4s, v", $c2, ".4s\n", "scvtf v", $c3, ".4s, v", $c3, ".4s\n",)+
+            "cbnz {row}, 4f\n",
+            $("ldp q26, q27, [{rowp}, #", $ro, "]\n",
+              "fmul v28.4s, v24.4s, v26.4s\n", "fmul v29.4s, v25.4s, v26.4s\n",
+              "fmla v", $s0, ".4s, v", $c0, ".4s, v28.4s\n", "fmla v", $s1, ".4s, v", $c1, ".4s, v29.4s\n",
+              "fmul v28.4s, v24.4s, v27.4s\n", "fmul v29.4s, v25.4s, v27.4s\n",
+              "fmla v", $s2, ".4s, v", $c2, ".4s, v28.4s\n", "fmla v", $s3, ".4s, v", $c3, ".4s, v29.4s\n",)+
+            "b 5f\n",
+            "4:\n",
+            $("fmla v", $s0, ".4s, v", $c0, ".4s, v24.4s\n", "fmla v", $s1, ".4s, v", $c1, ".4s, v25.4s\n",
+              "fmla v", $s2, ".4s, v", $c2, ".4s, v24.4s\n", "fmla v", $s3, ".4s, v", $c3, ".4s, v25.4s\n",)+
+            "5:\n",
+            "cbz {zp}, 6f\n",
+            "ldp q24, q25, [{col}, #64]\n",
+            $("ldp q26, q27, [{rowp}, #", $qo, "]\n",
+              "fmla v", $s0, ".4s, v24.4s, v26.4s\n", "fmla v", $s1, ".4s, v25.4s, v26.4s\n",
+              "fmla v", $s2, ".4s, v24.4s, v27.4s\n", "fmla v", $s3, ".4s, v25.4s, v27.4s\n",)+
+            "6:\n",
+            $("movi v", $c0, ".4s, #0\n", "movi v", $c1, ".4s, #0\n", "movi v", $c2, ".4s, #0\n",
+              "movi v", $c3, ".4s, #0\n",)+
+            "add {col}, {col}, #128\n",
+            "add {rowp}, {rowp}, {rbytes}\n",
+            "subs {nb}, {nb}, #1\n",
+            "b.ne 2b\n",
+            // The sums: row pair p's column pairs 2·half, 2·half + 1 at (2p + half)·8 f32 (half: in `{out}`).
+            $("stp q", $s0, ", q", $s1, ", [{out}, #", $oo, "]\n",
+              "stp q", $s2, ", q", $s3, ", [{out}, #", $oo, " + 64]\n",)+
+        )
+    };
+    // One run of 8 K of one group (activations at `$off` bytes): its two row pairs × the two fields.
+    (@run $g:literal $off:literal $c0:literal $c1:literal $c2:literal $c3:literal) => {
+        concat!(
+            "ldp q28, q29, [{a", $g, "}, #", $off, "]\n",
+            "smmla v", $c0, ".4s, v28.16b, v26.16b\n", "smmla v", $c1, ".4s, v28.16b, v27.16b\n",
+            "smmla v", $c2, ".4s, v29.16b, v26.16b\n", "smmla v", $c3, ".4s, v29.16b, v27.16b\n",
+        )
+    };
+}
+
+/// The asm tile of G row groups from `g` (`$groups`: `tile_text!`'s per-group operands; `$($ga)`: the groups'
+/// activation operands) × the 8 columns of `panel`, as two halves of 4 columns.
+macro_rules! tile_fn {
+    ($(#[$doc:meta])* $name:ident, $gn:literal, [$($ga:ident = $gi:literal),+], $($groups:tt)+) => {
+        $(#[$doc])*
+        /// # Safety
+        /// The CPU has neon and i8mm; `a` satisfies the `RunArgs` contract for a `qsi8dbp4x8` LHS and a 4-bit
+        /// `qsnbp8x8` RHS with blocks of whole 32-K chunks; the tile's groups from `g` and `panel` are the
+        /// tile's; `cols` is filled for `panel` and `rows` is the tile's.
+        #[target_feature(enable = "neon,i8mm")]
+        unsafe fn $name(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, rows: &[f32], out: &mut Sums) {
+            debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
+            debug_assert!(cols.holds(a.blocks) && rows.len() == a.blocks * RowScales::per_block($gn));
+            for half in 0..2 {
+                let rec = a.rhs.wrapping_add(panel * a.rhs_panel_stride + 32 * half);
+                // SAFETY: reads: per block, the record's codes of column pairs 2·half, 2·half + 1 (32 bytes of
+                // each of a chunk's 64-byte groups, inside the record), each group's 128 bytes per chunk (4 runs
+                // of 8 K × 4 rows) and the buffers' scales per block, for a.blocks blocks: all inside the tile's
+                // buffers (the caller's guarantee). Writes: the tile's sums in `out` (from 8·half f32). Every
+                // vector register the block touches is declared; d8–d15 (callee-saved) are clobbered and saved by
+                // the compiler; the flags are clobbered (no preserves_flags); no stack use.
+                unsafe {
+                    vector_asm!(
+                        [] tile_text!($($groups)+),
+                        rec = inout(reg) rec => _,
+                        rstride = in(reg) a.rhs_record,
+                        chunks = in(reg) a.bl / 32,
+                        nb = inout(reg) a.blocks => _,
+                        $($ga = inout(reg) a.lhs.wrapping_add((g + $gi) * MR * a.lhs_stride) => _,)+
+                        col = inout(reg) cols.as_ptr().wrapping_add(8 * half) => _,
+                        rowp = inout(reg) rows.as_ptr() => _,
+                        rbytes = in(reg) 4 * RowScales::per_block($gn),
+                        out = in(reg) out.as_mut_ptr().wrapping_add(8 * half),
+                        row = in(reg) a.row,
+                        zp = in(reg) a.has_zp,
+                        xc = out(reg) _,
+                        cc = out(reg) _,
+                    );
+                }
+            }
+        }
+    };
+}
+
+tile_fn!(
+    /// Row groups `g`, `g + 1`: 8 int32 accumulators (v0–v7), 8 f32 sums (v12–v19), 32 SMMLA per 32 K.
+    tile_8x8, 2, [a0 = 0, a1 = 1],
+    0 [0 1 2 3] [12 13 14 15] 0 64 0;
+    1 [4 5 6 7] [16 17 18 19] 32 96 128
+);
+
+tile_fn!(
+    /// Row groups `g` .. `g + 3`: 12 int32 accumulators (v0–v11), 12 f32 sums (v12–v23), 48 SMMLA per 32 K.
+    tile_12x8, 3, [a0 = 0, a1 = 1, a2 = 2],
+    0 [0 1 2 3] [12 13 14 15] 0 96 0;
+    1 [4 5 6 7] [16 17 18 19] 32 128 128;
+    2 [8 9 10 11] [20 21 22 23] 64 160 256
+);
