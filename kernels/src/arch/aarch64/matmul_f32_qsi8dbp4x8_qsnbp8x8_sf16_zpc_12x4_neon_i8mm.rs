@@ -13,14 +13,16 @@
 //! in asm nothing spills.
 //!
 //! Instruction budget per 32 K (one block of 32) × 4 columns × 12 rows, 4-bit codes, symmetric, per-block
-//! numerics, from the text (per SMMLA: / 48): 48 SMMLA; 2 + 12 LDP (codes, activations; 0.29); 8 field
-//! extractions (SHL / AND, 0.17); per block 12 SCVTF, 12 FMUL (column × row scales: the per-block activation
-//! scale's cost), 12 FMLA, 12 MOVI (zeroing), 4 LDP (scales) (1.08; the row numerics drop the 12 FMUL and 3 LDP:
-//! 0.77; zero points add 4 LDP and 12 FMLA); loops, pointer steps and branches 12 (0.25). Total 138 = 2.88 per
-//! SMMLA (the 8 × 4 tile: 100 = 3.13). Measured (`scripts/aarch64/icount-kernel.sh`, 2048 × 2048, qemu -cpu
-//! max,sve=off, by symbol): the asm tiles 2.95 per SMMLA at M = 128 (ten 12-row tiles and one 8-row tile per
-//! panel), the whole kernel 3.15 (laying out the scales, storing the sums); the intrinsic 4 × 8 tile it
-//! replaces: 3.37.
+//! numerics, from the text (per SMMLA: / 48): 48 SMMLA; 2 + 12 LDP (codes, activations, post-indexed: no
+//! pointer arithmetic in the chunk; 0.29); 8 field extractions (SHL / AND, 0.17); per block 12 SCVTF, 12 FMUL
+//! (column × row scales: the per-block activation scale's cost), 12 FMLA, 12 MOVI (zeroing), 4 LDP (scales)
+//! (1.08; the row numerics drop the 12 FMUL and 3 LDP: 0.77; zero points add 4 LDP and 12 FMLA); 3 pointer steps,
+//! SUBS + B.NE (0.10). Total 127 = 2.65 per SMMLA (the 8 × 4 tile: 90 = 2.81). The numerics, the zero points and
+//! blocks of one chunk are compile-time modes of the text (eight asm blocks per tile), so the loop has no
+//! branches on them. Measured (`scripts/aarch64/icount-kernel.sh`, 2048 × 2048, qemu -cpu max,sve=off, the
+//! whole kernel: laying out the scales and storing the sums included): 2.88 per SMMLA at M = 128 (ten 12-row
+//! tiles and one 8-row tile per panel), 3.00 at M = 32; the row numerics 2.58 and 2.73. The intrinsic 4 × 8 tile
+//! it replaces: 3.37 (block, M = 32).
 //!
 //! The column scales (× 2^−4, exact) and corrections, and the rows' activation scales and sa·Σq, are laid out
 //! once per call in the tiles' lane order (`super::qsnbp8x8_tiles`), as for the SVE 8 × 8 kernel, so the asm
@@ -49,13 +51,17 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 /// The asm text of one tile of G row groups (`$g`: the group's activation operand `{a$g}`, its 4 int32
 /// accumulators `$c*` = [row pair 0: column pair 0, 1; row pair 1: 0, 1], its 4 f32 sums `$s*` in the same
 /// order, the offsets of its row scales `$ro` and sa·Σq `$qo` in a block's `RowScales`, and of its sums `$oo`
-/// in the output) × 4 columns (two column pairs), over all blocks. Registers: codes v24, v25 (one 64-byte group
-/// of the chunk at a time: column pairs 2·half, 2·half + 1), fields v26, v27, a row-pair pair of activations
-/// v28, v29, the field mask v30; in the epilogue v24, v25 hold the column scales (then corrections), v26, v27
-/// a group's row vectors and v28, v29 the products.
+/// in the output) × 4 columns (two column pairs), over all blocks, for one mode: `$act` `block` (y +=
+/// f32(acc)·(s·sa)) or `row` (y += f32(acc)·s), `$zp` `zp` (+ c·sq) or `nozp`, `$chunks` `one` (blocks of 32 K:
+/// no chunk loop) or `many`. Registers: codes v24, v25 (one 64-byte group of the chunk at a time: column pairs
+/// 2·half, 2·half + 1), fields v26, v27, a row-pair pair of activations v28, v29, the field mask v30; in the
+/// epilogue v24, v25 hold the column scales (then corrections), v26, v27 a group's row vectors and v28, v29 the
+/// products. Pointers advance by post-indexed loads: `{rec}` by 128 per chunk (then `{rskip}` to the next
+/// record), each `{a$g}` by 128 per chunk at its first load (the other runs at negative offsets).
 #[rustfmt::skip]
 macro_rules! tile_text {
-    ($($g:literal [$c0:literal $c1:literal $c2:literal $c3:literal] [$s0:literal $s1:literal $s2:literal $s3:literal]
+    ($act:ident $zp:ident $chunks:ident;
+     $($g:literal [$c0:literal $c1:literal $c2:literal $c3:literal] [$s0:literal $s1:literal $s2:literal $s3:literal]
        $ro:literal $qo:literal $oo:literal);+) => {
         concat!(
             ".arch_extension i8mm\n",
@@ -65,50 +71,31 @@ macro_rules! tile_text {
               "movi v", $s2, ".4s, #0\n", "movi v", $s3, ".4s, #0\n",)+
             // Block loop.
             "2:\n",
-            "mov {xc}, {rec}\n",
-            "add {rec}, {rec}, {rstride}\n",
-            "mov {cc}, {chunks}\n",
-            // Chunk loop: 32 K in two 64-byte groups of 8 columns × 8 K × 2 fields; field l of group h is run
-            // 2l + h of the chunk (activations at 32·run bytes in each row group): the low field (`shl #4`) and
-            // the high one (`and #0xf0`), both 16 × the signed code.
-            "3:\n",
-            "ldp q24, q25, [{xc}]\n",
+            tile_text!(@chunk_head $chunks),
+            // 32 K in two 64-byte groups of 8 columns × 8 K × 2 fields; field l of group h is run 2l + h of the
+            // chunk (activations at 32·run bytes in each row group): the low field (`shl #4`) and the high one
+            // (`and #0xf0`), both 16 × the signed code.
+            "ldp q24, q25, [{rec}], #128\n",
             "shl v26.16b, v24.16b, #4\n", "shl v27.16b, v25.16b, #4\n",
-            $(tile_text!(@run $g 0 $c0 $c1 $c2 $c3),)+
+            $(tile_text!(@run $g "], #128" $c0 $c1 $c2 $c3),)+
             "and v26.16b, v24.16b, v30.16b\n", "and v27.16b, v25.16b, v30.16b\n",
-            $(tile_text!(@run $g 64 $c0 $c1 $c2 $c3),)+
-            "ldp q24, q25, [{xc}, #64]\n",
+            $(tile_text!(@run $g ", #-64]" $c0 $c1 $c2 $c3),)+
+            "ldp q24, q25, [{rec}, #-64]\n",
             "shl v26.16b, v24.16b, #4\n", "shl v27.16b, v25.16b, #4\n",
-            $(tile_text!(@run $g 32 $c0 $c1 $c2 $c3),)+
+            $(tile_text!(@run $g ", #-96]" $c0 $c1 $c2 $c3),)+
             "and v26.16b, v24.16b, v30.16b\n", "and v27.16b, v25.16b, v30.16b\n",
-            $(tile_text!(@run $g 96 $c0 $c1 $c2 $c3),)+
-            "add {xc}, {xc}, #128\n",
-            $("add {a", $g, "}, {a", $g, "}, #128\n",)+
-            "subs {cc}, {cc}, #1\n",
-            "b.ne 3b\n",
+            $(tile_text!(@run $g ", #-32]" $c0 $c1 $c2 $c3),)+
+            tile_text!(@chunk_tail $chunks),
             // Block epilogue: y += f32(acc)·(s·sa) [+ c·sq] (the row numerics: y += f32(acc)·s [+ c·sq]).
             "ldp q24, q25, [{col}]\n",
             $("scvtf v", $c0, ".4s, v", $c0, ".4s\n", "scvtf v", $c1, ".4s, v", $c1, ".4s\n",
               "scvtf v", $c2, ".4s, v", $c2, ".4s\n", "scvtf v", $c3, ".4s, v", $c3, ".4s\n",)+
-            "cbnz {row}, 4f\n",
-            $("ldp q26, q27, [{rowp}, #", $ro, "]\n",
-              "fmul v28.4s, v24.4s, v26.4s\n", "fmul v29.4s, v25.4s, v26.4s\n",
-              "fmla v", $s0, ".4s, v", $c0, ".4s, v28.4s\n", "fmla v", $s1, ".4s, v", $c1, ".4s, v29.4s\n",
-              "fmul v28.4s, v24.4s, v27.4s\n", "fmul v29.4s, v25.4s, v27.4s\n",
-              "fmla v", $s2, ".4s, v", $c2, ".4s, v28.4s\n", "fmla v", $s3, ".4s, v", $c3, ".4s, v29.4s\n",)+
-            "b 5f\n",
-            "4:\n",
-            $("fmla v", $s0, ".4s, v", $c0, ".4s, v24.4s\n", "fmla v", $s1, ".4s, v", $c1, ".4s, v25.4s\n",
-              "fmla v", $s2, ".4s, v", $c2, ".4s, v24.4s\n", "fmla v", $s3, ".4s, v", $c3, ".4s, v25.4s\n",)+
-            "5:\n",
-            "cbz {zp}, 6f\n",
-            "ldp q24, q25, [{col}, #64]\n",
-            $("ldp q26, q27, [{rowp}, #", $qo, "]\n",
-              "fmla v", $s0, ".4s, v24.4s, v26.4s\n", "fmla v", $s1, ".4s, v25.4s, v26.4s\n",
-              "fmla v", $s2, ".4s, v24.4s, v27.4s\n", "fmla v", $s3, ".4s, v25.4s, v27.4s\n",)+
-            "6:\n",
+            $(tile_text!(@scale $act $c0 $c1 $c2 $c3 $s0 $s1 $s2 $s3 $ro),)+
+            tile_text!(@zp_head $zp),
+            $(tile_text!(@zp $zp $s0 $s1 $s2 $s3 $qo),)+
             $("movi v", $c0, ".4s, #0\n", "movi v", $c1, ".4s, #0\n", "movi v", $c2, ".4s, #0\n",
               "movi v", $c3, ".4s, #0\n",)+
+            "add {rec}, {rec}, {rskip}\n",
             "add {col}, {col}, #128\n",
             "add {rowp}, {rowp}, {rbytes}\n",
             "subs {nb}, {nb}, #1\n",
@@ -118,18 +105,52 @@ macro_rules! tile_text {
               "stp q", $s2, ", q", $s3, ", [{out}, #", $oo, " + 64]\n",)+
         )
     };
-    // One run of 8 K of one group (activations at `$off` bytes): its two row pairs × the two fields.
-    (@run $g:literal $off:literal $c0:literal $c1:literal $c2:literal $c3:literal) => {
+    // Blocks of one chunk: no chunk loop (`{cc}`, `{chunks}` named in a comment only).
+    (@chunk_head one) => { "// {cc} {chunks}\n" };
+    (@chunk_head many) => { concat!("mov {cc}, {chunks}\n", "3:\n") };
+    (@chunk_tail one) => { "" };
+    (@chunk_tail many) => { concat!("subs {cc}, {cc}, #1\n", "b.ne 3b\n") };
+    // One run of 8 K of one group (`$at`: how its activations are addressed after `[{a$g}`): its two row pairs
+    // × the two fields.
+    (@run $g:literal $at:literal $c0:literal $c1:literal $c2:literal $c3:literal) => {
         concat!(
-            "ldp q28, q29, [{a", $g, "}, #", $off, "]\n",
+            "ldp q28, q29, [{a", $g, "}", $at, "\n",
             "smmla v", $c0, ".4s, v28.16b, v26.16b\n", "smmla v", $c1, ".4s, v28.16b, v27.16b\n",
             "smmla v", $c2, ".4s, v29.16b, v26.16b\n", "smmla v", $c3, ".4s, v29.16b, v27.16b\n",
         )
     };
+    (@scale block $c0:literal $c1:literal $c2:literal $c3:literal $s0:literal $s1:literal $s2:literal $s3:literal
+     $ro:literal) => {
+        concat!(
+            "ldp q26, q27, [{rowp}, #", $ro, "]\n",
+            "fmul v28.4s, v24.4s, v26.4s\n", "fmul v29.4s, v25.4s, v26.4s\n",
+            "fmla v", $s0, ".4s, v", $c0, ".4s, v28.4s\n", "fmla v", $s1, ".4s, v", $c1, ".4s, v29.4s\n",
+            "fmul v28.4s, v24.4s, v27.4s\n", "fmul v29.4s, v25.4s, v27.4s\n",
+            "fmla v", $s2, ".4s, v", $c2, ".4s, v28.4s\n", "fmla v", $s3, ".4s, v", $c3, ".4s, v29.4s\n",
+        )
+    };
+    (@scale row $c0:literal $c1:literal $c2:literal $c3:literal $s0:literal $s1:literal $s2:literal $s3:literal
+     $ro:literal) => {
+        concat!(
+            "fmla v", $s0, ".4s, v", $c0, ".4s, v24.4s\n", "fmla v", $s1, ".4s, v", $c1, ".4s, v25.4s\n",
+            "fmla v", $s2, ".4s, v", $c2, ".4s, v24.4s\n", "fmla v", $s3, ".4s, v", $c3, ".4s, v25.4s\n",
+        )
+    };
+    (@zp_head zp) => { "ldp q24, q25, [{col}, #64]\n" };
+    (@zp_head nozp) => { "" };
+    (@zp zp $s0:literal $s1:literal $s2:literal $s3:literal $qo:literal) => {
+        concat!(
+            "ldp q26, q27, [{rowp}, #", $qo, "]\n",
+            "fmla v", $s0, ".4s, v24.4s, v26.4s\n", "fmla v", $s1, ".4s, v25.4s, v26.4s\n",
+            "fmla v", $s2, ".4s, v24.4s, v27.4s\n", "fmla v", $s3, ".4s, v25.4s, v27.4s\n",
+        )
+    };
+    (@zp nozp $s0:literal $s1:literal $s2:literal $s3:literal $qo:literal) => { "" };
 }
 
-/// The asm tile of G row groups from `g` (`$groups`: `tile_text!`'s per-group operands; `$($ga)`: the groups'
-/// activation operands) × the 8 columns of `panel`, as two halves of 4 columns.
+/// The asm tile of G row groups from `g` (`$groups`: `tile_text!`'s per-group operands; `$ga = $gi`: the groups'
+/// activation operands and indices) × the 8 columns of `panel`, as two halves of 4 columns, in one of
+/// `tile_text!`'s eight modes chosen per call.
 macro_rules! tile_fn {
     ($(#[$doc:meta])* $name:ident, $gn:literal, [$($ga:ident = $gi:literal),+], $($groups:tt)+) => {
         $(#[$doc])*
@@ -141,31 +162,46 @@ macro_rules! tile_fn {
         unsafe fn $name(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, rows: &[f32], out: &mut Sums) {
             debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
             debug_assert!(cols.holds(a.blocks) && rows.len() == a.blocks * RowScales::per_block($gn));
+            let chunks = a.bl / 32;
             for half in 0..2 {
                 let rec = a.rhs.wrapping_add(panel * a.rhs_panel_stride + 32 * half);
-                // SAFETY: reads: per block, the record's codes of column pairs 2·half, 2·half + 1 (32 bytes of
-                // each of a chunk's 64-byte groups, inside the record), each group's 128 bytes per chunk (4 runs
-                // of 8 K × 4 rows) and the buffers' scales per block, for a.blocks blocks: all inside the tile's
-                // buffers (the caller's guarantee). Writes: the tile's sums in `out` (from 8·half f32). Every
-                // vector register the block touches is declared; d8–d15 (callee-saved) are clobbered and saved by
-                // the compiler; the flags are clobbered (no preserves_flags); no stack use.
-                unsafe {
-                    vector_asm!(
-                        [] tile_text!($($groups)+),
-                        rec = inout(reg) rec => _,
-                        rstride = in(reg) a.rhs_record,
-                        chunks = in(reg) a.bl / 32,
-                        nb = inout(reg) a.blocks => _,
-                        $($ga = inout(reg) a.lhs.wrapping_add((g + $gi) * MR * a.lhs_stride) => _,)+
-                        col = inout(reg) cols.as_ptr().wrapping_add(8 * half) => _,
-                        rowp = inout(reg) rows.as_ptr() => _,
-                        rbytes = in(reg) 4 * RowScales::per_block($gn),
-                        out = in(reg) out.as_mut_ptr().wrapping_add(8 * half),
-                        row = in(reg) a.row,
-                        zp = in(reg) a.has_zp,
-                        xc = out(reg) _,
-                        cc = out(reg) _,
-                    );
+                // One mode's asm block: the operands are the same in all eight.
+                macro_rules! tile_asm {
+                    ($act:ident $zp:ident $chunks:ident) => {
+                        // SAFETY: reads: per block, the record's codes of column pairs 2·half, 2·half + 1 (32
+                        // bytes of each of a chunk's 64-byte groups, inside the record), each group's 128 bytes
+                        // per chunk (4 runs of 8 K × 4 rows) and the buffers' scales per block, for a.blocks
+                        // blocks: all inside the tile's buffers (the caller's guarantee); the pointers step past
+                        // the last block without reading there. Writes: the tile's sums in `out` (from 8·half
+                        // f32). Every vector register the block touches is declared; d8–d15 (callee-saved) are
+                        // clobbered and saved by the compiler; the flags are clobbered (no preserves_flags); no
+                        // stack use.
+                        unsafe {
+                            vector_asm!(
+                                [] tile_text!($act $zp $chunks; $($groups)+),
+                                rec = inout(reg) rec => _,
+                                rskip = in(reg) a.rhs_record - 128 * chunks,
+                                chunks = in(reg) chunks,
+                                nb = inout(reg) a.blocks => _,
+                                $($ga = inout(reg) a.lhs.wrapping_add((g + $gi) * MR * a.lhs_stride) => _,)+
+                                col = inout(reg) cols.as_ptr().wrapping_add(8 * half) => _,
+                                rowp = inout(reg) rows.as_ptr() => _,
+                                rbytes = in(reg) 4 * RowScales::per_block($gn),
+                                out = in(reg) out.as_mut_ptr().wrapping_add(8 * half),
+                                cc = out(reg) _,
+                            )
+                        }
+                    };
+                }
+                match (a.row != 0, a.has_zp != 0, chunks == 1) {
+                    (false, false, true) => tile_asm!(block nozp one),
+                    (false, false, false) => tile_asm!(block nozp many),
+                    (false, true, true) => tile_asm!(block zp one),
+                    (false, true, false) => tile_asm!(block zp many),
+                    (true, false, true) => tile_asm!(row nozp one),
+                    (true, false, false) => tile_asm!(row nozp many),
+                    (true, true, true) => tile_asm!(row zp one),
+                    (true, true, false) => tile_asm!(row zp many),
                 }
             }
         }

@@ -154,28 +154,28 @@ impl RowScales {
             at.push(at[at.len() - 1] + a.blocks * Self::per_block(n));
         }
         let mut v = vec![0f32; at[units.len()]];
+        let (row, zp) = (a.row != 0, a.has_zp != 0);
         for (u, &(g0, n, _)) in units.iter().enumerate() {
             let per = Self::per_block(n);
-            for (b, out) in v[at[u]..at[u + 1]].chunks_exact_mut(per).enumerate() {
+            for b in 0..a.blocks {
+                let out = &mut v[at[u] + b * per..at[u] + (b + 1) * per];
                 for p in 0..2 * n {
-                    let g = g0 + p / 2;
-                    let i = g * MR * a.blocks + b * MR + 2 * (p % 2);
-                    let rs: [f32; 2] = core::array::from_fn(|h| {
-                        // SAFETY: row 2·(p % 2) + h of group g of the tile, block b (group-major scales; padding
-                        // rows hold 0); the row numerics' scales are 1 and not read.
-                        if a.row != 0 { 1.0 } else { unsafe { *a.lhs_scale.add(i + h) } }
-                    });
-                    let q: [f32; 2] = core::array::from_fn(|h| {
-                        if a.has_zp == 0 {
-                            return 0.0;
-                        }
+                    // Rows 2·(p % 2), + 1 of group g0 + p / 2, block b (group-major scales and sums; padding rows
+                    // hold 0).
+                    let i = (g0 + p / 2) * MR * a.blocks + b * MR + 2 * (p % 2);
+                    let (r0, r1) = if row {
+                        (1.0, 1.0)
+                    } else {
+                        // SAFETY: the two rows' scales of block b, inside the tile's (RunArgs contract).
+                        unsafe { (*a.lhs_scale.add(i), *a.lhs_scale.add(i + 1)) }
+                    };
+                    out[4 * p..4 * p + 4].copy_from_slice(&[r0, r0, r1, r1]);
+                    if zp {
                         // SAFETY: as above (Σq is laid out as the scales).
-                        let s = unsafe { *a.lhs_sum.add(i + h) } as f32;
-                        if a.row != 0 { s } else { rs[h] * s }
-                    });
-                    out[4 * p..4 * p + 4].copy_from_slice(&[rs[0], rs[0], rs[1], rs[1]]);
-                    let qa = 8 * n + 4 * p;
-                    out[qa..qa + 4].copy_from_slice(&[q[0], q[0], q[1], q[1]]);
+                        let (q0, q1) = unsafe { (*a.lhs_sum.add(i) as f32, *a.lhs_sum.add(i + 1) as f32) };
+                        let (q0, q1) = if row { (q0, q1) } else { (r0 * q0, r1 * q1) };
+                        out[8 * n + 4 * p..8 * n + 4 * p + 4].copy_from_slice(&[q0, q0, q1, q1]);
+                    }
                 }
             }
         }
