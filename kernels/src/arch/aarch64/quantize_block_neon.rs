@@ -43,7 +43,7 @@ pub(crate) fn quantize_block_row(a: &[f32], dst: &mut [u8], runs: Runs, rq: RowQ
     assert!(a.len().is_multiple_of(16), "blocks of 16·n values");
     runs.check(a.len(), dst.len());
     // SAFETY: as in `quantize_block`.
-    unsafe { write_codes(a, dst, runs, rq.inv, rq.zero, -128, 127) }
+    unsafe { write_codes::<true>(a, dst, runs, rq.inv, rq.zero, -128, 127) }
 }
 
 /// Writes the codes straight to their packed places (`runs`: one 8-byte store per 8 values for runs of 8·n, two
@@ -63,16 +63,16 @@ pub(crate) fn quantize_block(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32
 unsafe fn run(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
     let n = a.len();
     let p = a.as_ptr();
-    let mut amax = vdupq_n_f32(0.0);
-    let mut nan = vdupq_n_u32(0);
-    for i in (0..n).step_by(4) {
-        // SAFETY: i + 4 <= n values of `a`.
-        let x = unsafe { vld1q_f32(p.add(i)) };
-        nan = vorrq_u32(nan, vmvnq_u32(vceqq_f32(x, x)));
-        amax = vmaxq_f32(amax, vabsq_f32(x));
+    // FMAX and FMAXV propagate a NaN (unlike FMAXNM): amax is NaN iff a value is.
+    let (mut m0, mut m1) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
+    for i in (0..n).step_by(8) {
+        // SAFETY: i + 8 <= n values of `a` (n is a multiple of 16).
+        let (x0, x1) = unsafe { (vld1q_f32(p.add(i)), vld1q_f32(p.add(i + 4))) };
+        m0 = vmaxq_f32(m0, vabsq_f32(x0));
+        m1 = vmaxq_f32(m1, vabsq_f32(x1));
     }
-    let nan = vmaxvq_u32(nan) != 0;
-    let amax = vmaxvq_f32(amax);
+    let amax = vmaxvq_f32(vmaxq_f32(m0, m1));
+    let nan = amax.is_nan();
     let scale = if nan { f32::NAN } else { amax / 127.0 };
     if nan || !(amax > 0.0 && amax.is_finite()) {
         for r in 0..n / runs.run {
@@ -81,15 +81,26 @@ unsafe fn run(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
         return (scale, 0);
     }
     // SAFETY: forwarded (the caller's guarantee).
-    (scale, unsafe { write_codes(a, dst, runs, 127.0 / amax, 0, -127, 127) })
+    (scale, unsafe { write_codes::<false>(a, dst, runs, 127.0 / amax, 0, -127, 127) })
 }
 
 /// Writes q = clamp(round-half-even(x · inv) + zero, lo, hi) of every value to its packed place and returns Σq.
+/// Without `CLAMP` (the per-block numerics: inv = 127 / amax, zero 0) the offset and the clamp are left out:
+/// |x · inv| ≤ 127 · (1 + 2^−23)·(1 + 2^−24) rounds to at most 127, so they would change nothing.
 ///
 /// # Safety
 /// NEON; `a.len()` is a multiple of 8 and every place `runs.at(i)`, i < `a.len()`, is inside `dst`.
 #[target_feature(enable = "neon")]
-unsafe fn write_codes(a: &[f32], dst: &mut [u8], runs: Runs, inv: f32, zero: i32, lo: i32, hi: i32) -> i32 {
+unsafe fn write_codes<const CLAMP: bool>(
+    a: &[f32],
+    dst: &mut [u8],
+    runs: Runs,
+    inv: f32,
+    zero: i32,
+    lo: i32,
+    hi: i32,
+) -> i32 {
+    debug_assert!(CLAMP || (zero == 0 && lo == -127 && hi == 127));
     let (n, p) = (a.len(), a.as_ptr());
     let (lo, hi, z) = (vdupq_n_s32(lo), vdupq_n_s32(hi), vdupq_n_s32(zero));
     let flip = vdup_n_u8(runs.flip);
@@ -100,7 +111,10 @@ unsafe fn write_codes(a: &[f32], dst: &mut [u8], runs: Runs, inv: f32, zero: i32
     let mut sum = vdupq_n_s32(0);
     for i in (0..n).step_by(8) {
         // FCVTNS: to nearest, ties to even (as f32::round_ties_even); NaN (a zero or non-finite row's 0 · ∞) to 0.
-        let cvt = |x: float32x4_t| vminq_s32(vmaxq_s32(vaddq_s32(vcvtnq_s32_f32(vmulq_n_f32(x, inv)), z), lo), hi);
+        let cvt = |x: float32x4_t| {
+            let q = vcvtnq_s32_f32(vmulq_n_f32(x, inv));
+            if CLAMP { vminq_s32(vmaxq_s32(vaddq_s32(q, z), lo), hi) } else { q }
+        };
         // SAFETY: i + 8 <= n values of `a`.
         let (v0, v1) = unsafe { (cvt(vld1q_f32(p.add(i))), cvt(vld1q_f32(p.add(i + 4)))) };
         sum = vaddq_s32(sum, vaddq_s32(v0, v1));
