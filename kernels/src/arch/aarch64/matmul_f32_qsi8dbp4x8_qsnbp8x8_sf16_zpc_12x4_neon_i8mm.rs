@@ -50,7 +50,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 
 /// The asm text of one tile of G row groups (`$g`: the group's activation operand `{a$g}`, its 4 int32
 /// accumulators `$c*` = [row pair 0: column pair 0, 1; row pair 1: 0, 1], its 4 f32 sums `$s*` in the same
-/// order, the offsets of its row scales `$ro` and sa·Σq `$qo` in a block's `RowScales`, and of its sums `$oo`
+/// order, the offsets of its row scales `$ro` and sa·Σq `$qo` in a block's `RowScales`, and of its 4 rows `$oo`
 /// in the output) × 4 columns (two column pairs), over all blocks, for one mode: `$act` `block` (y +=
 /// f32(acc)·(s·sa)) or `row` (y += f32(acc)·s), `$zp` `zp` (+ c·sq) or `nozp`, `$chunks` `one` (blocks of 32 K:
 /// no chunk loop) or `many`. Registers: codes v24, v25 (one 64-byte group of the chunk at a time: column pairs
@@ -100,9 +100,12 @@ macro_rules! tile_text {
             "add {rowp}, {rowp}, {rbytes}\n",
             "subs {nb}, {nb}, #1\n",
             "b.ne 2b\n",
-            // The sums: row pair p's column pairs 2·half, 2·half + 1 at (2p + half)·8 f32 (half: in `{out}`).
-            $("stp q", $s0, ", q", $s1, ", [{out}, #", $oo, "]\n",
-              "stp q", $s2, ", q", $s3, ", [{out}, #", $oo, " + 64]\n",)+
+            // The sums by rows: row r's 4 columns (row pair r / 2's half r % 2 of both column pairs: ZIP1 / ZIP2
+            // of the two 2 × 2 tiles' 64-bit halves) at 8·r f32 (+ 4·half: in `{out}`).
+            $("zip1 v26.2d, v", $s0, ".2d, v", $s1, ".2d\n", "zip2 v27.2d, v", $s0, ".2d, v", $s1, ".2d\n",
+              "zip1 v28.2d, v", $s2, ".2d, v", $s3, ".2d\n", "zip2 v29.2d, v", $s2, ".2d, v", $s3, ".2d\n",
+              "str q26, [{out}, #", $oo, "]\n", "str q27, [{out}, #", $oo, " + 32]\n",
+              "str q28, [{out}, #", $oo, " + 64]\n", "str q29, [{out}, #", $oo, " + 96]\n",)+
         )
     };
     // Blocks of one chunk: no chunk loop (`{cc}`, `{chunks}` named in a comment only).
@@ -187,7 +190,7 @@ macro_rules! tile_fn {
                                 col = inout(reg) cols.as_ptr().wrapping_add(8 * half) => _,
                                 rowp = inout(reg) rows.as_ptr() => _,
                                 rbytes = in(reg) 4 * RowScales::per_block($gn),
-                                out = in(reg) out.as_mut_ptr().wrapping_add(8 * half),
+                                out = in(reg) out.as_mut_ptr().wrapping_add(4 * half),
                                 cc = out(reg) _,
                             )
                         }

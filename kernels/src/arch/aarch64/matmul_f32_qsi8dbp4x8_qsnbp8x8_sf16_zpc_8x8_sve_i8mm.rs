@@ -28,7 +28,7 @@
 use super::ops::sve_vl_bytes;
 use super::qsnbp8x8_int8::MR;
 use super::qsnbp8x8_tiles::{ColumnScales, PER_BLOCK, Sums, run_tiles};
-use super::sve_asm::{store_sums, sve_asm, zero_acc, zero_all};
+use super::sve_asm::{sve_asm, zero_acc, zero_all};
 use crate::ukernel::RunArgs;
 
 /// # Safety
@@ -42,6 +42,41 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     let asm = a.bits == 4 && a.bl.is_multiple_of(32) && sve_vl_bytes() >= 32;
     // SAFETY: the CPU has SVE i8mm at ≥ 256 bits when `asm` is set (checked just now); the rest is the caller's.
     unsafe { run_tiles(a, asm, tile_8x8, None) }
+}
+
+/// Row pair p's sums (column halves `$j0`, `$j1`: z registers) as its two rows of 8 f32 at `$at` bytes of
+/// `{out}` (the first 256 bits of each: segment 0 column pair 2j, segment 1 column pair 2j + 1).
+macro_rules! store_rows {
+    ($j0:literal, $j1:literal, $at:literal) => {
+        concat!(
+            "uzp1 z26.d, z",
+            $j0,
+            ".d, z",
+            $j0,
+            ".d\n",
+            "uzp2 z27.d, z",
+            $j0,
+            ".d, z",
+            $j0,
+            ".d\n",
+            "uzp1 z28.d, z",
+            $j1,
+            ".d, z",
+            $j1,
+            ".d\n",
+            "uzp2 z29.d, z",
+            $j1,
+            ".d, z",
+            $j1,
+            ".d\n",
+            "stp q26, q28, [{out}, #",
+            $at,
+            "]\n",
+            "stp q27, q29, [{out}, #",
+            $at,
+            " + 32]\n",
+        )
+    };
 }
 
 /// One run of 8 K for the whole tile: 4 row pairs (z20–z23) × 2 column halves (the field z18/z19) into z0–z7.
@@ -177,8 +212,12 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, row
             "add {rowp}, {rowp}, #128",
             "subs {nb}, {nb}, #1",
             "b.ne 2b",
-            // The sums, [row pair][column half].
-            store_sums!(),
+            // The sums by rows: row 2p + h's 8 columns (its 64-bit halves of the four 2 × 2 tiles of row pair p:
+            // UZP1 / UZP2 of each column half's 64-bit elements) at 8·(2p + h) f32.
+            store_rows!(8, 9, 0),
+            store_rows!(10, 11, 64),
+            store_rows!(12, 13, 128),
+            store_rows!(14, 15, 192),
             rec = inout(reg) rec => _,
             rstride = in(reg) a.rhs_record,
             chunks = in(reg) a.bl / 32,

@@ -3,8 +3,8 @@
 //! asm does not take ([`run_tiles`]), the per-block scales laid out once per call in the lane order of SMMLA's
 //! 2 × 2 tiles ([`ColumnScales`], [`RowScales`]), and the store of a tile's sums ([`store_groups`]).
 //!
-//! Lane order of a 2 × 2 SMMLA tile: (r0 c0, r0 c1, r1 c0, r1 c1). A tile's sums leave the asm as 8 × 8 f32
-//! `[row pair p][column half j]`, 8 each: column pair 2j in lanes 0..4, column pair 2j + 1 in lanes 4..8.
+//! Lane order of a 2 × 2 SMMLA tile: (r0 c0, r0 c1, r1 c0, r1 c1). A tile's sums leave the asm by rows: row r's
+//! 8 columns at 8·r f32 ([`Sums`]).
 
 use super::ops::{scales8, store4};
 use super::qsnbp8x8_int8::{MR, NR, dup_pair, gemm_pairs};
@@ -14,7 +14,7 @@ use core::arch::aarch64::*;
 /// f32 per block in [`ColumnScales`] (128 bytes: the asm's stride), and in a two-group tile's [`RowScales`].
 pub(crate) const PER_BLOCK: usize = 32;
 
-/// The sums of one tile of up to three row groups × one panel (see the module doc for the order).
+/// The sums of one tile of up to three row groups × one panel, by rows (row r's 8 columns at 8·r).
 pub(crate) type Sums = [f32; 96];
 
 /// An asm tile: the tile's row groups from `g` × `panel` over all K into the sums, from the call's laid-out
@@ -197,29 +197,40 @@ impl RowScales {
 /// `a` satisfies the `RunArgs` contract; groups `g..g + n` and `panel` are the tile's.
 #[target_feature(enable = "neon")]
 unsafe fn store_groups(a: &RunArgs, panel: usize, g: usize, n: usize, out: &Sums) {
-    for p in 0..2 * n {
-        for h in 0..2 {
-            let r = g * MR + 2 * p + h;
-            if r >= a.rows {
-                return;
+    let rows = (a.rows - g * MR).min(n * MR);
+    let col0 = panel * NR;
+    if col0 + NR <= a.cols {
+        // A whole panel: each row's 8 columns as two vectors, the panel's bias loaded once.
+        // SAFETY: columns col0..col0 + 8 are inside bias (if not null) and every output row (RunArgs contract).
+        let (b0, b1) = unsafe {
+            if a.bias.is_null() {
+                (vdupq_n_f32(0.0), vdupq_n_f32(0.0))
+            } else {
+                (vld1q_f32(a.bias.add(col0)), vld1q_f32(a.bias.add(col0 + 4)))
             }
-            for j in 0..2 {
-                let col = panel * NR + 4 * j;
-                if col >= a.cols {
-                    break;
-                }
-                // SAFETY: the 8 lanes of [row pair p][column half j] inside `out`.
-                let (s0, s1) = unsafe {
-                    let at = out.as_ptr().add((2 * p + j) * 8);
-                    (vld1q_f32(at), vld1q_f32(at.add(4)))
-                };
-                let v = if h == 0 {
-                    vcombine_f32(vget_low_f32(s0), vget_low_f32(s1))
-                } else {
-                    vcombine_f32(vget_high_f32(s0), vget_high_f32(s1))
-                };
-                // SAFETY: row r < rows of the tile; columns below cols are inside dst and bias.
-                unsafe { store4(a.dst.add(r * a.dst_stride), a.bias, col, a.cols, v) };
+        };
+        for r in 0..rows {
+            // SAFETY: row r's 8 columns inside `out`; row g·4 + r is a real row of the tile, its columns col0..col0
+            // + 8 inside dst.
+            unsafe {
+                let (o, d) = (out.as_ptr().add(8 * r), a.dst.add((g * MR + r) * a.dst_stride + col0));
+                vst1q_f32(d, vaddq_f32(vld1q_f32(o), b0));
+                vst1q_f32(d.add(4), vaddq_f32(vld1q_f32(o.add(4)), b1));
+            }
+        }
+        return;
+    }
+    for r in 0..rows {
+        for j in 0..2 {
+            let col = panel * NR + 4 * j;
+            if col >= a.cols {
+                break;
+            }
+            // SAFETY: row r's columns 4j..4j + 4 inside `out`; row g·4 + r < rows of the tile; columns below cols
+            // are inside dst and bias.
+            unsafe {
+                let v = vld1q_f32(out.as_ptr().add(8 * r + 4 * j));
+                store4(a.dst.add((g * MR + r) * a.dst_stride), a.bias, col, a.cols, v);
             }
         }
     }
