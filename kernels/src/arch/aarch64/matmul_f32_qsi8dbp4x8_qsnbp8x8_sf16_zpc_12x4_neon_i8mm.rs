@@ -20,14 +20,16 @@
 //! SUBS + B.NE (0.10). Total 127 = 2.65 per SMMLA (the 8 × 4 tile: 90 = 2.81). The numerics, the zero points and
 //! blocks of one chunk are compile-time modes of the text (eight asm blocks per tile), so the loop has no
 //! branches on them. Measured (`scripts/aarch64/icount-kernel.sh`, 2048 × 2048, qemu -cpu max,sve=off, the
-//! whole kernel: laying out the scales and storing the sums included): 2.88 per SMMLA at M = 128 (ten 12-row
-//! tiles and one 8-row tile per panel), 3.00 at M = 32; the row numerics 2.58 and 2.73. The intrinsic 4 × 8 tile
-//! it replaces: 3.37 (block, M = 32).
+//! whole kernel: laying out the row scales and storing the sums included): 2.83 per SMMLA at M = 128 (ten 12-row
+//! tiles and one 8-row tile per panel), 2.95 at M = 32, 3.42 with zero points (M = 32); the row numerics 2.54
+//! and 2.68. The intrinsic 4 × 8 tile it replaces: 3.37 (block, M = 32).
 //!
-//! The column scales (× 2^−4, exact) and corrections, and the rows' activation scales and sa·Σq, are laid out
-//! once per call in the tiles' lane order (`super::qsnbp8x8_tiles`), as for the SVE 8 × 8 kernel, so the asm
-//! epilogue is loads and vector arithmetic: `y += f32(acc)·(s·sa) [+ c·sq]` (row numerics: `y += f32(acc)·s
-//! [+ c·sq]`), `ops::block_epilogue`'s formula.
+//! The rows' activation scales and sa·Σq are laid out once per call in the tiles' lane order
+//! (`super::qsnbp8x8_tiles::RowScales`, as for the SVE 8 × 8 kernel); the column scales (f16) and corrections
+//! are read from each block's record (LDR + FCVTL + 2 DUP per half-tile and block: cheaper than laying them out
+//! per panel once M is below ~100 rows, about even at M = 128). The epilogue is `y += f32(acc)·(s·sa) [+ c·sq]`
+//! (row numerics: `y += f32(acc)·s [+ c·sq]`), `ops::block_epilogue`'s formula, with f32(acc) converted with 4
+//! fraction bits (the fields' factor 16, exact). The sums leave by rows (ZIP1 / ZIP2 of the 2 × 2 tiles).
 //!
 //! LHS: `qsi8dbp4x8`; RHS: `qsnbp8x8_sf16_zpc`. Features: neon, i8mm. No over-reads (a tile's groups are always
 //! groups of the call's tile).
@@ -45,7 +47,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     let a = args;
     let asm = a.bits == 4 && a.bl.is_multiple_of(32);
     // SAFETY: the caller's guarantee; the asm tiles need only neon and i8mm.
-    unsafe { run_tiles(a, asm, tile_8x8, Some(tile_12x8)) }
+    unsafe { run_tiles(a, asm, false, tile_8x8, Some(tile_12x8)) }
 }
 
 /// The asm text of one tile of G row groups (`$g`: the group's activation operand `{a$g}`, its 4 int32
@@ -87,16 +89,20 @@ macro_rules! tile_text {
             $(tile_text!(@run $g ", #-32]" $c0 $c1 $c2 $c3),)+
             tile_text!(@chunk_tail $chunks),
             // Block epilogue: y += f32(acc)·(s·sa) [+ c·sq] (the row numerics: y += f32(acc)·s [+ c·sq]).
-            "ldp q24, q25, [{col}]\n",
-            $("scvtf v", $c0, ".4s, v", $c0, ".4s\n", "scvtf v", $c1, ".4s, v", $c1, ".4s\n",
-              "scvtf v", $c2, ".4s, v", $c2, ".4s\n", "scvtf v", $c3, ".4s, v", $c3, ".4s\n",)+
+            // The half's 4 column scales (f16, at `{soff}` from `{rec}` here) as [s0 s1 s0 s1], [s2 s3 s2 s3];
+            // the int32 sums (16 × the products: the fields' factor) converted with 4 fraction bits (exact).
+            "ldr d24, [{rec}, {soff}]\n",
+            "fcvtl v24.4s, v24.4h\n",
+            "dup v25.2d, v24.d[1]\n",
+            "dup v24.2d, v24.d[0]\n",
+            $("scvtf v", $c0, ".4s, v", $c0, ".4s, #4\n", "scvtf v", $c1, ".4s, v", $c1, ".4s, #4\n",
+              "scvtf v", $c2, ".4s, v", $c2, ".4s, #4\n", "scvtf v", $c3, ".4s, v", $c3, ".4s, #4\n",)+
             $(tile_text!(@scale $act $c0 $c1 $c2 $c3 $s0 $s1 $s2 $s3 $ro),)+
             tile_text!(@zp_head $zp),
             $(tile_text!(@zp $zp $s0 $s1 $s2 $s3 $qo),)+
             $("movi v", $c0, ".4s, #0\n", "movi v", $c1, ".4s, #0\n", "movi v", $c2, ".4s, #0\n",
               "movi v", $c3, ".4s, #0\n",)+
             "add {rec}, {rec}, {rskip}\n",
-            "add {col}, {col}, #128\n",
             "add {rowp}, {rowp}, {rbytes}\n",
             "subs {nb}, {nb}, #1\n",
             "b.ne 2b\n",
@@ -139,8 +145,9 @@ macro_rules! tile_text {
             "fmla v", $s2, ".4s, v", $c2, ".4s, v24.4s\n", "fmla v", $s3, ".4s, v", $c3, ".4s, v25.4s\n",
         )
     };
-    (@zp_head zp) => { "ldp q24, q25, [{col}, #64]\n" };
-    (@zp_head nozp) => { "" };
+    // The half's 4 corrections (f32, at `{zoff}` from `{rec}`) as [c0 c1 c0 c1], [c2 c3 c2 c3].
+    (@zp_head zp) => { concat!("ldr q24, [{rec}, {zoff}]\n", "dup v25.2d, v24.d[1]\n", "dup v24.2d, v24.d[0]\n") };
+    (@zp_head nozp) => { "// {zoff}\n" };
     (@zp zp $s0:literal $s1:literal $s2:literal $s3:literal $qo:literal) => {
         concat!(
             "ldp q26, q27, [{rowp}, #", $qo, "]\n",
@@ -164,7 +171,7 @@ macro_rules! tile_fn {
         #[target_feature(enable = "neon,i8mm")]
         unsafe fn $name(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, rows: &[f32], out: &mut Sums) {
             debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
-            debug_assert!(cols.holds(a.blocks) && rows.len() == a.blocks * RowScales::per_block($gn));
+            debug_assert!(cols.holds(0) && rows.len() == a.blocks * RowScales::per_block($gn));
             let chunks = a.bl / 32;
             for half in 0..2 {
                 let rec = a.rhs.wrapping_add(panel * a.rhs_panel_stride + 32 * half);
@@ -187,7 +194,8 @@ macro_rules! tile_fn {
                                 chunks = in(reg) chunks,
                                 nb = inout(reg) a.blocks => _,
                                 $($ga = inout(reg) a.lhs.wrapping_add((g + $gi) * MR * a.lhs_stride) => _,)+
-                                col = inout(reg) cols.as_ptr().wrapping_add(8 * half) => _,
+                                soff = in(reg) a.rhs_scales as isize - 128 * chunks as isize - 24 * half as isize,
+                                zoff = in(reg) a.rhs_zp as isize - 128 * chunks as isize - 16 * half as isize,
                                 rowp = inout(reg) rows.as_ptr() => _,
                                 rbytes = in(reg) 4 * RowScales::per_block($gn),
                                 out = in(reg) out.as_mut_ptr().wrapping_add(4 * half),

@@ -23,7 +23,8 @@ pub(crate) type Tile = unsafe fn(&RunArgs, usize, usize, &ColumnScales, &[f32], 
 
 /// Runs a tile of `a`: with `asm` (4-bit codes in blocks of whole 32-K chunks, and whatever the caller's asm
 /// needs), the row groups in threes through `tile3` (when there is one), what is left in twos through `tile2`
-/// and a last single group through the NEON i8mm body; without, every group through the NEON i8mm body (2- and
+/// and a last single group through the NEON i8mm body, with the panel's [`ColumnScales`] laid out for the tiles
+/// when `col_scales` (else they read the records' scales themselves and get an empty one); without, every group through the NEON i8mm body (2- and
 /// 8-bit codes, blocks of 16).
 ///
 /// # Safety
@@ -31,7 +32,7 @@ pub(crate) type Tile = unsafe fn(&RunArgs, usize, usize, &ColumnScales, &[f32], 
 /// contract with a `qsi8dbp4x8` LHS (the tile starts at a row group) and a `qsnbp8x8` RHS (f16 scales) of
 /// `a.bits` ∈ {2, 4, 8}; with `asm`, `a.bits` = 4 and `a.bl` is a multiple of 32.
 #[target_feature(enable = "neon,i8mm")]
-pub(crate) unsafe fn run_tiles(a: &RunArgs, asm: bool, tile2: Tile, tile3: Option<Tile>) {
+pub(crate) unsafe fn run_tiles(a: &RunArgs, asm: bool, col_scales: bool, tile2: Tile, tile3: Option<Tile>) {
     debug_assert!(!asm || (a.bits == 4 && a.bl.is_multiple_of(32)));
     let groups = a.rows.div_ceil(MR);
     // The asm tiles: (first group, groups, tile).
@@ -52,9 +53,10 @@ pub(crate) unsafe fn run_tiles(a: &RunArgs, asm: bool, tile2: Tile, tile3: Optio
     let single = units.last().map_or(0, |&(g, n, _)| g + n);
     let rows = RowScales::new(a, &units);
     // Laid out per panel only for the asm tiles (none: the NEON body reads the records itself).
-    let mut cols = ColumnScales::new(if units.is_empty() { 0 } else { a.blocks });
+    let fill = col_scales && !units.is_empty();
+    let mut cols = ColumnScales::new(if fill { a.blocks } else { 0 });
     for panel in 0..a.cols.div_ceil(NR) {
-        if !units.is_empty() {
+        if fill {
             // SAFETY: panel is one of the tile's (RunArgs contract).
             unsafe { cols.fill(a, panel) };
         }
