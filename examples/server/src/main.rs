@@ -351,14 +351,15 @@ async fn accept_loop(
         let _ = stream.set_nodelay(true);
         state.connections_total.fetch_add(1, Ordering::Relaxed);
         let open = OpenConnection::new(state.clone());
-        let conn = http.serve_connection(TokioIo::new(stream), hyper_util::service::TowerToHyperService::new(app.clone()));
+        let conn =
+            http.serve_connection(TokioIo::new(stream), hyper_util::service::TowerToHyperService::new(app.clone()));
         let (mut stop, still_open) = (stop_rx.clone(), open_tx.clone());
         tokio::spawn(async move {
             let _held = (permit, open, still_open);
             let mut conn = std::pin::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => {}
-                _ = stop.wait_for(|s| *s) => {
+                () = async { let _ = stop.wait_for(|s| *s).await; } => {
                     conn.as_mut().graceful_shutdown();
                     let _ = conn.await;
                 }
@@ -509,9 +510,12 @@ async fn metrics(State(s): State<Arc<AppState>>) -> impl IntoResponse {
     });
     // Server-wide (no model label).
     for (name, kind, help, v) in [
-        ("nibble_requests_invalid_total", "counter",
-         "Chat requests answered 4xx before reaching a model (bad or late body, too large, bad fields, unknown model).",
-         &s.invalid),
+        (
+            "nibble_requests_invalid_total",
+            "counter",
+            "Chat requests answered 4xx before reaching a model (bad or late body, too large, bad fields, unknown model).",
+            &s.invalid,
+        ),
         ("nibble_connections_open", "gauge", "HTTP connections open now.", &s.connections_open),
         ("nibble_connections_total", "counter", "HTTP connections accepted.", &s.connections_total),
     ] {
