@@ -173,6 +173,7 @@ struct AppState {
     connections_open: AtomicU64,
     connections_total: AtomicU64,
     body_timeout: Duration,
+    max_body_bytes: u64,
 }
 
 fn main() {
@@ -257,6 +258,7 @@ fn run(args: Args) -> Result<()> {
         connections_open: AtomicU64::new(0),
         connections_total: AtomicU64::new(0),
         body_timeout: args.body_timeout,
+        max_body_bytes: args.max_body_bytes,
     });
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -568,6 +570,17 @@ async fn chat_completions(State(s): State<Arc<AppState>>, request: Request) -> R
         }
         e.into_response()
     };
+    // A body declared too large is refused before any of it is read (the DefaultBodyLimit layer below counts the
+    // bytes as they come, so without this a client could hold the request until the body timeout).
+    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if let Some(n) = declared.filter(|&n| n > s.max_body_bytes) {
+        let mut e = ApiError::invalid(
+            "body",
+            format!("the request body is {n} bytes; the limit is {} (--max-body-bytes)", s.max_body_bytes),
+        );
+        e.status = axum::http::StatusCode::PAYLOAD_TOO_LARGE;
+        return refused(e);
+    }
     // The body, at most --max-body-bytes (the DefaultBodyLimit layer: 413), within --body-timeout (408).
     let body = match tokio::time::timeout(s.body_timeout, Bytes::from_request(request, &())).await {
         Ok(Ok(b)) => b,
