@@ -147,6 +147,12 @@ class Server:
         with self.lock:
             self.connections += 1
 
+    def fds(self) -> int | None:
+        try:
+            return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+        except OSError:
+            return None
+
     def rss_kib(self) -> int | None:
         try:
             with open(f"/proc/{self.proc.pid}/status") as fh:
@@ -251,7 +257,7 @@ class Soak:
 
     # ---- requests
 
-    def body(self, stream: bool, max_tokens: int, **extra) -> bytes:
+    def body(self, stream: bool, max_tokens: int | str, **extra) -> bytes:
         b = {"model": MODEL, "messages": [{"role": "user", "content": random.choice(QUESTIONS)}],
              "max_tokens": max_tokens, "temperature": 0.7, "seed": random.randrange(1 << 30), "stream": stream}
         if stream:
@@ -421,7 +427,7 @@ class Soak:
             self.spawn(self.raw, "oversize_sent", self.post_head(server, len(big)) + big, None, server)
         elif kind == "malformed":
             for k, b in [("bad_json", b"{not json"), ("bad_utf8", b'{"model": "soak", "messages": "\xff\xfe"}'),
-                         ("wrong_type", self.body(False, 8, max_tokens="many")),
+                         ("wrong_type", self.body(False, "many")),
                          ("unknown_model", self.body(False, 8, model="nope"))]:
                 self.spawn(self.raw, k, self.post_head(server, len(b)) + b, None, server)
             self.spawn(self.raw, "bad_http", b"GARBAGE / NOT-HTTP\r\n\r\n", None, server)
@@ -450,7 +456,7 @@ class Soak:
             server = self.gate.server
             if server is None:
                 continue
-            rss = server.rss_kib()
+            rss, fds = server.rss_kib(), server.fds()
             metrics, health = None, None
             try:
                 metrics = self.scrape(server)
@@ -465,7 +471,8 @@ class Soak:
                                        f"without being told to; log tail {server.log[-3:]}")
                 self.gate.set(self.start_server())
             self.samples.append({"t": round(time.time() - self.t0, 2), "life": server.life, "rss_kib": rss,
-                                 "health": health, "metrics": metrics})
+                                 "fds": fds, "loadavg_1m": os.getloadavg()[0], "health": health,
+                                 "metrics": metrics})
 
     def get(self, server: Server, path: str) -> tuple[int, str]:
         conn = http.client.HTTPConnection(*server.addr, timeout=30)
@@ -491,12 +498,15 @@ class Soak:
         old = self.gate.server
         self.gate.set(None)  # new requests wait from here
         time.sleep(1.0)  # connections made just before are accepted by now
-        log(f"SIGTERM to life {old.life} (pid {old.proc.pid}); answers in flight: "
-            f"{sum(1 for t in self.threads if t.is_alive())} threads")
+        log(f"SIGTERM to life {old.life} (pid {old.proc.pid})")
         old.told_to_stop = True
         t = time.time()
         code = old.stop()
         self.restart_info = {"t": round(t - self.t0, 2), "exit_code": code, "stop_s": round(time.time() - t, 2)}
+        # requests sent before the SIGTERM that ended after it: the answers the graceful shutdown let finish
+        with self.lock:
+            over = [r for r in self.records if r["life"] == old.life and r["t"] < t - self.t0 < r["t"] + r["wall_s"]]
+        self.restart_info["in_flight_at_sigterm"] = dict(Counter(f"{r['kind']}/{r['outcome']}" for r in over))
         if code != 0:
             self.violations.append(f"life {old.life}: exit status {code} after SIGTERM (expected 0)")
         if old.totals() is None:
@@ -685,6 +695,8 @@ class Soak:
             "cpu": cpu,
             "nproc": os.cpu_count(),
             "loadavg_end": os.getloadavg(),
+            "loadavg_1m_mean": round(sum(x["loadavg_1m"] for x in self.samples) / max(1, len(self.samples)), 2),
+            "fds_max": max((x["fds"] for x in self.samples if x["fds"]), default=None),
             "kernel": platform.release(),
             "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.t0)),
             "duration_s": round(time.time() - self.t0, 1),
