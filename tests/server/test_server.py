@@ -347,6 +347,12 @@ def test_body_size_header_and_body_timeouts_take_effect():
         assert status == 413 and err["error"]["param"] == "body", (status, err)
         got, took = raw_exchange(s, post_head(2000))
         assert got.startswith(b"HTTP/1.1 413") and took < 0.9, (got[:200], took)
+        # no length declared (chunked): refused once the bytes read pass 1 KiB
+        chunk = b"x" * 600
+        chunked = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Transfer-Encoding: chunked\r\n\r\n" + (b"258\r\n" + chunk + b"\r\n") * 3 + b"0\r\n\r\n")
+        got, took = raw_exchange(s, chunked)
+        assert got.startswith(b"HTTP/1.1 413"), (got[:200], took)
         # headers not finished within 1 s: the connection is closed without an answer; likewise an idle one
         got, took = raw_exchange(s, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
         assert got == b"" and 0.9 < took < 5, (got, took)
@@ -356,7 +362,7 @@ def test_body_size_header_and_body_timeouts_take_effect():
         body = json.dumps(small).encode()
         got, took = raw_exchange(s, post_head(len(body)) + body[:len(body) // 3])
         assert got.startswith(b"HTTP/1.1 408") and b"--body-timeout" in got and 0.9 < took < 5, (got[:300], took)
-        assert s.metric("nibble_requests_invalid_total", model=None) == 3  # 413, 413, 408
+        assert s.metric("nibble_requests_invalid_total", model=None) == 4  # 413, 413, 413, 408
         assert s.metric("nibble_requests_ok_total") == 1
     finally:
         s.stop()
