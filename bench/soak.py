@@ -34,6 +34,8 @@ read once more, and the server is stopped with SIGTERM (its final counts logged)
   4. /metrics of each server life (the stop line's totals; for the last life also /metrics when quiescent):
        nibble_requests_ok_total        == complete answers + dropped answers the server finished
        nibble_requests_cancelled_total == dropped answers - dropped answers the server finished
+                                          + non-streamed requests whose client gave up (timeout; these
+                                          fail check 2 all the same)
        nibble_requests_failed_total    == 0
        nibble_requests_refused_total   == 503 answers (queue full)
        nibble_requests_invalid_total   == chat requests answered 400, 404, 408 or 413
@@ -44,8 +46,8 @@ read once more, and the server is stopped with SIGTERM (its final counts logged)
      nibble_active_generations == 0;
   5. RSS bounded: the highest RSS in the last third of the run <= (1 + --rss-slack) x the highest in the first
      third after --warmup seconds.
-It writes OUT/soak.json (settings, command, CPU, counts, checks, samples), OUT/requests.csv (one row per request)
-and OUT/soak.svg (RSS and the /metrics counters over time).
+It writes OUT/soak.json (settings, command, CPU, counts, checks, samples), OUT/requests.csv (one row per request),
+OUT/soak.svg (RSS and the /metrics counters over time) and OUT/server-life-N.jsonl (each server life's log).
 """
 
 from __future__ import annotations
@@ -613,15 +615,24 @@ class Soak:
                     v.append(f"life {s.life}: {r['kind']} {r['id']}: client {r['outcome']}, server {e['status']}")
                 if r["outcome"] == "dropped" and e["status"] == "ok":
                     finished_dropped.append(e)
-            for i, e in events.items():
-                if i not in seen:
-                    v.append(f"life {s.life}: server logged {i} ({e['status']}) that no client saw")
+            # A non-streamed request whose client gave up (its timeout) has no id on the client's side; the
+            # server must have counted it cancelled: match those by number (the timeout itself fails check 2).
+            abandoned = [r for r in recs if r.get("id") is None and r["outcome"] in ("timeout", "error")
+                         and r["kind"] in ("whole", "burst")]
+            unseen = [e for i, e in events.items() if i not in seen]
+            if len(unseen) != len(abandoned) or any(e["status"] != "cancelled" for e in unseen):
+                for e in unseen:
+                    v.append(f"life {s.life}: server logged {e['id']} ({e['status']}) that no client saw")
+                if abandoned:
+                    v.append(f"life {s.life}: {len(abandoned)} non-streamed requests abandoned by their client, "
+                             f"{len(unseen)} server log lines for ids no client saw")
+            s.abandoned = len(abandoned)
             # 4. /metrics
             n = Counter(r["outcome"] for r in recs)
             dropped = sum(1 for r in recs if r["outcome"] == "dropped")
             expect = {
                 "ok": n["complete"] + len(finished_dropped),
-                "cancelled": dropped - len(finished_dropped),
+                "cancelled": dropped - len(finished_dropped) + len(abandoned),
                 "failed": 0,
                 "refused": n["refused_503"],
                 "invalid": sum(n[k] for k in COUNTED_INVALID),
@@ -705,6 +716,7 @@ class Soak:
             "outcomes": dict(Counter(r["outcome"] for r in self.records)),
             "by_kind": {f"{k}/{o}": c for (k, o), c in sorted(kinds.items())},
             "dropped_but_finished": [getattr(s, "finished_dropped", None) for s in self.lives],
+            "abandoned_by_client": [getattr(s, "abandoned", None) for s in self.lives],
             "restart": getattr(self, "restart_info", None),
             "final_exit_code": getattr(self, "final_exit", None),
             "lives": [{"life": s.life, "pid": s.proc.pid, "connections": s.connections, "totals": s.totals(),
@@ -712,6 +724,9 @@ class Soak:
             "equations": self.equations,
             "rss": self.rss,
         }
+        for s in self.lives:
+            with open(out / f"server-life-{s.life}.jsonl", "w") as fh:
+                fh.writelines(json.dumps(e) + "\n" for e in s.log)
         (out / "soak.json").write_text(json.dumps({**summary, "samples": self.samples}, indent=1) + "\n")
         with open(out / "requests.csv", "w", newline="") as fh:
             w = csv.DictWriter(fh, ["t", "life", "kind", "outcome", "wall_s", "id", "completion_tokens", "chunks",
