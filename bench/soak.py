@@ -155,6 +155,15 @@ class Server:
         except OSError:
             return None
 
+    def cpu_s(self) -> float | None:
+        """CPU seconds the server used so far (user + system): with the wall time, the share of a core it got."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as fh:
+                f = fh.read().rsplit(")", 1)[1].split()
+            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
     def rss_kib(self) -> int | None:
         try:
             with open(f"/proc/{self.proc.pid}/status") as fh:
@@ -473,7 +482,8 @@ class Soak:
                                        f"without being told to; log tail {server.log[-3:]}")
                 self.gate.set(self.start_server())
             self.samples.append({"t": round(time.time() - self.t0, 2), "life": server.life, "rss_kib": rss,
-                                 "fds": fds, "loadavg_1m": os.getloadavg()[0], "health": health,
+                                 "fds": fds, "cpu_s": server.cpu_s(), "loadavg_1m": os.getloadavg()[0],
+                                 "health": health,
                                  "metrics": metrics})
 
     def get(self, server: Server, path: str) -> tuple[int, str]:
