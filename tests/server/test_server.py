@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -79,16 +80,18 @@ class Server:
         except urllib.error.HTTPError as e:
             return e.code, dict(e.headers), json.loads(e.read())
 
-    def metric(self, name: str, model: str = MODEL) -> float:
+    def metric(self, name: str, model: str | None = MODEL) -> float:
+        """A value of /metrics: the model's, or with model None a server-wide one (no label)."""
         _, text = self.get("/metrics")
-        m = re.search(rf'^{name}{{model="{model}"}} (\S+)$', text, re.M)
+        label = "" if model is None else f'{{model="{model}"}}'
+        m = re.search(rf'^{name}{label} (\S+)$', text, re.M)
         assert m, f"{name} not in /metrics:\n{text}"
         return float(m.group(1))
 
-    def wait_metric(self, name: str, ok, why: str, timeout: float = 30):
+    def wait_metric(self, name: str, ok, why: str, timeout: float = 30, model: str | None = MODEL):
         """Polls /metrics until `ok(value of name)` holds."""
         deadline = time.time() + timeout
-        while not ok(self.metric(name)):
+        while not ok(self.metric(name, model)):
             assert time.time() < deadline, why
             time.sleep(0.05)
 
@@ -297,4 +300,94 @@ def test_a_second_sigterm_ends_the_process_at_once():
         assert s.wait(timeout=10) == 130
         assert any("second signal" in str(e.get("note", "")) for e in s.log), s.log[-3:]
     finally:
+        s.stop()
+
+
+def raw_exchange(s: Server, data: bytes, wait: float = 10) -> tuple[bytes, float]:
+    """Sends `data` on a new connection and reads until the server closes it (or `wait` s pass): what came back,
+    and after how many seconds."""
+    host, port = s.url.split("//")[1].split(":")
+    t = time.time()
+    with socket.create_connection((host, int(port)), timeout=wait) as sock:
+        if data:
+            sock.sendall(data)
+        got = b""
+        try:
+            while more := sock.recv(65536):
+                got += more
+        except (TimeoutError, ConnectionResetError):
+            pass
+    return got, time.time() - t
+
+
+def post_head(length: int) -> bytes:
+    return (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {length}\r\n\r\n").encode()
+
+
+def test_limit_flags_refuse_bad_values_naming_flag_and_value():
+    for flag, value in [("--max-connections", "0"), ("--max-body-bytes", "0"), ("--header-timeout", "-1"),
+                        ("--body-timeout", "soon"), ("--header-timeout", "0")]:
+        r = subprocess.run([str(BIN), "--model", str(MODEL_DIR), f"{flag}={value}"], capture_output=True, text=True,
+                           timeout=30)
+        assert r.returncode == 2 and f"'{value}'" in r.stderr and flag in r.stderr, (flag, value, r.stderr)
+
+
+def test_body_size_header_and_body_timeouts_take_effect():
+    s = Server("--parallel", "1", "--max-body-bytes", "1024", "--header-timeout", "1", "--body-timeout", "1")
+    try:
+        limits = next(e for e in s.log if e.get("event") == "listening")["limits"]
+        assert limits == {"max_connections": 512, "max_body_bytes": 1024, "header_timeout_s": 1.0,
+                          "body_timeout_s": 1.0}, limits
+        small = {"model": MODEL, "messages": Q, "max_tokens": 2}
+        assert s.post(small)[0] == 200
+        # over 1 KiB: sent, or only declared (refused at once, before any body byte: not the body timeout's 408)
+        big = {"model": MODEL, "messages": [{"role": "user", "content": "x" * 1100}], "max_tokens": 2}
+        status, _, err = s.post(big)
+        assert status == 413 and err["error"]["param"] == "body", (status, err)
+        got, took = raw_exchange(s, post_head(2000))
+        assert got.startswith(b"HTTP/1.1 413") and took < 0.9, (got[:200], took)
+        # no length declared (chunked): refused once the bytes read pass 1 KiB
+        chunk = b"x" * 600
+        chunked = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Transfer-Encoding: chunked\r\n\r\n" + (b"258\r\n" + chunk + b"\r\n") * 3 + b"0\r\n\r\n")
+        got, took = raw_exchange(s, chunked)
+        assert got.startswith(b"HTTP/1.1 413"), (got[:200], took)
+        # headers not finished within 1 s: the connection is closed without an answer; likewise an idle one
+        got, took = raw_exchange(s, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        assert got == b"" and 0.9 < took < 5, (got, took)
+        got, took = raw_exchange(s, b"")
+        assert got == b"" and 0.9 < took < 5, (got, took)
+        # headers in, a third of the body: 408 after 1 s
+        body = json.dumps(small).encode()
+        got, took = raw_exchange(s, post_head(len(body)) + body[:len(body) // 3])
+        assert got.startswith(b"HTTP/1.1 408") and b"--body-timeout" in got and 0.9 < took < 5, (got[:300], took)
+        assert s.metric("nibble_requests_invalid_total", model=None) == 4  # 413, 413, 413, 408
+        assert s.metric("nibble_requests_ok_total") == 1
+    finally:
+        s.stop()
+
+
+def test_connection_limit_makes_the_next_connection_wait():
+    s = Server("--parallel", "1", "--max-connections", "4")
+    host, port = s.url.split("//")[1].split(":")
+    held = [socket.create_connection((host, int(port)), timeout=10) for _ in range(4)]
+    try:
+        fifth = socket.create_connection((host, int(port)), timeout=10)  # the kernel's backlog takes it
+        fifth.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        fifth.settimeout(1.5)
+        with pytest.raises(TimeoutError):
+            fifth.recv(100)  # not served while 4 are open
+        held.pop().close()
+        fifth.settimeout(10)
+        assert fifth.recv(100).startswith(b"HTTP/1.1 200"), "served once one of the 4 closed"
+        fifth.close()
+        for c in held:
+            c.close()
+        held.clear()
+        s.wait_metric("nibble_connections_open", lambda v: v == 1, "connections not closed", model=None)
+        assert s.metric("nibble_connections_total", model=None) >= 6
+    finally:
+        for c in held:
+            c.close()
         s.stop()

@@ -5,6 +5,10 @@
 //! session and one generation thread (`engine`), which advances up to --parallel answers in turns; requests
 //! beyond --parallel wait in a queue of --queue, and past that get 503 with Retry-After. The usage block carries
 //! the chatbot metrics as extra fields (the driver's definitions, `nibble_llama::cli::METRICS_HELP`).
+//!
+//! Limits against misbehaving clients (each a flag): at most --max-connections open connections (more wait in the
+//! listen backlog), request bodies of at most --max-body-bytes (413), request headers within --header-timeout
+//! (else the connection is closed) and the body within --body-timeout after them (408).
 
 mod engine;
 mod text;
@@ -13,12 +17,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow};
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::header;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -95,6 +99,28 @@ struct Args {
     /// nibble's library (as nibble-llama's --lib).
     #[arg(long, value_name = "PATH")]
     lib: Option<PathBuf>,
+    /// Connections open at once (at least 1); more wait in the listen backlog until one closes.
+    #[arg(long, default_value_t = 512, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+    /// Largest request body in bytes (at least 1); a bigger one (declared or sent) gets 413.
+    #[arg(long, default_value_t = 2 << 20, value_name = "BYTES",
+          value_parser = clap::value_parser!(u64).range(1..=(1 << 40)))]
+    max_body_bytes: u64,
+    /// Seconds a client has to send a request's headers, counted from when the server starts reading them (a
+    /// new connection, or the end of the previous answer on a kept-alive one); past it the connection is closed.
+    #[arg(long, default_value = "30", value_name = "SECONDS", value_parser = seconds)]
+    header_timeout: Duration,
+    /// Seconds a client has to send a request's body once its headers are in; past it: 408.
+    #[arg(long, default_value = "30", value_name = "SECONDS", value_parser = seconds)]
+    body_timeout: Duration,
+}
+
+/// A duration flag's value: seconds, > 0 and at most a day (fractions allowed: `0.5`).
+fn seconds(s: &str) -> Result<Duration, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!("`{s}` is not a number of seconds > 0 and <= 86400")),
+    }
 }
 
 /// One served model.
@@ -140,6 +166,14 @@ struct AppState {
     default_max_tokens: usize,
     started: Instant,
     next_id: AtomicU64,
+    /// Chat requests answered 4xx before reaching a model (unreadable, too large or late body, bad JSON or
+    /// fields, unknown model, too long a conversation).
+    invalid: AtomicU64,
+    /// Connections open now, and accepted since the start.
+    connections_open: AtomicU64,
+    connections_total: AtomicU64,
+    body_timeout: Duration,
+    max_body_bytes: u64,
 }
 
 fn main() {
@@ -220,6 +254,11 @@ fn run(args: Args) -> Result<()> {
         default_max_tokens: args.default_max_tokens as usize,
         started: Instant::now(),
         next_id: AtomicU64::new(1),
+        invalid: AtomicU64::new(0),
+        connections_open: AtomicU64::new(0),
+        connections_total: AtomicU64::new(0),
+        body_timeout: args.body_timeout,
+        max_body_bytes: args.max_body_bytes,
     });
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -228,7 +267,20 @@ fn run(args: Args) -> Result<()> {
     for m in &state.models {
         m.engine.shutdown();
     }
-    log(json!({"event": "stopped"}));
+    // The final counts (what /metrics would have said last), for whoever checks them against a client's tally.
+    let c = |a: &AtomicU64| a.load(Ordering::SeqCst);
+    let models: serde_json::Map<String, Value> = state
+        .models
+        .iter()
+        .map(|m| {
+            let st = &m.stats;
+            let v = json!({"ok": c(&st.ok), "failed": c(&st.failed), "refused": c(&st.refused),
+                           "cancelled": c(&st.cancelled), "completion_tokens": c(&st.completion_tokens)});
+            (m.id.clone(), v)
+        })
+        .collect();
+    log(json!({"event": "stopped", "totals": {"models": models, "invalid": c(&state.invalid),
+               "connections_total": c(&state.connections_total)}}));
     Ok(())
 }
 
@@ -247,16 +299,95 @@ async fn serve(args: &Args, state: Arc<AppState>) -> Result<()> {
         .route("/health", get(health).fallback(method_not_allowed))
         .route("/metrics", get(metrics).fallback(method_not_allowed))
         .fallback(|| async { ApiError::not_found("no such endpoint", None, "not_found") })
-        .with_state(state);
+        .layer(DefaultBodyLimit::max(usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX)))
+        .with_state(state.clone());
     let addr: SocketAddr = format!("{}:{}", args.host, args.port)
         .parse()
         .map_err(|e| anyhow!("--host {} --port {}: {e}", args.host, args.port))?;
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
     let local = listener.local_addr()?;
-    log(json!({"event": "listening", "addr": local.to_string(), "url": format!("http://{local}/")}));
-    let signals = Signals::new();
-    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal(signals)).await.context("serving")?;
+    log(json!({"event": "listening", "addr": local.to_string(), "url": format!("http://{local}/"),
+               "limits": {"max_connections": args.max_connections, "max_body_bytes": args.max_body_bytes,
+                          "header_timeout_s": args.header_timeout.as_secs_f64(),
+                          "body_timeout_s": args.body_timeout.as_secs_f64()}}));
+    accept_loop(listener, app, args, &state, shutdown_signal(Signals::new())).await;
     Ok(())
+}
+
+/// Serves connections (HTTP/1.1) until `shutdown` resolves, then stops accepting, lets each connection finish the
+/// answer it is sending (a kept-alive one closes after it), and returns when every connection is closed.
+/// At most --max-connections are open at once: the next is accepted only when one closes (until then it waits
+/// in the kernel's listen backlog). Each connection must send a request's headers within --header-timeout.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    args: &Args,
+    state: &Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let mut shutdown = std::pin::pin!(shutdown);
+    let permits = Arc::new(tokio::sync::Semaphore::new(args.max_connections as usize));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(args.header_timeout);
+    // Connection tasks watch `stop` (graceful shutdown) and hold a clone of `open` until they end.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (open_tx, mut open_rx) = tokio::sync::mpsc::channel::<()>(1);
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+            () = &mut shutdown => break,
+        };
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: log it, give the others time to close, go on.
+                    log(json!({"event": "accept_error", "error": e.to_string()}));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        state.connections_total.fetch_add(1, Ordering::Relaxed);
+        let open = OpenConnection::new(state.clone());
+        let conn =
+            http.serve_connection(TokioIo::new(stream), hyper_util::service::TowerToHyperService::new(app.clone()));
+        let (mut stop, still_open) = (stop_rx.clone(), open_tx.clone());
+        tokio::spawn(async move {
+            let _held = (permit, open, still_open);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = async { let _ = stop.wait_for(|s| *s).await; } => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    drop(open_tx);
+    let _ = open_rx.recv().await; // None once every connection task has ended
+}
+
+/// Counts an open connection in `AppState::connections_open` while it lives.
+struct OpenConnection(Arc<AppState>);
+
+impl OpenConnection {
+    fn new(s: Arc<AppState>) -> Self {
+        s.connections_open.fetch_add(1, Ordering::Relaxed);
+        Self(s)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// SIGINT and SIGTERM, each listened to once from the start: a signal is never lost between the first and the
@@ -379,6 +510,19 @@ async fn metrics(State(s): State<Arc<AppState>>) -> impl IntoResponse {
     family("nibble_active_generations", "gauge", "Answers being generated.", &|m| {
         m.engine.load.active.load(Ordering::SeqCst).to_string()
     });
+    // Server-wide (no model label).
+    for (name, kind, help, v) in [
+        (
+            "nibble_requests_invalid_total",
+            "counter",
+            "Chat requests answered 4xx before reaching a model (bad or late body, too large, bad fields, unknown model).",
+            &s.invalid,
+        ),
+        ("nibble_connections_open", "gauge", "HTTP connections open now.", &s.connections_open),
+        ("nibble_connections_total", "counter", "HTTP connections accepted.", &s.connections_total),
+    ] {
+        out += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}\n", c(v));
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }
 
@@ -419,27 +563,50 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
     e.into_response()
 }
 
-async fn chat_completions(
-    State(s): State<Arc<AppState>>,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Response {
-    let body = match body {
-        Ok(b) => b,
-        Err(r) => {
+async fn chat_completions(State(s): State<Arc<AppState>>, request: Request) -> Response {
+    let refused = |e: ApiError| {
+        if e.status.is_client_error() {
+            s.invalid.fetch_add(1, Ordering::Relaxed);
+        }
+        e.into_response()
+    };
+    // A body declared too large is refused before any of it is read (the DefaultBodyLimit layer below counts the
+    // bytes as they come, so without this a client could hold the request until the body timeout).
+    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if let Some(n) = declared.filter(|&n| n > s.max_body_bytes) {
+        let mut e = ApiError::invalid(
+            "body",
+            format!("the request body is {n} bytes; the limit is {} (--max-body-bytes)", s.max_body_bytes),
+        );
+        e.status = axum::http::StatusCode::PAYLOAD_TOO_LARGE;
+        return refused(e);
+    }
+    // The body, at most --max-body-bytes (the DefaultBodyLimit layer: 413), within --body-timeout (408).
+    let body = match tokio::time::timeout(s.body_timeout, Bytes::from_request(request, &())).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(r)) => {
             let mut e = ApiError::invalid("body", format!("the request body could not be read: {r}"));
             e.status = r.status();
-            return e.into_response();
+            return refused(e);
+        }
+        Err(_) => {
+            let mut e = ApiError::invalid(
+                "body",
+                format!("the request body did not arrive within {} s (--body-timeout)", s.body_timeout.as_secs_f64()),
+            );
+            e.status = axum::http::StatusCode::REQUEST_TIMEOUT;
+            return refused(e);
         }
     };
     let req = match ChatRequest::parse(&body) {
         Ok(r) => r,
-        Err(e) => return e.into_response(),
+        Err(e) => return refused(e),
     };
     // The chat template and the tokenizer are CPU work (long histories take a while): not on an async worker.
     match tokio::task::block_in_place(|| accept(&s, &req)) {
         Ok(a) if req.stream => stream_answer(s, req, a).into_response(),
         Ok(a) => whole_answer(s, a).await,
-        Err(e) => e.into_response(),
+        Err(e) => refused(e),
     }
 }
 
