@@ -40,6 +40,12 @@
 #                                                node removed and added back, the Serve config deployed and
 #                                                autoscaling 1 -> 2), then
 #                                                scripts/ray-serve.sh started, asked, stopped with SIGTERM
+#      scripts/genai-model.sh + pytest tests/genai  nibble under onnxruntime-genai 0.18.0 (its own venv under
+#                                                .cache/genai, onnxruntime 1.32.0) on the model its builder makes from
+#                                                the SmolLM2 weights (cached under .cache/genai/models): custom-op
+#                                                library from genai_config.json and plugin EP registered with
+#                                                og.register_execution_provider_library; nibble ran on all 151 nodes,
+#                                                KL to the accuracy_level=1 copy within bounds a broken model fails
 #      tests/cpp/service/run.sh                  the C++ inference service example (examples/cpp) built with CMake
 #                                                against that package and ORT's headers; its tokenizer against HF
 #                                                tokenizers, its concurrent requests against the Rust driver's ids
@@ -186,6 +192,16 @@ step "chat server (tests/server: nibble-serve through the openai client; its pag
     env NIBBLE_LLAMA_Q4_DIR="$NIBBLE_LLAMA_Q4_DIR" NIBBLE_LLAMA_FP32_DIR="$NIBBLE_LLAMA_FP32_DIR" .venv/bin/python -m pytest -q tests/server
 step "Ray Serve (tests/ray: examples/ray on a 2-node local Ray cluster; scripts/ray-serve.sh)" \
     env NIBBLE_LLAMA_Q4_DIR="$NIBBLE_LLAMA_Q4_DIR" .venv/bin/python -m pytest -q tests/ray
+# onnxruntime-genai runs in its own venv (it brings the onnxruntime it runs on); the model is built once (the builder
+# needs torch: a second, larger venv, made only then) and cached under .cache/genai.
+genai_tests() {
+    local out
+    out=$(bash scripts/genai-model.sh) || return 1
+    env NIBBLE_GENAI_MODEL_DIR="$(sed -n 's/^MODEL_DIR=//p' <<<"$out")" \
+        "$(sed -n 's/^RUN_PYTHON=//p' <<<"$out")" -m pytest -q -p no:cacheprovider tests/genai
+}
+step "onnxruntime-genai (scripts/genai-model.sh; tests/genai: custom-op and EP frontends, KL to accuracy_level=1)" \
+    genai_tests
 step "C++ inference service example (tests/cpp/service/run.sh: examples/cpp on SmolLM2 q4, few tokens)" \
     bash tests/cpp/service/run.sh
 if [ $quick = 0 ]; then
