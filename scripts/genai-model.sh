@@ -17,6 +17,7 @@
 #
 # Usage: scripts/genai-model.sh            prepare, then print two lines: RUN_PYTHON=<venv python> and MODEL_DIR=<dir>
 #        scripts/genai-model.sh --rebuild  build the model again even if it is cached
+#        scripts/genai-model.sh --cached   exit 0 if the model is built and cached (nothing else done), 1 if not
 # Needs scripts/setup.sh first (.venv with the GGUF). Logs go to stderr.
 set -euo pipefail
 
@@ -25,10 +26,11 @@ cd "$ROOT"
 say() { printf '[genai-model] %s\n' "$*" >&2; }
 die() { printf '[genai-model] ERROR: %s\n' "$*" >&2; exit 1; }
 
-rebuild=0
+rebuild=0 cached=0
 case "${1:-}" in
     "") ;;
     --rebuild) rebuild=1 ;;
+    --cached) cached=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (try --help)" ;;
 esac
@@ -55,11 +57,16 @@ venv() {
     touch "$dir/.nibble-complete"
 }
 
+key=$(cat "$BUILD_REQ" "$0" models/gguf_to_hf.py models/gguf_to_onnx.py | sha256sum | cut -c1-12)
+MODELS=$GENAI/models/$key
+if [ "$cached" = 1 ]; then
+    [ -f "$MODELS/.nibble-complete" ]
+    exit
+fi
+
 RUN_VENV=$GENAI/run-$(sha256sum "$RUN_REQ" | cut -c1-12)
 venv "$RUN_VENV" "$RUN_REQ"
 
-key=$(cat "$BUILD_REQ" "$0" models/gguf_to_hf.py models/gguf_to_onnx.py | sha256sum | cut -c1-12)
-MODELS=$GENAI/models/$key
 if [ $rebuild = 1 ] || [ ! -f "$MODELS/.nibble-complete" ]; then
     BUILD_VENV=$GENAI/build-$(sha256sum "$BUILD_REQ" | cut -c1-12)
     venv "$BUILD_VENV" "$BUILD_REQ"
