@@ -14,7 +14,7 @@
 //! |---|---|---|
 //! | aarch64 with SME2 | the KleidiAI nodes above | not countable yet (qemu 11 has no plugins); nibble's best there is NEON i8mm, ORT's an SME2 outer product (16×64 int32 tile per SMOPA at 512-bit SVL against 2×2 per SMMLA): declined until nibble has an SME2 family |
 //! | aarch64 SVE i8mm, vectors ≥ 256 bits (Graviton3) | none | SVE i8mm family: M = 1 0.48–0.61x; M = 32, 128 per-block 0.55–0.74x, row 0.61–0.66x; M = 4 0.84–0.99x (NEON body) |
-//! | aarch64 i8mm | none | M = 1 0.5–0.77x; M = 32 sym 1.12–1.31x, zp 0.97–1.08x (bench/results/aarch64-icount.md): claimed, decode faster |
+//! | aarch64 i8mm | none | M = 1 0.5–0.77x; M = 32–128 sym 1.00–1.05x (row numerics 0.89–0.93x), zp 0.83–0.87x (bench/results/aarch64-icount.md): claimed, decode faster, prefill even |
 //! | aarch64 dotprod | none | M = 1 0.67–0.77x; M = 32 sym 1.13–1.15x, zp 0.94–0.95x: claimed, decode faster |
 //! | aarch64 base NEON | none | M = 32 0.88x |
 //! | x86_64 | none | 2.0–2.9x faster at M = 1 (bench/results/x86-kernels.md); fp32 path slower at M = 128 (0.62–0.79x): claimed, decode faster |
