@@ -55,6 +55,7 @@ sys.path.insert(0, str(HERE_RAY))
 import ray  # noqa: E402
 from ray import serve  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
+from ray._common import utils as ray_common_utils  # noqa: E402
 from ray.serve.schema import ServeDeploySchema  # noqa: E402
 
 import nibble_ray  # noqa: E402
@@ -90,6 +91,10 @@ class Service:
         assert (MODEL_DIR / "model.onnx").is_file(), f"{MODEL_DIR} missing: scripts/convert-smollm2.sh"
         # A private temp dir (sessions, sockets, logs): nothing shared with another Ray on this machine.
         self.temp_dir = tempfile.mkdtemp(prefix="nibble-ray-test-")
+        # Ray (2.x) still records the head's address in its default temp dir ($RAY_TMPDIR or $TMPDIR or /tmp, then
+        # /ray) and does not create that directory when the head gets its own temp_dir: on a machine where no Ray
+        # ever ran, the Cluster fails with FileNotFoundError '/tmp/ray/ray_current_cluster'.
+        os.makedirs(ray_common_utils.get_default_ray_temp_dir(), exist_ok=True)
         self.cluster = Cluster(initialize_head=True, head_node_args=dict(NODE_ARGS, temp_dir=self.temp_dir))
         self.worker = self.cluster.add_node(**NODE_ARGS)
         ray.init(address=self.cluster.address, log_to_driver=False)
