@@ -8,7 +8,7 @@ mod matmul_f32_f32_qunbp64x4_sf32_zpc_3x16_avx2;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_6x32_avx512vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf16_zpc_1x64_avx512vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf16_zpc_6x32_avx512vnni;
-mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x32_avx2;
+mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x64_avx2;
 mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x32_avx2_vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x64_avx512vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_3x16_avx2;
@@ -181,8 +181,8 @@ avx2_kernel!(
 );
 avx2_kernel!(
     INT8_GEMV_AVX2,
-    "matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x32_avx2",
-    matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x32_avx2,
+    "matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x64_avx2",
+    matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x64_avx2,
     AVX2,
     ComputePath::Int8,
     LhsFormat::Qsi8Db,
