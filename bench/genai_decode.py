@@ -11,6 +11,12 @@ warms up once, then times `runs` generations of exactly `tokens` greedy tokens (
 and reports the median decode rate (tokens after the first / time after the first), the best run (on a machine shared
 with other jobs the least disturbed one) and time to first token. The configurations run interleaved, run by run,
 so that load from other jobs hits them alike.
+
+--profile: the sessions run with ORT's profiler on (which costs some speed: compare the configurations with each
+other, not with a run without it), and a second table gives each configuration's time per decode step by operator
+type (median over the runs; the timed generation's decode steps only), the MatMulNBits nodes' share, and
+MatMulNBits' time against ORT's both raw and scaled by the other operators' time in the same run (which nibble does
+not touch: on a machine whose speed drifts between processes, that factor takes the drift out).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ LABELS = {"ort": "ORT's own MatMulNBits (no nibble)", "custom-op": "nibble, cust
           "ep": "nibble, plugin EP (og.register_execution_provider_library)"}
 
 
-def variant(root: Path, frontend: str, lib: Path, threads: int) -> Path:
+def variant(root: Path, frontend: str, lib: Path, threads: int, profile: bool = False) -> Path:
     """The model directory for one configuration (files hard-linked from int4/; see tests/genai for why)."""
     src = root / "int4"
     out = root / "bench" / frontend
@@ -48,6 +54,8 @@ def variant(root: Path, frontend: str, lib: Path, threads: int) -> Path:
     config = json.loads((src / "genai_config.json").read_text())
     so = config["model"]["decoder"]["session_options"]
     so["intra_op_num_threads"] = threads
+    if profile:
+        so["enable_profiling"] = str(out / "profile")
     if frontend == "custom-op":
         shutil.copy(lib, out / lib.name)
         so["custom_ops_library"] = lib.name
@@ -89,6 +97,43 @@ def child(model: str, frontend: str, lib: str, tokens: int) -> None:
     print(json.dumps({"load_s": load_s, "ttft_s": ttft, "decode_tok_s": tok_s}))
 
 
+def op_times(model_dir: Path, tokens: int) -> dict[str, float]:
+    """Microseconds per decode step by operator type in the newest profile under `model_dir` (the last generation:
+    its last `tokens` - 1 model runs), and removes the profile files."""
+    files = sorted(model_dir.glob("profile*.json"), key=lambda f: f.stat().st_mtime)
+    events = json.loads(files[-1].read_text())
+    for f in files:
+        f.unlink()
+    runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
+                  key=lambda e: e["ts"])
+    steps = runs[-(tokens - 1):]
+    t0, t1 = steps[0]["ts"], steps[-1]["ts"] + steps[-1]["dur"]
+    per_op: dict[str, float] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time") and t0 <= e["ts"] <= t1:
+            op = e["args"].get("op_name", "?")
+            per_op[op] = per_op.get(op, 0.0) + e["dur"] / len(steps)
+    per_op["(model_run)"] = statistics.median(e["dur"] for e in steps)
+    return per_op
+
+
+def profile_table(results: dict[str, list[dict[str, float]]]) -> list[str]:
+    """The --profile table: median µs per decode step by operator type, per configuration."""
+    med = {c: {op: statistics.median(r.get(op, 0.0) for r in rs) for op in rs[0]} for c, rs in results.items()}
+    ops = sorted({op for m in med.values() for op in m if op != "(model_run)"}, key=lambda op: -med["ort"].get(op, 0))
+    other = {c: sum(v for op, v in m.items() if op not in ("MatMulNBits", "(model_run)")) for c, m in med.items()}
+    lines = ["| µs per decode step (median) | " + " | ".join(LABELS[c] for c in results) + " |",
+             "|---|" + "---|" * len(results)]
+    for op in ["(model_run)", *ops]:
+        lines.append(f"| {op} | " + " | ".join(f"{med[c].get(op, 0.0):.0f}" for c in results) + " |")
+    mm = {c: med[c].get("MatMulNBits", 0.0) for c in results}
+    lines.append("| MatMulNBits share of the nodes' time | " + " | ".join(
+        f"{mm[c] / (mm[c] + other[c]):.0%}" for c in results) + " |")
+    lines.append("| MatMulNBits time / ORT's (raw; scaled by the other operators' time) | " + " | ".join(
+        f"{mm[c] / mm['ort']:.2f}; {mm[c] / mm['ort'] * other['ort'] / other[c]:.2f}" for c in results) + " |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model-root", type=Path, required=True, help="MODEL_DIR printed by scripts/genai-model.sh")
@@ -97,6 +142,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", type=Path, help="write the Markdown table here")
+    ap.add_argument("--profile", action="store_true", help="ORT's profiler on: time per decode step by operator")
     ap.add_argument("--child", nargs=3, metavar=("MODEL", "FRONTEND", "LIB"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -106,14 +152,17 @@ def main() -> None:
     import onnxruntime
     import onnxruntime_genai as og
 
-    dirs = {c: variant(args.model_root, c, args.lib, args.threads) for c in CONFIGS}
+    dirs = {c: variant(args.model_root, c, args.lib, args.threads, args.profile) for c in CONFIGS}
     results: dict[str, list[dict]] = {c: [] for c in CONFIGS}
+    profiles: dict[str, list[dict[str, float]]] = {c: [] for c in CONFIGS}
     for r in range(args.runs):
         for c in CONFIGS:
             out = subprocess.run([sys.executable, __file__, "--tokens", str(args.tokens), "--model-root", "-",
                                   "--child", str(dirs[c]), c, str(args.lib)],
                                  check=True, capture_output=True, text=True).stdout
             results[c].append(json.loads(out.strip().splitlines()[-1]))
+            if args.profile:
+                profiles[c].append(op_times(dirs[c], args.tokens))
             print(f"run {r + 1}/{args.runs} {c}: {results[c][-1]}", file=sys.stderr)
     shutil.rmtree(args.model_root / "bench", ignore_errors=True)
 
@@ -144,8 +193,12 @@ def main() -> None:
         runs = ", ".join(f"{x['decode_tok_s']:.1f}" for x in results[c])
         lines.append(f"| {LABELS[c]} | {m['decode_tok_s']:.1f} | {m['decode_tok_s'] / base:.2f}x | {best[c]:.1f} | "
                      f"{best[c] / best['ort']:.2f}x | {runs} | {m['ttft_s'] * 1000:.0f} ms | {m['load_s']:.2f} s |")
+    if args.profile:
+        lines += ["", "With ORT's profiler on (`--profile`): time per decode step by operator type, the timed "
+                  "generations' decode steps, median over the runs.", "", *profile_table(profiles)]
     cmd = (f"$RUN_PYTHON bench/genai_decode.py --model-root $MODEL_DIR --runs {args.runs} --tokens {args.tokens} "
-           f"--threads {args.threads}" + (f" --out {args.out}" if args.out else ""))
+           f"--threads {args.threads}" + (" --profile" if args.profile else "")
+           + (f" --out {args.out}" if args.out else ""))
     lines += ["", "Command (after `eval \"$(scripts/genai-model.sh)\"`, with `cargo build --release -p nibble-ort`):",
               "", "```sh", cmd, "```", ""]
     text = "\n".join(lines)
