@@ -97,9 +97,9 @@ def child(model: str, frontend: str, lib: str, tokens: int) -> None:
     print(json.dumps({"load_s": load_s, "ttft_s": ttft, "decode_tok_s": tok_s}))
 
 
-def op_times(model_dir: Path, tokens: int) -> dict[str, float]:
-    """Microseconds per decode step by operator type in the newest profile under `model_dir` (the last generation:
-    its last `tokens` - 1 model runs), and removes the profile files."""
+def op_times(model_dir: Path, tokens: int) -> tuple[float, dict[str, float]]:
+    """From the newest profile under `model_dir` (removed afterwards, with any older one): the median decode step
+    (µs) of the last generation (its last `tokens` - 1 model runs) and its µs per step by operator type."""
     files = sorted(model_dir.glob("profile*.json"), key=lambda f: f.stat().st_mtime)
     events = json.loads(files[-1].read_text())
     for f in files:
@@ -113,25 +113,27 @@ def op_times(model_dir: Path, tokens: int) -> dict[str, float]:
         if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time") and t0 <= e["ts"] <= t1:
             op = e["args"].get("op_name", "?")
             per_op[op] = per_op.get(op, 0.0) + e["dur"] / len(steps)
-    per_op["(model_run)"] = statistics.median(e["dur"] for e in steps)
-    return per_op
+    return statistics.median(e["dur"] for e in steps), per_op
 
 
-def profile_table(results: dict[str, list[dict[str, float]]]) -> list[str]:
-    """The --profile table: median µs per decode step by operator type, per configuration."""
-    med = {c: {op: statistics.median(r.get(op, 0.0) for r in rs) for op in rs[0]} for c, rs in results.items()}
-    ops = sorted({op for m in med.values() for op in m if op != "(model_run)"}, key=lambda op: -med["ort"].get(op, 0))
-    other = {c: sum(v for op, v in m.items() if op not in ("MatMulNBits", "(model_run)")) for c, m in med.items()}
-    lines = ["| µs per decode step (median) | " + " | ".join(LABELS[c] for c in results) + " |",
-             "|---|" + "---|" * len(results)]
-    for op in ["(model_run)", *ops]:
-        lines.append(f"| {op} | " + " | ".join(f"{med[c].get(op, 0.0):.0f}" for c in results) + " |")
-    mm = {c: med[c].get("MatMulNBits", 0.0) for c in results}
-    lines.append("| MatMulNBits share of the nodes' time | " + " | ".join(
-        f"{mm[c] / (mm[c] + other[c]):.0%}" for c in results) + " |")
-    lines.append("| MatMulNBits time / ORT's (raw; scaled by the other operators' time) | " + " | ".join(
-        f"{mm[c] / mm['ort']:.2f}; {mm[c] / mm['ort'] * other['ort'] / other[c]:.2f}" for c in results) + " |")
-    return lines
+def profile_table(results: dict[str, list[tuple[float, dict[str, float]]]]) -> list[str]:
+    """The --profile table: median µs per decode step, whole and by operator type, per configuration."""
+    step = {c: statistics.median(r[0] for r in rs) for c, rs in results.items()}
+    ops = sorted({op for rs in results.values() for r in rs for op in r[1]})
+    med = {c: {op: statistics.median(r[1].get(op, 0.0) for r in rs) for op in ops} for c, rs in results.items()}
+    ops.sort(key=lambda op: -med["ort"][op])
+    mm = {c: med[c]["MatMulNBits"] for c in results}
+    other = {c: sum(med[c].values()) - mm[c] for c in results}
+    row = lambda label, cells: f"| {label} | " + " | ".join(cells) + " |"  # noqa: E731
+    return [
+        row("µs per decode step (median)", [LABELS[c] for c in results]),
+        "|---|" + "---|" * len(results),
+        row("model_run (the whole step)", [f"{step[c]:.0f}" for c in results]),
+        *(row(op, [f"{med[c][op]:.0f}" for c in results]) for op in ops),
+        row("MatMulNBits share of the nodes' time", [f"{mm[c] / (mm[c] + other[c]):.0%}" for c in results]),
+        row("MatMulNBits time / ORT's (raw; scaled by the other operators' time)",
+            [f"{mm[c] / mm['ort']:.2f}; {mm[c] / mm['ort'] * other['ort'] / other[c]:.2f}" for c in results]),
+    ]
 
 
 def main() -> None:
@@ -145,6 +147,8 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="ORT's profiler on: time per decode step by operator")
     ap.add_argument("--child", nargs=3, metavar=("MODEL", "FRONTEND", "LIB"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.profile and args.tokens < 2:
+        ap.error(f"--profile times decode steps: --tokens must be at least 2, not {args.tokens}")
     if args.child:
         child(*args.child, args.tokens)
         return
@@ -154,7 +158,7 @@ def main() -> None:
 
     dirs = {c: variant(args.model_root, c, args.lib, args.threads, args.profile) for c in CONFIGS}
     results: dict[str, list[dict]] = {c: [] for c in CONFIGS}
-    profiles: dict[str, list[dict[str, float]]] = {c: [] for c in CONFIGS}
+    profiles: dict[str, list[tuple[float, dict[str, float]]]] = {c: [] for c in CONFIGS}
     for r in range(args.runs):
         for c in CONFIGS:
             out = subprocess.run([sys.executable, __file__, "--tokens", str(args.tokens), "--model-root", "-",

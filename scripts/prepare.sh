@@ -38,9 +38,9 @@ check_prerequisites() {
 prepare() {
     echo "==> setup (scripts/setup.sh --no-extra-ort)"
     bash scripts/setup.sh --no-extra-ort
-    echo "==> build (cargo build --release -p nibble-ort -p nibble-llama -p nibble-serve)"
-    # one build of the three, as scripts/test.sh does: one feature resolution, no build invalidates another's
-    cargo build "${LOCKED[@]}" --release -p nibble-ort -p nibble-llama -p nibble-serve
+    echo "==> build (cargo build-release: -p nibble-ort -p nibble-llama -p nibble-serve)"
+    # the selection every script builds (.cargo/config.toml): no build invalidates another's
+    cargo build-release "${LOCKED[@]}"
     echo "==> convert SmolLM2-135M-Instruct (scripts/convert-smollm2.sh)"
     bash scripts/convert-smollm2.sh "$TARGET/llama"
 }

@@ -93,9 +93,8 @@ EOF
 if [ $vg = 1 ]; then
     command -v valgrind > /dev/null ||
         { echo "sanitize.sh: valgrind is not installed (scripts/setup.sh installs it: apt-get install valgrind)" >&2; exit 1; }
-    # The selection scripts/test.sh builds (cargo unifies dependency features per selection: -p nibble-ort alone
-    # would recompile the library the other steps use).
-    cargo build -q "${locked[@]}" --release -p nibble-ort -p nibble-llama -p nibble-serve
+    # The selection every script builds (.cargo/config.toml: -p nibble-ort alone would recompile the library).
+    cargo build-release -q "${locked[@]}"
     export NIBBLE_LIB=${CARGO_TARGET_DIR:-$root/target}/release/libnibble_ort.so
     bin=$(cargo test -q "${locked[@]}" --release -p nibble-ort --test session --no-run --message-format=json 2>/dev/null |
         python3 -c 'import json, sys

@@ -146,11 +146,11 @@ export NIBBLE_FIXTURES=${NIBBLE_FIXTURES:-${CARGO_TARGET_DIR:-$root/target}/fixt
 locked=(); [ -f Cargo.lock ] && locked=(--locked)
 # Build exactly the package selections used below, once each: cargo unifies dependency features per selection, so
 # another selection (e.g. both packages in one `cargo test --no-run`) compiles a variant nothing runs and later
-# selections recompile (~150 s in CI). The library and nibble-info with nibble-llama, as llama-aarch64.sh builds them.
+# selections recompile (~150 s in CI). The library, nibble-info and nibble-llama: .cargo/config.toml's selection.
 phase() { echo "== aarch64 [$((SECONDS - t_start)) s]: $*"; }
 t_start=$SECONDS
 phase "cross-building (release): libnibble_ort.so, nibble-info, nibble-llama; the kernel and session test binaries"
-cargo build -q "${locked[@]}" --release -p nibble-ort -p nibble-llama --target $target
+cargo build-release-aarch64 -q "${locked[@]}"
 cargo test -q "${locked[@]}" --release -p nibble-kernels --target $target --no-run
 cargo test -q "${locked[@]}" --release -p nibble-ort --target $target --test session --no-run
 bins=${CARGO_TARGET_DIR:-$root/target}/$target/release
@@ -239,12 +239,12 @@ if [ -n "$cpus11" ]; then
     done
     echo "aarch64: kernel and ORT integration tests passed on qemu $q11ver ($((SECONDS - t11)) s): $cpus11"
 fi
+phase "qemu 11 models done"
 # The Python parity tests inside aarch64 ONNX Runtime (aarch64 CPython under qemu) on the models of both lists.
 py_cpus=()
 for c in max neoverse-n1 cortex-a72; do
     if [[ " $cpus " == *" $c "* ]]; then py_cpus+=("$c"); fi
 done
-phase "qemu 11 models done"
 if [ ${#py_cpus[@]} -gt 0 ]; then
     bash scripts/aarch64/python-aarch64.sh --cpus "${py_cpus[*]}"
 else

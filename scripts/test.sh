@@ -10,7 +10,7 @@
 #                                                (scripts/ort-versions.txt: 1.19.2 1.23.2 1.24.4) in .cache/ort/
 #   2. tests/fixtures/make_fixtures.py           models + golden data -> target/fixtures/
 #      scripts/convert-smollm2.sh                SmolLM2-135M GGUF -> target/llama/smollm2-{fp32,q4} (ONNX)
-#   3. cargo build --release -p nibble-ort -p nibble-llama -p nibble-serve
+#   3. cargo build-release (.cargo/config.toml: --release -p nibble-ort -p nibble-llama -p nibble-serve)
 #                                                target/release/libnibble_ort.so (what ORT loads), the driver and
 #                                                the chat server, built together as scripts/demo.sh and serve.sh
 #                                                do (one feature resolution: no build invalidates another's)
@@ -166,8 +166,8 @@ fi
 
 step "fixtures (tests/fixtures/make_fixtures.py)" .venv/bin/python tests/fixtures/make_fixtures.py --out "$NIBBLE_FIXTURES"
 step "SmolLM2 model directories (scripts/convert-smollm2.sh)" bash scripts/convert-smollm2.sh "$TARGET/llama"
-step "cargo build --release -p nibble-ort -p nibble-llama -p nibble-serve" \
-    cargo build "${LOCKED[@]}" --release -p nibble-ort -p nibble-llama -p nibble-serve
+step "cargo build-release (-p nibble-ort -p nibble-llama -p nibble-serve: .cargo/config.toml)" \
+    cargo build-release "${LOCKED[@]}"
 # The Python tests load the library from the installed package, as users do: `pip install .` builds it with cargo
 # (the build above: nothing recompiles) and installs nibble_ort into .venv.
 step "Python package: pip install . (nibble_ort into .venv)" \

@@ -58,7 +58,7 @@ case "$which" in
             model=$tdir/llama/smollm2-q4-sym ;;
     *) echo "icount-llama: --model is q4 or q4-sym, not $which" >&2; exit 2 ;;
 esac
-cargo build -q "${locked[@]}" --release -p nibble-ort -p nibble-llama --target $target >&2
+cargo build-release-aarch64 -q "${locked[@]}" >&2
 bin=$tdir/$target/release/nibble-llama
 lib=$tdir/$target/release/libnibble_ort.so
 work=$tdir/icount/llama

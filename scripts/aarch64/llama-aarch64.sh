@@ -31,10 +31,9 @@ model=$tdir/llama/smollm2-q4-acc1
 bash scripts/convert-smollm2.sh "$tdir/llama" smollm2-q4-acc1 --bits 4 --block-size 32 --asymmetric \
     --accuracy-level 1 --domain com.microsoft
 
-# The package selections scripts/test.sh and scripts/test-aarch64.sh build (cargo unifies dependency features per
-# selection: another one would recompile the library, ~100 s).
-cargo build -q "${locked[@]}" --release -p nibble-ort -p nibble-llama -p nibble-serve
-cargo build -q "${locked[@]}" --release -p nibble-ort -p nibble-llama --target $target
+# The package selections every script builds (.cargo/config.toml: another one would recompile the library, ~100 s).
+cargo build-release -q "${locked[@]}"
+cargo build-release-aarch64 -q "${locked[@]}"
 x86_ort=$root/.cache/ort/1.31.1/libonnxruntime.so.1.31.1
 a64_ort=$ORT_A64_LIB
 out=$tdir/llama-aarch64
