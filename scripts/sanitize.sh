@@ -96,7 +96,7 @@ if [ $vg = 1 ]; then
     # The selection every script builds (.cargo/config.toml: -p nibble-ort alone would recompile the library).
     cargo build-release -q "${locked[@]}"
     export NIBBLE_LIB=${CARGO_TARGET_DIR:-$root/target}/release/libnibble_ort.so
-    bin=$(cargo test -q "${locked[@]}" --release -p nibble-ort --test session --no-run --message-format=json 2>/dev/null |
+    bin=$(cargo test-session-release -q "${locked[@]}" --no-run --message-format=json 2>/dev/null |
         python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)

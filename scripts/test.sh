@@ -15,6 +15,8 @@
 #                                                the chat server, built together as scripts/demo.sh and serve.sh
 #                                                do (one feature resolution: no build invalidates another's)
 #      pip install . (into .venv)                the Python package nibble_ort: the Python tests load its library
+#      scripts/build-wheel.sh                    manylinux_2_28 wheels for x86_64 and aarch64 (tested in step 8)
+#      then step 9 starts in the background (nice 19) and runs beside steps 3-8; its log is printed at the end
 #      cargo clippy --target aarch64-linux-android, aarch64-apple-darwin: the kernels and the library compile for
 #                                                Android and macOS on arm64 (not run: no such machine here)
 #   4. cargo test --workspace                    kernels unit/property tests, provider tests; the ORT integration
@@ -49,7 +51,7 @@
 #      tests/cpp/service/run.sh                  the C++ inference service example (examples/cpp) built with CMake
 #                                                against that package and ORT's headers; its tokenizer against HF
 #                                                tokenizers, its concurrent requests against the Rust driver's ids
-#   6. cargo test -p nibble-ort --test session   the ORT integration test again, once per extra ORT version
+#   6. cargo test --workspace --test session the ORT integration test again, once per extra ORT version
 #                                                (one summary line each), and through the execution-provider
 #                                                frontend (NIBBLE_FRONTEND=ep) on 1.31.1 and 1.24.4
 #   7. .venv/bin/python -m pytest tests/python   Python tests (onnxruntime 1.31.1 from .venv)
@@ -58,11 +60,11 @@
 #      + the ORT integration test and the Python parity (wide subset)/malformed tests again with each rung and family forced
 #        (NIBBLE_ISA=portable, =avx2; NIBBLE_FAMILIES= the second portable families, the AVX2 family without
 #        AVX-VNNI), so every kernel family is proven through ORT, not only in the kernel suite
-#   8. scripts/build-wheel.sh                    manylinux_2_28 wheels for x86_64 and aarch64; the x86_64 one in a
+#   8. the wheels of step 3                      the x86_64 one in a
 #                                                fresh venv (tests/python/test-wheel.sh), again with onnxruntime
 #                                                1.17.3 (the floor; Python-only on PyPI), and its library through
 #                                                the ORT integration test
-#   9. scripts/test-aarch64.sh                   kernel tests cross-built for aarch64, under qemu 7.2 on 7 CPU models
+#   9. scripts/test-aarch64.sh (background)      kernel tests cross-built for aarch64, under qemu 7.2 on 7 CPU models
 #                                                and under Debian testing's qemu 11 on 10 (SVE2, SME2, vector
 #                                                lengths, Neoverse V1/N2; scripts/aarch64/fetch-qemu-testing.sh),
 #                                                nibble-info on each, the Python parity and package tests in
@@ -172,6 +174,35 @@ step "cargo build-release (-p nibble-ort -p nibble-llama -p nibble-serve: .cargo
 # (the build above: nothing recompiles) and installs nibble_ort into .venv.
 step "Python package: pip install . (nibble_ort into .venv)" \
     .venv/bin/pip install -q --disable-pip-version-check --no-deps --force-reinstall .
+# The wheels (manylinux_2_28, x86_64 and aarch64; zig-linked against glibc 2.28, in target/wheel-build) are built
+# here, before the aarch64 step starts: that step installs the aarch64 one under qemu. They are tested further down.
+if [ $quick = 0 ]; then
+    step "wheels (scripts/build-wheel.sh --arch x86_64, --arch aarch64)" \
+        bash -c 'bash scripts/build-wheel.sh --arch x86_64 && bash scripts/build-wheel.sh --arch aarch64'
+fi
+# The aarch64 step (cross-builds, qemu 7.2 and 11 models, the aarch64 Python and Llama tests: ~29 min alone, mostly
+# one emulated thread) runs in the background from here, beside the x86 steps, at the lowest CPU priority (nice 19,
+# in this session: the x86 steps, timing-sensitive ones such as the Ray health checks included, keep the CPU they
+# ask for; the emulation takes what they leave). It shares no lock with them for long: its cargo builds use
+# target/aarch64-unknown-linux-gnu (and target/release only for build scripts, whose artifacts the release build
+# above made), the x86 test builds target/debug. Its output goes to target/test-aarch64.log, printed (and counted
+# in the summary) when the x86 steps are done; stopping test.sh stops it.
+A64_PID=""
+A64_LOG=$TARGET/test-aarch64.log
+if [ $quick = 0 ]; then
+    wheel_a64=$(ls "$TARGET"/wheels/nibble_ort-*-py3-none-manylinux_2_28_aarch64.whl 2>/dev/null | head -1)
+    A64_T0=$SECONDS
+    set -m   # its own process group (not its own session: nice is relative within a session's autogroup)
+    env NIBBLE_WHEEL="${wheel_a64:-missing.whl}" nice -n 19 bash scripts/test-aarch64.sh < /dev/null > "$A64_LOG" 2>&1 &
+    A64_PID=$!
+    set +m
+    stop_a64() { if [ -n "$A64_PID" ]; then kill -- -"$A64_PID" 2>/dev/null || true; A64_PID=""; fi; }
+    trap stop_a64 EXIT
+    trap 'stop_a64; exit 130' INT
+    trap 'stop_a64; exit 143' TERM
+    printf '\n%s==> aarch64 kernel tests under qemu (scripts/test-aarch64.sh): started in the background (pid %s, nice 19, log %s)%s\n' \
+        "$B" "$A64_PID" "${A64_LOG#"$ROOT"/}" "$N"
+fi
 step "lint (cargo fmt --check, cargo clippy -D warnings)" \
     bash -c 'cargo fmt --all -- --check && cargo fmt --manifest-path fuzz/Cargo.toml -- --check &&
         cargo clippy -q "$@" --workspace --all-targets -- -D warnings' _ "${LOCKED[@]}"
@@ -213,12 +244,12 @@ step "C++ inference service example (tests/cpp/service/run.sh: examples/cpp on S
     bash tests/cpp/service/run.sh
 if [ $quick = 0 ]; then
     for v in "${ORT_EXTRA[@]}"; do
-        step "ORT integration test on $v (cargo test -p nibble-ort --test session)" \
-            with_ort "$v" cargo test "${LOCKED[@]}" -p nibble-ort --test session
+        step "ORT integration test on $v (cargo test --workspace --test session)" \
+            with_ort "$v" cargo test "${LOCKED[@]}" --workspace --test session
     done
     for v in "$ORT_NEW" $(bash scripts/setup.sh --ort-ep-python-versions); do
         step "ORT integration test through the execution provider on $v (NIBBLE_FRONTEND=ep)" \
-            with_ort "$v" env NIBBLE_FRONTEND=ep cargo test "${LOCKED[@]}" -p nibble-ort --test session
+            with_ort "$v" env NIBBLE_FRONTEND=ep cargo test "${LOCKED[@]}" --workspace --test session
     done
     step "pytest tests/python (onnxruntime $ORT_NEW)" run_pytest
     # The same suites through the execution-provider frontend: every group of the parity matrix (the wide subset;
@@ -243,16 +274,14 @@ if [ $quick = 0 ]; then
     for forced in "${FORCED[@]}"; do
         step "forced $forced: ORT integration test on $ORT_NEW" \
             env "$forced" NIBBLE_ORT_DYLIB="$(ort_dylib $ORT_NEW)" NIBBLE_ORT_VERSION=$ORT_NEW \
-            cargo test "${LOCKED[@]}" -p nibble-ort --test session
+            cargo test "${LOCKED[@]}" --workspace --test session
         step "forced $forced: pytest parity + malformed" \
             env "$forced" NIBBLE_PARITY_SUBSET=wide bash -c "$(declare -f run_pytest); \
             run_pytest tests/python/test_parity.py tests/python/test_malformed.py"
     done
-    # The wheels: manylinux_2_28 for x86_64 and aarch64 (zig-linked against glibc 2.28). The x86_64 one in a fresh
-    # venv with only onnxruntime and the test requirements, its library also through the Rust integration test; the
-    # aarch64 one is what the aarch64 Python tests load under qemu (scripts/aarch64/python-aarch64.sh).
-    step "wheels (scripts/build-wheel.sh --arch x86_64, --arch aarch64)" \
-        bash -c 'bash scripts/build-wheel.sh --arch x86_64 && bash scripts/build-wheel.sh --arch aarch64'
+    # The wheels (built above): the x86_64 one in a fresh venv with only onnxruntime and the test requirements, its
+    # library also through the Rust integration test; the aarch64 one is what the aarch64 Python tests load under
+    # qemu (scripts/aarch64/python-aarch64.sh).
     wheel_x86=$(ls "$TARGET"/wheels/nibble_ort-*-py3-none-manylinux_2_28_x86_64.whl 2>/dev/null | head -1)
     step "x86_64 wheel in a fresh venv (tests/python/test-wheel.sh)" bash tests/python/test-wheel.sh "${wheel_x86:-missing.whl}"
     for v in $(bash scripts/setup.sh --ort-python-versions); do
@@ -262,10 +291,23 @@ if [ $quick = 0 ]; then
     step "ORT integration test on the wheel's library (glibc 2.28 build)" \
         env NIBBLE_LIB="$TARGET/wheel-build/x86_64-unknown-linux-gnu/release/libnibble_ort.so" \
         NIBBLE_ORT_DYLIB="$(ort_dylib $ORT_NEW)" NIBBLE_ORT_VERSION=$ORT_NEW \
-        cargo test "${LOCKED[@]}" -p nibble-ort --test session
-    wheel_a64=$(ls "$TARGET"/wheels/nibble_ort-*-py3-none-manylinux_2_28_aarch64.whl 2>/dev/null | head -1)
-    step "aarch64 kernel tests under qemu (scripts/test-aarch64.sh)" \
-        env NIBBLE_WHEEL="${wheel_a64:-missing.whl}" bash scripts/test-aarch64.sh
+        cargo test "${LOCKED[@]}" --workspace --test session
+    # The aarch64 step, started in the background after the wheels: its log, then its result in the summary (its
+    # time counted from its start; the wait is what it added to the x86 steps' time).
+    t_wait=$SECONDS
+    a64_rc=0
+    wait "$A64_PID" || a64_rc=$?
+    A64_PID=""
+    printf '\n%s==> aarch64 kernel tests under qemu (scripts/test-aarch64.sh), run in the background: its log (%s)%s\n' \
+        "$B" "${A64_LOG#"$ROOT"/}" "$N"
+    cat "$A64_LOG"
+    a64_name="aarch64 kernel tests under qemu (scripts/test-aarch64.sh; in the background, $((SECONDS - t_wait)) s waited for at the end)"
+    if [ $a64_rc = 0 ]; then
+        SUMMARY+=("$(printf 'PASS  %4ds  %s' $((SECONDS - A64_T0)) "$a64_name")")
+    else
+        SUMMARY+=("$(printf 'FAIL  %4ds  %s (exit %d)' $((SECONDS - A64_T0)) "$a64_name" "$a64_rc")")
+        failed=1
+    fi
 else
     for v in "${ORT_EXTRA[@]}"; do skip "ORT integration test on $v (--quick)"; done
     skip "pytest tests/python (--quick)"
