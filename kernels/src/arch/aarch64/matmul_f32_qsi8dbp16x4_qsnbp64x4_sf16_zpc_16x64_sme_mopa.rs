@@ -379,3 +379,134 @@ unsafe fn pass(a: &RunArgs, s: usize, rec: *const u8, act: *const u8, cols: *con
         );
     }
 }
+
+// PR_SME_SET_VL, SVCR and TPIDR2_EL0 as Linux gives them to user space.
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+mod tests {
+    use crate::arch::aarch64::{INT8_GEMM_SME2, QSNBP64X4_SF16_ZPC};
+    use crate::format::{Params, Weights, ZeroPoints};
+    use crate::pack::LhsSource;
+    use crate::{ComputePath, Cpu, Problem, Selected, matmul_serial};
+
+    /// (SVCR, TPIDR2_EL0) of this thread.
+    fn state() -> (u64, u64) {
+        let (svcr, tpidr2): (u64, u64);
+        // SAFETY: reads two system registers user space may read when the CPU has SME (checked by the callers).
+        unsafe {
+            core::arch::asm!(
+                ".arch_extension sme",
+                "mrs {0}, svcr",
+                "mrs {1}, tpidr2_el0",
+                out(reg) svcr,
+                out(reg) tpidr2,
+                options(nomem, nostack, preserves_flags)
+            )
+        };
+        (svcr, tpidr2)
+    }
+
+    /// The kernel's bits for M = 37 (a row tail), N = 150 (a column tail), K = 320 with zero points, 4-bit
+    /// blocks of 64 (the asm).
+    fn run() -> Vec<u32> {
+        let (k, n, bl, m) = (320usize, 150usize, 64usize, 37usize);
+        let mut x = 0x2545_F491u32;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        let b: Vec<u8> = (0..n * k / 2).map(|_| next() as u8).collect();
+        let scales: Vec<f32> = (0..n * k / bl).map(|_| 0.01 + (next() % 100) as f32 * 1e-3).collect();
+        let zp: Vec<u8> = (0..n * (k / bl).div_ceil(2)).map(|_| next() as u8).collect();
+        let params = Params::new(k as i64, n as i64, 4, bl as i64).unwrap();
+        let w = Weights::new(params, &b, &scales, ZeroPoints::Packed(&zp), None).unwrap();
+        let p = Problem::of(ComputePath::Int8, &w);
+        let a: Vec<f32> = (0..m * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
+        let sel = Selected::single(&INT8_GEMM_SME2, QSNBP64X4_SF16_ZPC, &p).unwrap();
+        let rhs = sel.pack_rhs(&w).unwrap();
+        let mut y = vec![0f32; m * n];
+        matmul_serial(&sel, &rhs, LhsSource::F32(&a), m, None, &mut y);
+        y.iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// After a call: streaming mode and ZA off (SVCR = 0), TPIDR2_EL0 still 0.
+    #[test]
+    fn leaves_streaming_mode_and_za_off() {
+        if !INT8_GEMM_SME2.runs_on(Cpu::get()) {
+            return;
+        }
+        assert_eq!(state(), (0, 0));
+        run();
+        assert_eq!(state(), (0, 0));
+    }
+
+    /// ZA dormant on entry (a TPIDR2 block, ZA on with a pattern: a caller's lazy save pending): the kernel saves
+    /// ZA into the block's buffer, clears TPIDR2_EL0 and returns with ZA off; its result is unchanged.
+    #[test]
+    fn commits_a_pending_lazy_save() {
+        if !INT8_GEMM_SME2.runs_on(Cpu::get()) {
+            return;
+        }
+        let want = run();
+        // SAFETY: SME (checked above).
+        let svl = unsafe { super::svl_bytes() };
+        let pattern: Vec<u8> = (0..svl * svl).map(|i| (i * 7 + 3) as u8).collect();
+        let mut buffer = vec![0u8; svl * svl];
+        // TPIDR2 block: za_save_buffer, num_za_save_slices (u16), 6 reserved zero bytes.
+        let mut block = [0u64; 2];
+        block[0] = buffer.as_mut_ptr() as u64;
+        block[1] = svl as u64;
+        // SAFETY: turns ZA on (not streaming mode), loads the pattern's SVL vectors into it (reads svl·svl bytes of
+        // `pattern`) and sets TPIDR2_EL0 to the block: ZA dormant, as a caller's lazy-save setup leaves it. No
+        // Rust code uses ZA or TPIDR2_EL0; the kernel below commits the save.
+        unsafe {
+            core::arch::asm!(
+                ".arch_extension sme",
+                "smstart za",
+                "mov w12, #0",
+                "2:",
+                "ldr za[w12, 0], [{src}]",
+                "addsvl {src}, {src}, #1",
+                "add w12, w12, #1",
+                "cmp x12, {n}",
+                "b.lo 2b",
+                "msr tpidr2_el0, {blk}",
+                src = inout(reg) pattern.as_ptr() => _,
+                n = in(reg) svl,
+                blk = in(reg) block.as_ptr(),
+                out("x12") _,
+                options(nostack),
+            )
+        };
+        assert_eq!(state(), (2, block.as_ptr() as u64), "ZA on, TPIDR2 set");
+        let got = run();
+        assert_eq!(state(), (0, 0));
+        assert!(buffer == pattern, "ZA must be saved to the TPIDR2 block's buffer");
+        assert!(got == want);
+    }
+
+    /// The pass geometry follows the thread's streaming vector length: a thread whose SVL is set to 16 bytes
+    /// (prctl PR_SME_SET_VL) after the default one computes the same bits.
+    #[test]
+    fn any_streaming_vector_length_gives_the_same_bits() {
+        if !INT8_GEMM_SME2.runs_on(Cpu::get()) {
+            return;
+        }
+        let want = run();
+        for vl in [16u64, 32, 64, 128] {
+            let got = std::thread::spawn(move || {
+                // SAFETY: PR_SME_SET_VL (63) takes the new length in bytes and changes only this thread's streaming
+                // vector length; nothing of this thread holds SME state across it.
+                let r = unsafe { libc::prctl(63, vl as libc::c_ulong) };
+                assert!(r >= 0, "prctl(PR_SME_SET_VL, {vl}) failed");
+                // SAFETY: SME (checked above).
+                let svl = unsafe { super::svl_bytes() };
+                (svl, run())
+            })
+            .join()
+            .unwrap();
+            assert!(got.1 == want, "SVL {} bytes: other bits", got.0);
+        }
+    }
+}
