@@ -298,7 +298,15 @@ macro_rules! enter_streaming {
 /// to the pass's columns, `act` a row group offset to the pass's rows, `cols` / `rows` the per-call buffers
 /// offset likewise (`a.blocks` blocks each), `out` the sums offset to the pass's (row, column); all as `run`
 /// lays them out, for `a` with 4-bit codes in blocks of whole 32-K chunks.
-unsafe fn pass(a: &RunArgs, s: usize, rec: *const u8, act: *const u8, cols: *const f32, rows: *const f32, out: *mut f32) {
+unsafe fn pass(
+    a: &RunArgs,
+    s: usize,
+    rec: *const u8,
+    act: *const u8,
+    cols: *const f32,
+    rows: *const f32,
+    out: *mut f32,
+) {
     // SAFETY: reads per block: chunks × 4 groups × 4 vectors of 4s bytes of codes inside the record (4s
     // columns of 64 at the pass's offset), 8 LHS runs × 4s bytes per chunk inside the group (rows of 16 at the
     // pass's offset), 4 (8) vectors of s f32 of `cols` and 32 f32 of `rows` (the block's); writes s rows × 4s

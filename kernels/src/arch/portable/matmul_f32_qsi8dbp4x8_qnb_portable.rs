@@ -36,7 +36,8 @@ pub(crate) unsafe fn run_p<const M: usize, const K: usize>(args: &RunArgs) {
     int8_walk(&t, |r, b, v, _, _| {
         let g = group(r);
         // Row r % M of runs b·bl/K .. (b+1)·bl/K of its group.
-        let q = (b * bl / K..(b + 1) * bl / K).flat_map(|run| &g[(run * M + r % M) * K..][..K]).map(|&q| q as i8 as i32);
+        let q =
+            (b * bl / K..(b + 1) * bl / K).flat_map(|run| &g[(run * M + r % M) * K..][..K]).map(|&q| q as i8 as i32);
         dot_i32(q, v)
     });
 }
