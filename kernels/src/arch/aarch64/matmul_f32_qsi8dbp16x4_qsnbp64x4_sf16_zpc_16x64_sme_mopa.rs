@@ -20,12 +20,16 @@
 //! and group, so the asm epilogue is loads and vector arithmetic. The `row` numerics need nothing of their own:
 //! their activation scales are 1 and × 1 is exact.
 //!
-//! Static instruction budget per 32-K block, one pass at SVL 512 (32 SMOPA): inner loop 4 × (4 code loads + 2
-//! LHS loads + 8 field extractions + 8 SMOPA + 2 adds) + 3 loop = 99 (3.1 per SMOPA); epilogue 4 scale loads + 3
-//! + 16 rows × (2 row loads + 4 × 6 + 5 loop) = 503 (15.7 per SMOPA; zero points +4 loads + 16 × 4 FMLA);
-//! 4 per block. ≈ 19 per SMOPA, above KleidiAI's 11 (its epilogue does the same per-row work with multi-vector
-//! MOVA/SCVTF and keeps no sums buffer): the family is ranked below the i8mm families until instruction counts
-//! exist (see `registry.rs`).
+//! Static instruction budget per 32-K block, one pass at SVL 512 (32 SMOPA):
+//! - inner loop: 4 groups × (4 code loads, 2 LHS loads, 8 field extractions, 8 SMOPA, 2 adds) and 3 for the
+//!   loop = 99 (3.1 per SMOPA);
+//! - epilogue: 4 scale loads and 3 set-up, then 16 rows × (2 row-scale loads, 4 tiles × 6, 5 loop) = 503 (15.7
+//!   per SMOPA; zero points add 4 loads and 16 × 4 FMLA);
+//! - block loop: about 8.
+//!
+//! About 19 per SMOPA, above KleidiAI's 11 (its epilogue does the same per-row work with multi-vector MOVA and
+//! SCVTF and keeps no sums buffer): the family is ranked below the i8mm families until instruction counts exist
+//! (see `registry.rs`).
 //!
 //! Streaming mode: every pass is one `asm!` block from `smstart` to `smstop` with no Rust code between; ZA's
 //! lazy-save protocol is honoured (a non-null TPIDR2_EL0 block gets ZA saved into its buffer, then TPIDR2_EL0
