@@ -16,6 +16,7 @@ mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_2x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x32_sve;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x8_neon_dotprod;
+mod matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa;
 mod matmul_f32_qsi8dbp4x16_qsnbp8x4_sf16_zpc_4x8_neon_dotprod;
 mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_12x4_neon_i8mm;
 mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x8_sve_i8mm;
@@ -49,10 +50,19 @@ pub const QSNBP8X4_SF32_ZPC: RhsLayout = RhsLayout { scales: ScaleType::F32, ..Q
 /// [`QSNBP8X4_SF16_ZPC`] with 8 K per column group: the SMMLA operand (two columns × 8 K per 16 bytes).
 pub const QSNBP8X8_SF16_ZPC: RhsLayout = RhsLayout { kr: qsnbp8x8_int8::KR, ..QSNBP8X4_SF16_ZPC };
 
+/// [`QSNBP8X4_SF16_ZPC`] with 64-column panels: the SME2 family's SMOPA operand (any run of SVL/4 columns × 4 K
+/// of a group is one vector; the same layout at every streaming vector length).
+pub const QSNBP64X4_SF16_ZPC: RhsLayout = RhsLayout {
+    nr: matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::NR,
+    kr: matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::KR,
+    ..QSNBP8X4_SF16_ZPC
+};
+
 const NEON: Features = Features::of(&[Feature::Neon]);
 const DOTPROD: Features = Features::of(&[Feature::Neon, Feature::Dotprod]);
 const I8MM: Features = Features::of(&[Feature::Neon, Feature::I8mm]);
 const SVE_DOTPROD: Features = Features::of(&[Feature::Neon, Feature::Dotprod, Feature::Sve]);
+const SME2: Features = Features::of(&[Feature::Sme, Feature::Sme2]);
 const SVE_I8MM: Features = Features::of(&[Feature::Neon, Feature::I8mm, Feature::Sve, Feature::SveI8mm]);
 
 fn supports_all(bits: u32, bl: usize) -> bool {
@@ -151,6 +161,30 @@ pub static INT8_GEMM_SVE_I8MM: UKernel = UKernel {
     min_sve_vl: 32,
     run: matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x8_sve_i8mm::run,
     ..INT8_GEMM_I8MM
+};
+
+/// int8 GEMM, SME2 (SMOPA into ZA): 16 rows × 64 columns per register tile, each pass of the tile one streaming
+/// asm block; the passes and their predicates follow the streaming vector length read on every call.
+pub static INT8_GEMM_SME2: UKernel = UKernel {
+    name: "matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa",
+    isa: Isa::Sme,
+    requires: SME2,
+    min_sve_vl: 0,
+    path: ComputePath::Int8,
+    lhs: LhsFormat::Qsi8DbP {
+        mr: matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::MR,
+        kr: matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::KR,
+    },
+    rhs: RhsReads::Only(|_: &Cpu| QSNBP64X4_SF16_ZPC),
+    supports: supports_all,
+    geometry: |_, _| {
+        Geometry::new(
+            matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::MR,
+            matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::NR,
+            usize::MAX,
+        )
+    },
+    run: matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::run,
 };
 
 /// fp32-path GEMV, NEON: up to 3 rows × 4 columns per unit (codes widened to f32 in registers).

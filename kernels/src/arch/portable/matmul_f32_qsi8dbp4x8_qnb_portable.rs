@@ -19,15 +19,25 @@ const KR: usize = 8;
 /// non-null scale/sum pointers.
 pub(crate) unsafe fn run(args: &RunArgs) {
     // SAFETY: forwarded from the caller.
-    let t = unsafe { Tile::new(args, LhsFormat::Qsi8DbP { mr: MR, kr: KR }) };
+    unsafe { run_p::<MR, KR>(args) }
+}
+
+/// The same body on `qsi8dbp<M>x<K>` activations (any group and run size; K divides the block size): what
+/// fixed-layout kernels on other interleavings run for the cases their asm does not take.
+///
+/// # Safety
+/// `args` satisfies the `RunArgs` contract with `qsi8dbp<M>x<K>` LHS groups (the tile starts at a group), and
+/// non-null scale/sum pointers.
+pub(crate) unsafe fn run_p<const M: usize, const K: usize>(args: &RunArgs) {
+    // SAFETY: forwarded from the caller.
+    let t = unsafe { Tile::new(args, LhsFormat::Qsi8DbP { mr: M, kr: K }) };
     let (bl, kp) = (args.bl, args.lhs_stride);
-    let group = |r: usize| &t.lhs_bytes[(r / MR) * MR * kp..][..MR * kp];
+    let group = |r: usize| &t.lhs_bytes[(r / M) * M * kp..][..M * kp];
     int8_walk(&t, |r, b, v, _, _| {
         let g = group(r);
-        // Row r % MR of runs b·bl/KR .. (b+1)·bl/KR of its group.
-        let q = (b * bl / KR..(b + 1) * bl / KR)
-            .flat_map(|run| &g[(run * MR + r % MR) * KR..][..KR])
-            .map(|&q| q as i8 as i32);
+        // Row r % M of runs b·bl/K .. (b+1)·bl/K of its group.
+        let q =
+            (b * bl / K..(b + 1) * bl / K).flat_map(|run| &g[(run * M + r % M) * K..][..K]).map(|&q| q as i8 as i32);
         dot_i32(q, v)
     });
 }

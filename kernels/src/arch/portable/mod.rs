@@ -14,7 +14,7 @@
 
 mod matmul_f32_f32_qnb_portable;
 mod matmul_f32_qsi8db_qnb_portable;
-mod matmul_f32_qsi8dbp4x8_qnb_portable;
+pub(crate) mod matmul_f32_qsi8dbp4x8_qnb_portable;
 mod matmul_f32_qsu8db_qnb_portable;
 
 use crate::cpu::{Cpu, Features, Isa};

@@ -1,0 +1,524 @@
+//! int8-activation GEMM for prefill, SME2: 16 rows (one `qsi8dbp16x4` row group) × 64 columns (one
+//! `qsnbp64x4` panel) per register tile, int32 in the four ZA tiles za0.s–za3.s through 4-way SMOPA
+//! (16 rows × 4 K of activations ⊗ 16 columns × 4 K of weights per instruction at a 512-bit streaming vector).
+//!
+//! Layout. `qsnbp64x4_sf16_zpc` does not depend on the streaming vector length (SVL): a 32-K chunk of a panel
+//! is 4 groups of 64 columns × 4 bytes (K 4g…4g+3 in the low nibbles, 16 + 4g… in the high ones), so the
+//! SMOPA column operand is any run of `s` columns (4·s bytes) of a group and the row operand any `s` rows of an
+//! LHS run (16 rows × 4 K = 64 bytes). With `s` = min(SVL, 64 bytes) / 4 the asm computes the 16 × 64 tile in
+//! (16 / s) · (64 / 4s) passes of s rows × 4s columns (one pass at SVL 512, 4 at 256, 16 at 128; at SVL > 512
+//! the vectors are predicated to their first 512 bits). The SVL is read (`rdsvl`) on every call and the pass
+//! geometry follows from it, so weights packed on one thread run on any other whatever its SVL: no packed
+//! geometry can mismatch the vector (the brief's `qsnbp<SVL>x4` would need a fallback when it does).
+//!
+//! Numerics (option (a) of `design/sme2.md` §2: f32 sums in memory): per 32-K chunk, each group's four code
+//! vectors give the low field by `lsl #4` and the high one by `and #0xf0` (16·v exactly; the 2^−4 is in the
+//! column scales, as in the SVE i8mm kernel), 8 SMOPA per group. Per block, for each of the s rows: MOVA each
+//! tile's row out of ZA, SCVTF, × (column scale · 2^−4 · row scale), FMLA into the f32 sums (loaded and stored:
+//! the 16 × 64 f32 live in a 4 KB buffer), + c · sa·Σq with zero points; then `zero {za}`. The column scales
+//! (f16 → f32 × 2^−4) and corrections are laid out once per call and panel, the rows' sa and sa·Σq once per call
+//! and group, so the asm epilogue is loads and vector arithmetic. The `row` numerics need nothing of their own:
+//! their activation scales are 1 and × 1 is exact.
+//!
+//! Static instruction budget per 32-K block, one pass at SVL 512 (32 SMOPA):
+//! - inner loop: 4 groups × (4 code loads, 2 LHS loads, 8 field extractions, 8 SMOPA, 2 adds) and 3 for the
+//!   loop = 99 (3.1 per SMOPA);
+//! - epilogue: 4 scale loads and 3 set-up, then 16 rows × (2 row-scale loads, 4 tiles × 6, 5 loop) = 503 (15.7
+//!   per SMOPA; zero points add 4 loads and 16 × 4 FMLA);
+//! - block loop: about 8.
+//!
+//! About 19 per SMOPA, above KleidiAI's 11 (its epilogue does the same per-row work with multi-vector MOVA and
+//! SCVTF and keeps no sums buffer): the family is ranked below the i8mm families until instruction counts exist
+//! (see `registry.rs`).
+//!
+//! Streaming mode: every pass is one `asm!` block from `smstart` to `smstop` with no Rust code between; ZA's
+//! lazy-save protocol is honoured (a non-null TPIDR2_EL0 block gets ZA saved into its buffer, then TPIDR2_EL0
+//! is cleared, as `__arm_tpidr2_save` does) and the block leaves PSTATE.SM = PSTATE.ZA = 0. Every vector and
+//! predicate register is declared clobbered (SMSTART/SMSTOP zero z0–z31, so d8–d15 too). Only SVE instructions
+//! legal in streaming mode (no NEON: runs without FEAT_SME_FA64).
+//!
+//! LHS: `qsi8dbp16x4`; RHS: `qsnbp64x4_sf16_zpc`. The asm takes 4-bit codes in blocks of whole 32-K chunks;
+//! 2- and 8-bit codes and blocks of 16 run the portable body on the same formats
+//! (`portable::matmul_f32_qsi8dbp4x8_qnb_portable::run_p`). Features: sme, sme2. Row tails run whole
+//! row groups (the packed LHS pads them with zero rows) and column tails whole panels (zero columns); only real
+//! rows and columns are stored. No over-reads.
+
+use crate::ukernel::RunArgs;
+
+/// Rows per LHS group (`qsi8dbp16x4`) and columns per panel (`qsnbp64x4`), K per run / column group.
+pub(crate) const MR: usize = 16;
+pub(crate) const NR: usize = 64;
+pub(crate) const KR: usize = 4;
+
+/// f32 per block in the per-call column buffer (64 scales · 2^−4, then 64 corrections) and row buffer (16 sa,
+/// then 16 sa·Σq).
+const COL_PER_BLOCK: usize = 2 * NR;
+const ROW_PER_BLOCK: usize = 2 * MR;
+
+/// The streaming vector length in bytes (`rdsvl`; legal outside streaming mode).
+///
+/// # Safety
+/// The CPU has SME.
+pub(crate) unsafe fn svl_bytes() -> usize {
+    let svl: usize;
+    // SAFETY: RDSVL only reads the streaming vector length (the caller's guarantee: SME); no memory, no flags.
+    unsafe {
+        core::arch::asm!(".arch_extension sme", "rdsvl {0}, #1", out(reg) svl, options(nomem, nostack, preserves_flags))
+    };
+    svl
+}
+
+/// # Safety
+/// The CPU has SME2; `args` satisfies the `RunArgs` contract with a `qsi8dbp16x4` LHS (the tile starts at a
+/// row group) and a `qsnbp64x4_sf16_zpc` RHS.
+pub(crate) unsafe fn run(args: &RunArgs) {
+    let a = args;
+    if !(a.bits == 4 && a.bl.is_multiple_of(32)) || a.blocks == 0 {
+        // SAFETY: the same contract, for the portable body on this LHS format (any layout).
+        unsafe { crate::arch::portable::matmul_f32_qsi8dbp4x8_qnb_portable::run_p::<MR, KR>(a) };
+        return;
+    }
+    // SAFETY: the CPU has SME (the caller's guarantee).
+    let s = unsafe { svl_bytes() }.min(64) / 4;
+    debug_assert!(s.is_power_of_two() && (4..=16).contains(&s));
+    let groups = a.rows.div_ceil(MR);
+    let (zp, row) = (a.has_zp != 0, a.row != 0);
+
+    // Per group and block: 16 sa (1 in the row numerics), 16 sa·Σq.
+    let mut rows = vec![0f32; groups * a.blocks * ROW_PER_BLOCK];
+    for g in 0..groups {
+        for b in 0..a.blocks {
+            let out = &mut rows[(g * a.blocks + b) * ROW_PER_BLOCK..][..ROW_PER_BLOCK];
+            for r in 0..MR {
+                let i = g * MR * a.blocks + b * MR + r;
+                // SAFETY: row g·16 + r's block-b scale and Σq, inside the tile's (RunArgs contract: group-major,
+                // rows rounded up to the group; padding rows hold 0).
+                let (sa, q) = unsafe { (*a.lhs_scale.add(i), *a.lhs_sum.add(i) as f32) };
+                let sa = if row { 1.0 } else { sa };
+                out[r] = sa;
+                if zp {
+                    out[MR + r] = if row { q } else { sa * q };
+                }
+            }
+        }
+    }
+
+    let mut cols = vec![0f32; a.blocks * COL_PER_BLOCK];
+    let mut sums = [0f32; MR * NR];
+    for panel in 0..a.cols.div_ceil(NR) {
+        let rec0 = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
+        for b in 0..a.blocks {
+            let rec = rec0.wrapping_add(b * a.rhs_record);
+            let out = &mut cols[b * COL_PER_BLOCK..][..COL_PER_BLOCK];
+            for c in 0..NR {
+                // SAFETY: the record's 64 f16 scales and (with zero points) 64 f32 corrections (RunArgs contract).
+                unsafe {
+                    let h = rec.add(a.rhs_scales + 2 * c).cast::<[u8; 2]>().read_unaligned();
+                    out[c] = half::f16::from_le_bytes(h).to_f32() * (1.0 / 16.0);
+                    if zp {
+                        out[NR + c] = rec.add(a.rhs_zp + 4 * c).cast::<f32>().read_unaligned();
+                    }
+                }
+            }
+        }
+        for g in 0..groups {
+            sums.fill(0.0);
+            let act = a.lhs.wrapping_add(g * MR * a.lhs_stride);
+            let rws = &rows[g * a.blocks * ROW_PER_BLOCK..][..a.blocks * ROW_PER_BLOCK];
+            for ri in 0..MR / s {
+                for cq in 0..NR / (4 * s) {
+                    // SAFETY: the CPU has SME2; group g and `panel` are the tile's, with a.blocks records of
+                    // whole 32-K chunks; the pass (ri, cq) reads s rows and 4s columns inside them and writes the
+                    // s × 4s sums inside `sums`; `cols`/`rws` hold every block.
+                    unsafe {
+                        pass(
+                            a,
+                            s,
+                            rec0.wrapping_add(cq * 16 * s),
+                            act.wrapping_add(ri * 4 * s),
+                            cols.as_ptr().wrapping_add(cq * 4 * s),
+                            rws.as_ptr().wrapping_add(ri * s),
+                            sums.as_mut_ptr().wrapping_add(ri * s * NR + cq * 4 * s),
+                        )
+                    };
+                }
+            }
+            let real_rows = (a.rows - g * MR).min(MR);
+            let real_cols = (a.cols - panel * NR).min(NR);
+            for r in 0..real_rows {
+                for c in 0..real_cols {
+                    let col = panel * NR + c;
+                    // SAFETY: row g·16 + r < rows and column col < cols: inside dst and bias (RunArgs contract).
+                    unsafe {
+                        let bias = if a.bias.is_null() { 0.0 } else { *a.bias.add(col) };
+                        *a.dst.add((g * MR + r) * a.dst_stride + col) = sums[r * NR + c] + bias;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One row of the per-block epilogue for tile `$j` (0–3): the row out of ZA (w12), converted, × (column scale
+/// · row scale), added to the sums row at `{xo}` (+ `$off` f32, a register or none), with zero points + c · sa·Σq.
+macro_rules! epi_tile {
+    ($j:literal, $addr:literal, zp) => {
+        concat!(
+            "mova z0.s, p1/m, za",
+            $j,
+            "h.s[w12, 0]\n",
+            "scvtf z0.s, p1/m, z0.s\n",
+            "fmul z1.s, z1",
+            $j,
+            ".s, z28.s\n",
+            "ld1w {{z2.s}}, p1/z, ",
+            $addr,
+            "\n",
+            "fmla z2.s, p1/m, z0.s, z1.s\n",
+            "fmla z2.s, p1/m, z2",
+            $j,
+            ".s, z29.s\n",
+            "st1w {{z2.s}}, p1, ",
+            $addr,
+            "\n",
+        )
+    };
+    ($j:literal, $addr:literal) => {
+        concat!(
+            "mova z0.s, p1/m, za",
+            $j,
+            "h.s[w12, 0]\n",
+            "scvtf z0.s, p1/m, z0.s\n",
+            "fmul z1.s, z1",
+            $j,
+            ".s, z28.s\n",
+            "ld1w {{z2.s}}, p1/z, ",
+            $addr,
+            "\n",
+            "fmla z2.s, p1/m, z0.s, z1.s\n",
+            "st1w {{z2.s}}, p1, ",
+            $addr,
+            "\n",
+        )
+    };
+}
+
+/// The epilogue's row loop (label `$l`): s rows of the four tiles into the sums rows at `{out}` (256 bytes
+/// apart), row scales at `{rowp}` (sa, and sa·Σq 64 bytes further).
+macro_rules! epi_rows {
+    ($l:literal $(, $zp:ident)?) => {
+        concat!(
+            "mov {xo}, {out}\n",
+            "mov {xr}, {rowp}\n",
+            "mov w12, #0\n",
+            $l,
+            ":\n",
+            "ld1rw {{z28.s}}, p1/z, [{xr}]\n",
+            "ld1rw {{z29.s}}, p1/z, [{xr}, #64]\n",
+            epi_tile!("0", "[{xo}]" $(, $zp)?),
+            epi_tile!("1", "[{xo}, {s1}, lsl #2]" $(, $zp)?),
+            epi_tile!("2", "[{xo}, {s2}, lsl #2]" $(, $zp)?),
+            epi_tile!("3", "[{xo}, {s3}, lsl #2]" $(, $zp)?),
+            "add {xo}, {xo}, #256\n",
+            "add {xr}, {xr}, #4\n",
+            "add w12, w12, #1\n",
+            "cmp x12, {s1}\n",
+            "b.lo ",
+            $l,
+            "b\n",
+        )
+    };
+}
+
+/// One 4-K column group of a chunk: codes of 4s columns at `{xc}` (4 vectors z0–z3), the LHS runs g (`{xa}`)
+/// and 4 + g (256 bytes further) of s rows, low fields (`lsl #4`, z4–z7) against run g, high fields (`and`)
+/// against run 4 + g: 8 SMOPA.
+macro_rules! mopa_group {
+    () => {
+        concat!(
+            "ld1w {{z0.s}}, p1/z, [{xc}]\n",
+            "ld1w {{z1.s}}, p1/z, [{xc}, {s1}, lsl #2]\n",
+            "ld1w {{z2.s}}, p1/z, [{xc}, {s2}, lsl #2]\n",
+            "ld1w {{z3.s}}, p1/z, [{xc}, {s3}, lsl #2]\n",
+            "ld1w {{z8.s}}, p1/z, [{xa}]\n",
+            "ld1w {{z9.s}}, p1/z, [{xa}, {e64}, lsl #2]\n",
+            "lsl z4.b, z0.b, #4\n",
+            "lsl z5.b, z1.b, #4\n",
+            "lsl z6.b, z2.b, #4\n",
+            "lsl z7.b, z3.b, #4\n",
+            "and z0.b, z0.b, #0xf0\n",
+            "and z1.b, z1.b, #0xf0\n",
+            "and z2.b, z2.b, #0xf0\n",
+            "and z3.b, z3.b, #0xf0\n",
+            "smopa za0.s, p0/m, p0/m, z8.b, z4.b\n",
+            "smopa za1.s, p0/m, p0/m, z8.b, z5.b\n",
+            "smopa za2.s, p0/m, p0/m, z8.b, z6.b\n",
+            "smopa za3.s, p0/m, p0/m, z8.b, z7.b\n",
+            "smopa za0.s, p0/m, p0/m, z9.b, z0.b\n",
+            "smopa za1.s, p0/m, p0/m, z9.b, z1.b\n",
+            "smopa za2.s, p0/m, p0/m, z9.b, z2.b\n",
+            "smopa za3.s, p0/m, p0/m, z9.b, z3.b\n",
+            "add {xc}, {xc}, #256\n",
+            "add {xa}, {xa}, #64\n",
+        )
+    };
+}
+
+/// ZA's lazy save (AAPCS64 SME: what `__arm_tpidr2_save` does) and entering streaming mode with a zeroed ZA:
+/// with a TPIDR2 block, ZA's first `num_za_save_slices` array vectors (at most SVL) go to its buffer, then
+/// TPIDR2_EL0 = 0; SMSTART does not zero a ZA that is already on (dormant), so `zero {za}` follows it.
+macro_rules! enter_streaming {
+    () => {
+        concat!(
+            "mrs x16, tpidr2_el0\n",
+            "cbz x16, 3f\n",
+            "ldr x17, [x16]\n",
+            "ldrh w15, [x16, #8]\n",
+            "rdsvl x14, #1\n",
+            "cmp x15, x14\n",
+            "csel x15, x15, x14, lo\n",
+            "mov w12, #0\n",
+            "2:\n",
+            "cmp x12, x15\n",
+            "b.hs 4f\n",
+            "str za[w12, 0], [x17]\n",
+            "addsvl x17, x17, #1\n",
+            "add w12, w12, #1\n",
+            "b 2b\n",
+            "4:\n",
+            "msr tpidr2_el0, xzr\n",
+            "3:\n",
+            "smstart\n",
+            "zero {{za}}\n",
+        )
+    };
+}
+
+/// One pass: s rows (from `act`) × 4s columns (from `rec`, four ZA tiles of s × s) over every block, added to
+/// the sums at `out` (rows of 64 f32).
+///
+/// # Safety
+/// The CPU has SME2 and `s` = min(SVL bytes, 64) / 4 for this thread; `rec` is a panel's first record offset
+/// to the pass's columns, `act` a row group offset to the pass's rows, `cols` / `rows` the per-call buffers
+/// offset likewise (`a.blocks` blocks each), `out` the sums offset to the pass's (row, column); all as `run`
+/// lays them out, for `a` with 4-bit codes in blocks of whole 32-K chunks.
+unsafe fn pass(
+    a: &RunArgs,
+    s: usize,
+    rec: *const u8,
+    act: *const u8,
+    cols: *const f32,
+    rows: *const f32,
+    out: *mut f32,
+) {
+    // SAFETY: reads per block: chunks × 4 groups × 4 vectors of 4s bytes of codes inside the record (4s
+    // columns of 64 at the pass's offset), 8 LHS runs × 4s bytes per chunk inside the group (rows of 16 at the
+    // pass's offset), 4 (8) vectors of s f32 of `cols` and 32 f32 of `rows` (the block's); writes s rows × 4s
+    // f32 of `out` (rows 64 f32 apart): all inside the buffers `run` owns or the tile's (RunArgs contract).
+    // Every vector and predicate register and ffr is declared clobbered (SMSTART/SMSTOP zero them), so are
+    // x12 and x14–x17; ZA is left off (SMSTOP), TPIDR2_EL0 is 0 or untouched; flags clobbered.
+    unsafe {
+        core::arch::asm!(
+            ".arch_extension sme2",
+            ".arch_extension sve",
+            enter_streaming!(),
+            "lsl {xc}, {s1}, #2",
+            "whilelo p0.b, xzr, {xc}",
+            "whilelo p1.s, xzr, {s1}",
+            // Block loop.
+            "5:",
+            "mov {xc}, {rec}",
+            "add {rec}, {rec}, {rstride}",
+            "mov {cc}, {chunks}",
+            // Chunk loop: 32 K, 4 groups; then the high runs 4–7 of the chunk are done: skip them.
+            "6:",
+            mopa_group!(),
+            mopa_group!(),
+            mopa_group!(),
+            mopa_group!(),
+            "add {xa}, {xa}, #256",
+            "subs {cc}, {cc}, #1",
+            "b.ne 6b",
+            // Block epilogue.
+            "ld1w {{z10.s}}, p1/z, [{col}]",
+            "ld1w {{z11.s}}, p1/z, [{col}, {s1}, lsl #2]",
+            "ld1w {{z12.s}}, p1/z, [{col}, {s2}, lsl #2]",
+            "ld1w {{z13.s}}, p1/z, [{col}, {s3}, lsl #2]",
+            "cbz {zp}, 7f",
+            "add {xo}, {col}, #256",
+            "ld1w {{z20.s}}, p1/z, [{xo}]",
+            "ld1w {{z21.s}}, p1/z, [{xo}, {s1}, lsl #2]",
+            "ld1w {{z22.s}}, p1/z, [{xo}, {s2}, lsl #2]",
+            "ld1w {{z23.s}}, p1/z, [{xo}, {s3}, lsl #2]",
+            epi_rows!("8", zp),
+            "b 9f",
+            "7:",
+            epi_rows!("8"),
+            "9:",
+            "zero {{za}}",
+            "add {col}, {col}, #512",
+            "add {rowp}, {rowp}, #128",
+            "subs {nb}, {nb}, #1",
+            "b.ne 5b",
+            "smstop",
+            rec = inout(reg) rec => _,
+            rstride = in(reg) a.rhs_record,
+            chunks = in(reg) a.bl / 32,
+            nb = inout(reg) a.blocks => _,
+            xa = inout(reg) act => _,
+            col = inout(reg) cols => _,
+            rowp = inout(reg) rows => _,
+            out = in(reg) out,
+            zp = in(reg) a.has_zp,
+            s1 = in(reg) s,
+            s2 = in(reg) 2 * s,
+            s3 = in(reg) 3 * s,
+            e64 = in(reg) 64usize,
+            xc = out(reg) _,
+            cc = out(reg) _,
+            xo = out(reg) _,
+            xr = out(reg) _,
+            out("x12") _, out("x14") _, out("x15") _, out("x16") _, out("x17") _,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _, out("v6") _,
+            out("v7") _, out("v8") _, out("v9") _, out("v10") _, out("v11") _, out("v12") _, out("v13") _,
+            out("v14") _, out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
+            out("v21") _, out("v22") _, out("v23") _, out("v24") _, out("v25") _, out("v26") _, out("v27") _,
+            out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+            out("p0") _, out("p1") _, out("p2") _, out("p3") _, out("p4") _, out("p5") _, out("p6") _,
+            out("p7") _, out("p8") _, out("p9") _, out("p10") _, out("p11") _, out("p12") _, out("p13") _,
+            out("p14") _, out("p15") _, out("ffr") _,
+            options(nostack),
+        );
+    }
+}
+
+// PR_SME_SET_VL, SVCR and TPIDR2_EL0 as Linux gives them to user space.
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+mod tests {
+    use crate::arch::aarch64::{INT8_GEMM_SME2, QSNBP64X4_SF16_ZPC};
+    use crate::format::{Params, Weights, ZeroPoints};
+    use crate::pack::LhsSource;
+    use crate::{ComputePath, Cpu, Problem, Selected, matmul_serial};
+
+    /// (SVCR, TPIDR2_EL0) of this thread.
+    fn state() -> (u64, u64) {
+        let (svcr, tpidr2): (u64, u64);
+        // SAFETY: reads two system registers user space may read when the CPU has SME (checked by the callers).
+        unsafe {
+            core::arch::asm!(
+                ".arch_extension sme",
+                "mrs {0}, svcr",
+                "mrs {1}, tpidr2_el0",
+                out(reg) svcr,
+                out(reg) tpidr2,
+                options(nomem, nostack, preserves_flags)
+            )
+        };
+        (svcr, tpidr2)
+    }
+
+    /// The kernel's bits for M = 37 (a row tail), N = 150 (a column tail), K = 320 with zero points, 4-bit
+    /// blocks of 64 (the asm).
+    fn run() -> Vec<u32> {
+        let (k, n, bl, m) = (320usize, 150usize, 64usize, 37usize);
+        let mut x = 0x2545_F491u32;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        let b: Vec<u8> = (0..n * k / 2).map(|_| next() as u8).collect();
+        let scales: Vec<f32> = (0..n * k / bl).map(|_| 0.01 + (next() % 100) as f32 * 1e-3).collect();
+        let zp: Vec<u8> = (0..n * (k / bl).div_ceil(2)).map(|_| next() as u8).collect();
+        let params = Params::new(k as i64, n as i64, 4, bl as i64).unwrap();
+        let w = Weights::new(params, &b, &scales, ZeroPoints::Packed(&zp), None).unwrap();
+        let p = Problem::of(ComputePath::Int8, &w);
+        let a: Vec<f32> = (0..m * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
+        let sel = Selected::single(&INT8_GEMM_SME2, QSNBP64X4_SF16_ZPC, &p).unwrap();
+        let rhs = sel.pack_rhs(&w).unwrap();
+        let mut y = vec![0f32; m * n];
+        matmul_serial(&sel, &rhs, LhsSource::F32(&a), m, None, &mut y);
+        y.iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// After a call: streaming mode and ZA off (SVCR = 0), TPIDR2_EL0 still 0.
+    #[test]
+    fn leaves_streaming_mode_and_za_off() {
+        if !INT8_GEMM_SME2.runs_on(Cpu::get()) {
+            return;
+        }
+        assert_eq!(state(), (0, 0));
+        run();
+        assert_eq!(state(), (0, 0));
+    }
+
+    /// ZA dormant on entry (a TPIDR2 block, ZA on with a pattern: a caller's lazy save pending): the kernel saves
+    /// ZA into the block's buffer, clears TPIDR2_EL0 and returns with ZA off; its result is unchanged.
+    #[test]
+    fn commits_a_pending_lazy_save() {
+        if !INT8_GEMM_SME2.runs_on(Cpu::get()) {
+            return;
+        }
+        let want = run();
+        // SAFETY: SME (checked above).
+        let svl = unsafe { super::svl_bytes() };
+        let pattern: Vec<u8> = (0..svl * svl).map(|i| (i * 7 + 3) as u8).collect();
+        let mut buffer = vec![0u8; svl * svl];
+        // TPIDR2 block: za_save_buffer, num_za_save_slices (u16), 6 reserved zero bytes.
+        let mut block = [0u64; 2];
+        block[0] = buffer.as_mut_ptr() as u64;
+        block[1] = svl as u64;
+        // SAFETY: turns ZA on (not streaming mode), loads the pattern's SVL vectors into it (reads svl·svl bytes of
+        // `pattern`) and sets TPIDR2_EL0 to the block: ZA dormant, as a caller's lazy-save setup leaves it. No
+        // Rust code uses ZA or TPIDR2_EL0; the kernel below commits the save.
+        unsafe {
+            core::arch::asm!(
+                ".arch_extension sme",
+                "smstart za",
+                "mov w12, #0",
+                "2:",
+                "ldr za[w12, 0], [{src}]",
+                "addsvl {src}, {src}, #1",
+                "add w12, w12, #1",
+                "cmp x12, {n}",
+                "b.lo 2b",
+                "msr tpidr2_el0, {blk}",
+                src = inout(reg) pattern.as_ptr() => _,
+                n = in(reg) svl,
+                blk = in(reg) block.as_ptr(),
+                out("x12") _,
+                options(nostack),
+            )
+        };
+        assert_eq!(state(), (2, block.as_ptr() as u64), "ZA on, TPIDR2 set");
+        let got = run();
+        assert_eq!(state(), (0, 0));
+        assert!(buffer == pattern, "ZA must be saved to the TPIDR2 block's buffer");
+        assert!(got == want);
+    }
+
+    /// The pass geometry follows the thread's streaming vector length: a thread whose SVL is set to 16 bytes
+    /// (prctl PR_SME_SET_VL) after the default one computes the same bits.
+    #[test]
+    fn any_streaming_vector_length_gives_the_same_bits() {
+        if !INT8_GEMM_SME2.runs_on(Cpu::get()) {
+            return;
+        }
+        let want = run();
+        for vl in [16u64, 32, 64, 128] {
+            let got = std::thread::spawn(move || {
+                // SAFETY: PR_SME_SET_VL (63) takes the new length in bytes and changes only this thread's streaming
+                // vector length; nothing of this thread holds SME state across it.
+                let r = unsafe { libc::prctl(63, vl as libc::c_ulong) };
+                assert!(r >= 0, "prctl(PR_SME_SET_VL, {vl}) failed");
+                // SAFETY: SME (checked above).
+                let svl = unsafe { super::svl_bytes() };
+                (svl, run())
+            })
+            .join()
+            .unwrap();
+            assert!(got.1 == want, "SVL {} bytes: other bits", got.0);
+        }
+    }
+}
