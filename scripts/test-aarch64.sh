@@ -154,6 +154,7 @@ cargo build-release-aarch64 -q "${locked[@]}"
 cargo test -q "${locked[@]}" --release -p nibble-kernels --target $target --no-run
 cargo test-session-aarch64 -q "${locked[@]}" --no-run
 bins=${CARGO_TARGET_DIR:-$root/target}/$target/release
+sme2_families=sme2_int8_qsnbp64x4_sf16_zpc,neon_fp32_qsnbp8x4_sf32_zpc
 second_families=portable_int8_qsnbp8x8_sf16_zpc_bsum,portable_fp32_qsnbp8x8_sf32_zpc,portable_int8_qunbp8x4_sf32_zpb,portable_fp32_qunbp8x4_sf32_zpb
 # The quick kernel subset (models outside AARCH64_FULL and QEMU11_FULL): the dispatch test (detection, the vector lengths,
 # the families, a matmul through the selected family) and, of the kernel suite, the edge-case taxonomy (every kernel
@@ -205,8 +206,13 @@ assert (have, cpu, got) == (rungs, feats, want), f"nibble-info: {have}; {cpu}; {
     env QEMU_A64="$qemu" QEMU_CPU="$cpu" cargo test-session-aarch64 -q "${locked[@]}"
     # On SME2, where the EP leaves ORT's KleidiAI SME2 nodes to it node by node (the custom-op frontend above leaves
     # the whole com.microsoft domain), the session test through the EP as well, on the models with the whole suite.
+    # And the SME2 family (no CPU's default yet: ranked below the i8mm families) forced through ORT there, as the
+    # second-ranked families are on the first model: every family proven through ORT, not only in the kernel suite.
     if [ "$suite" = full ] && [[ "$feats" == *sme2* ]]; then
         env QEMU_A64="$qemu" QEMU_CPU="$cpu" NIBBLE_FRONTEND=ep \
+            cargo test-session-aarch64 -q "${locked[@]}"
+        echo "== aarch64 under $label -cpu $cpu: nibble in aarch64 ORT with NIBBLE_FAMILIES=$sme2_families"
+        env QEMU_A64="$qemu" QEMU_CPU="$cpu" NIBBLE_FAMILIES=$sme2_families \
             cargo test-session-aarch64 -q "${locked[@]}"
     fi
     cpu_seconds
