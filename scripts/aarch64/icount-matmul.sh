@@ -18,8 +18,8 @@
 # --act: nibble's int8 activation numerics (session config nibble.activation_quant; ORT's side is unchanged).
 # --qemu 11: count under Debian testing's qemu 11 ($Q11, else scripts/aarch64/fetch-qemu-testing.sh), which has SVE2,
 #   SME2 (-cpu max) and the newer CPU models but no plugins: aarch64-icount.sh --qemu 11 counts qemu's exec log
-#   (one "Trace" line per executed instruction, -one-insn-per-tb -d nochain,exec,strace) and finds the marks in its
-#   strace lines; ~50x slower than the plugin. Adds a column with the SVE SDOT, SVE SMMLA and SMOPA counts. Its
+#   (-d nochain,exec,in_asm,strace: one "Trace" line per executed translation block, whose length in_asm gave) and
+#   finds the marks in its strace lines; far slower than the plugin. Adds a column with the SVE SDOT, SVE SMMLA and SMOPA counts. Its
 #   marked counts agree with the plugin's (qemu 7.2) on the same CPU model: bench/results/aarch64-icount-sme2.md.
 #   --qemu 7 (default): the plugin under the system's qemu 7.2.
 # --families: one nibble row per family, forced with NIBBLE_FAMILIES (which also makes nibble take com.microsoft

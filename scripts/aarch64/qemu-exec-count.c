@@ -1,12 +1,15 @@
 /* qemu-exec-count.c: count executed guest instructions from a qemu-aarch64 exec log, for qemus that cannot load
  * the TCG plugin (qemu-icount-plugin.c): Debian's static qemu-user 11 has no plugin support.
- * qemu runs with  -one-insn-per-tb -d nochain,exec,strace[,in_asm] -D FIFO  and this program reads FIFO (stdin):
- *   - every translation block executes through the main loop (nochain) and holds one instruction, so qemu writes
- *     one "Trace ..." line per executed guest instruction;
+ * qemu runs with  -d nochain,exec,in_asm,strace -D FIFO [-one-insn-per-tb]  and this program reads FIFO (stdin):
+ *   - in_asm: each translation block (TB) prints its instructions ("0xADDR:  ENCODING  disassembly" lines after
+ *     "IN: symbol", ended by a blank line) when it is translated, before it first executes: the counter keeps, per
+ *     guest pc, the length and the per-filter counts of the TB last translated there;
+ *   - exec + nochain: every TB execution goes through qemu's main loop and writes one "Trace ..." line with its
+ *     guest pc: the counter adds that TB's counts (as the plugin, which counts a TB when it is entered);
  *   - strace puts each system call in the same stream, so the marker lseek(fd, 0x4e49424c0000 | 1 or | 2,
- *     SEEK_SET) (provider/examples/run_matmul.rs) is seen in order with the instructions;
- *   - with in_asm, each translation prints "0xADDR:  ENCODING  disassembly" before it first executes: enc=
- *     filters map each Trace line's pc to the encoding last translated there.
+ *     SEEK_SET) (provider/examples/run_matmul.rs) is seen in order with the instructions.
+ *   With -one-insn-per-tb every TB holds one instruction (one Trace line per instruction: no reliance on in_asm
+ *   lengths; ~5x slower).
  * Prints the same lines as the plugin: "icount total N", "icount enc NAME N", "icount sym S N",
  * "icount marked regions R" [, "icount marked open 1"], "icount marked total N", "icount marked enc NAME N", ...
  * plus "icount lines L" and "icount seconds S" (log lines read and wall time) on stderr.
@@ -37,18 +40,19 @@ static const struct { const char *name; uint32_t mask, value; } presets[] = {
 static int nfilt, nenc;
 #define ICOUNT_MARK 0x4e49424c0000ULL
 
-/* pc -> encoding, open addressing (pc 0 = empty). */
-static uint64_t *hk; static uint32_t *hv; static size_t hcap, hn;
+/* pc -> TB counts (n instructions, per filter), open addressing (pc 0 = empty). */
+typedef struct { uint32_t n; uint32_t m[MAXF]; } Tb;
+static uint64_t *hk; static Tb *hv; static size_t hcap, hn;
 static size_t hslot(uint64_t pc)
 {
     size_t i = (size_t)((pc >> 2) * 0x9E3779B97F4A7C15ULL) & (hcap - 1);
     while (hk[i] && hk[i] != pc) i = (i + 1) & (hcap - 1);
     return i;
 }
-static void hput(uint64_t pc, uint32_t enc)
+static void hput(uint64_t pc, const Tb *tb)
 {
     if (2 * (hn + 1) > hcap) {
-        uint64_t *ok = hk; uint32_t *ov = hv; size_t oc = hcap;
+        uint64_t *ok = hk; Tb *ov = hv; size_t oc = hcap;
         hcap = hcap ? 2 * hcap : 1 << 16;
         hk = calloc(hcap, sizeof(*hk)); hv = calloc(hcap, sizeof(*hv));
         if (!hk || !hv) { fprintf(stderr, "qemu-exec-count: out of memory\n"); exit(2); }
@@ -57,10 +61,10 @@ static void hput(uint64_t pc, uint32_t enc)
     }
     size_t s = hslot(pc);
     if (!hk[s]) { hk[s] = pc; hn++; }
-    hv[s] = enc;
+    hv[s] = *tb;
 }
 
-static uint64_t total, lines, mark_regions, mark_start[MAXF + 1], marked[MAXF + 1];
+static uint64_t total, lines, unknown_tbs, mark_regions, mark_start[MAXF + 1], marked[MAXF + 1];
 static int mark_open;
 static void snapshot(uint64_t *v) { v[0] = total; for (int i = 0; i < nfilt; i++) v[1 + i] = filt[i].count; }
 
@@ -75,19 +79,18 @@ static uint64_t parse_hex(const char **p, const char *e)
 /* "Trace N: HOSTPTR [FLAGS/PC/...] SYMBOL" */
 static void on_trace(const char *s, const char *e)
 {
-    total++;
-    if (!nfilt) return;
     const char *p = memchr(s, '[', e - s);
     uint64_t pc = 0;
     if (p) { p = memchr(p, '/', e - p); if (p) { p++; pc = parse_hex(&p, e); } }
-    int have = 0; uint32_t w = 0;
+    const Tb *tb = NULL;
+    if (hcap) { size_t sl = hslot(pc); if (hk[sl]) tb = &hv[sl]; }
+    if (!tb) { unknown_tbs++; total++; return; }   /* never seen translated: count one instruction */
+    total += tb->n;
     for (int i = 0; i < nfilt; i++) {
-        if (filt[i].kind == F_ENC) {
-            if (!have) { have = 1; if (hcap) { size_t sl = hslot(pc); if (hk[sl]) w = hv[sl]; else have = 2; } else have = 2; }
-            if (have == 1 && (w & filt[i].mask) == filt[i].value) filt[i].count++;
-        } else {
+        if (filt[i].kind == F_ENC) filt[i].count += tb->m[i];
+        else {
             const char *q = p ? memchr(p, ']', e - p) : NULL;
-            if (q && memmem(q, e - q, filt[i].pat, strlen(filt[i].pat))) filt[i].count++;
+            if (q && memmem(q, e - q, filt[i].pat, strlen(filt[i].pat))) filt[i].count += tb->n;
         }
     }
 }
@@ -113,7 +116,9 @@ static void on_lseek(const char *p, const char *e)
     }
 }
 
-/* in_asm: "0xADDR:  ENCODING  disassembly" */
+/* in_asm: "IN: sym", then "0xADDR:  ENCODING  disassembly" per instruction, then a blank line. */
+static int in_tb; static uint64_t tb_pc; static Tb cur;
+static void end_tb(void) { if (in_tb && cur.n) hput(tb_pc, &cur); in_tb = 0; }
 static void on_asm(const char *s, const char *e)
 {
     const char *p = s + 2;
@@ -124,14 +129,20 @@ static void on_asm(const char *s, const char *e)
     const char *q = p;
     uint32_t w = (uint32_t)parse_hex(&p, e);
     if (p - q != 8) return;
-    hput(pc, w);
+    if (!in_tb) return;
+    if (!cur.n) tb_pc = pc;
+    cur.n++;
+    for (int i = 0; i < nfilt; i++)
+        if (filt[i].kind == F_ENC && (w & filt[i].mask) == filt[i].value) cur.m[i]++;
 }
 
 static void line(const char *s, const char *e)
 {
     lines++;
-    if (e - s > 6 && s[0] == 'T' && memcmp(s, "Trace ", 6) == 0) { on_trace(s, e); return; }
-    if (nenc && e - s > 2 && s[0] == '0' && s[1] == 'x') { on_asm(s, e); return; }
+    if (e - s > 6 && s[0] == 'T' && memcmp(s, "Trace ", 6) == 0) { end_tb(); on_trace(s, e); return; }
+    if (e - s > 2 && s[0] == '0' && s[1] == 'x') { on_asm(s, e); return; }
+    if (e - s >= 3 && memcmp(s, "IN:", 3) == 0) { end_tb(); memset(&cur, 0, sizeof(cur)); in_tb = 1; return; }
+    if (e == s) { end_tb(); return; }
     if (s[0] >= '0' && s[0] <= '9') {          /* strace lines start with the pid */
         const char *p = s;
         while (p < e && *p >= '0' && *p <= '9') p++;
@@ -181,6 +192,7 @@ int main(int argc, char **argv)
         if (len == cap) { cap *= 2; buf = realloc(buf, cap); if (!buf) return 2; }
     }
     if (len) line(buf, buf + len);
+    end_tb();
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
 
@@ -198,7 +210,9 @@ int main(int argc, char **argv)
                     marked[1 + i]);
     }
     if (f != stdout) fclose(f);
-    fprintf(stderr, "qemu-exec-count: %" PRIu64 " lines in %.1f s (%.2f M lines/s), %" PRIu64 " instructions\n",
-            lines, secs, secs > 0 ? lines / secs / 1e6 : 0.0, total);
+    fprintf(stderr, "qemu-exec-count: %" PRIu64 " lines in %.1f s (%.2f M lines/s), %" PRIu64 " instructions"
+            " (%.2f M/s), %" PRIu64 " TB executions without a translation seen\n",
+            lines, secs, secs > 0 ? lines / secs / 1e6 : 0.0, total, secs > 0 ? total / secs / 1e6 : 0.0, unknown_tbs);
+    if (unknown_tbs) fprintf(f == stdout ? stderr : stderr, "qemu-exec-count: WARNING: qemu ran without in_asm?\n");
     return 0;
 }
