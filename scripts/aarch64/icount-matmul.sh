@@ -78,6 +78,7 @@ bin=$tdir/$target/release/examples/run_matmul
 ort=$ORT_A64_LIB
 [ -x .venv/bin/python ] || { echo "icount-matmul: needs .venv (scripts/setup.sh)" >&2; exit 2; }
 mkdir -p "$tdir/icount"
+errf=$tdir/icount/last.$$.err   # one per process: counts may run side by side
 
 # count CPU MODEL M RUNS [LIB [FAMILY]]: "total sdot_idx sdot smmla sve_sdot sve_sdot_idx sve_smmla smopa" guest
 # instructions, whole process (difference) or inside the marked Runs (marked; exactly one region required).
@@ -88,11 +89,11 @@ count() {
     [ $# -ge 5 ] && lib_arg=(--lib "$5" --config "nibble.activation_quant=$act")
     [ -n "${6:-}" ] && fam_env=("NIBBLE_FAMILIES=$6")
     res=$(env "${fam_env[@]}" bash scripts/aarch64/aarch64-icount.sh --qemu "$qemu_major" -q -c "$cpu" "${encs[@]}" -- \
-        "$bin" --ort-dylib "$ort" --model "$model" --m "$m" --runs "$n" "${lib_arg[@]}" 2>"$tdir/icount/last.err") \
-        || { cat "$tdir/icount/last.err" >&2; echo "icount-matmul: run_matmul failed ($cpu, $model, M=$m)" >&2; exit 1; }
-    grep '^qemu-exec-count:' "$tdir/icount/last.err" >&2 || true
+        "$bin" --ort-dylib "$ort" --model "$model" --m "$m" --runs "$n" "${lib_arg[@]}" 2>"$errf") \
+        || { cat "$errf" >&2; echo "icount-matmul: run_matmul failed ($cpu, $model, M=$m)" >&2; exit 1; }
+    grep '^qemu-exec-count:' "$errf" >&2 || true
     # ORT's decision lines (which kernels nibble took or left) stay visible
-    grep -i 'nibble' "$tdir/icount/last.err" | grep -v '^qemu-exec-count:' | head -3 >&2 || true
+    grep -i 'nibble' "$errf" | grep -v '^qemu-exec-count:' | head -3 >&2 || true
     if [ "$method" = marked ]; then
         grep -qx 'icount marked regions 1' <<<"$res" \
             || { echo "icount-matmul: no single marked region in the count ($cpu, $model, M=$m)" >&2; exit 1; }
