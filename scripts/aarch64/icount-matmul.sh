@@ -24,7 +24,7 @@
 #   --qemu 7 (default): the plugin under the system's qemu 7.2.
 # --families: one nibble row per family, forced with NIBBLE_FAMILIES (which also makes nibble take com.microsoft
 #   nodes its provider leaves to ORT, e.g. the KleidiAI nodes on SME2 CPUs, kernels/src/versus_ort.rs); ORT is
-#   counted once per shape and M. E.g. "sve_i8mm_int8_qsnbp8x8_sf16_zpc neon_int8_qsnbp8x4_sf16_zpc".
+#   counted once per shape and M. E.g. "sve_i8mm_int8_qsnbp8x8_sf16_zpc i8mm_int8_qsnbp8x8_sf16_zpc" (SVE i8mm, NEON i8mm).
 # Prints a markdown table (also written to --out); each count goes to stderr as it is taken. Benchmarks never run
 # in the tests.
 set -euo pipefail
