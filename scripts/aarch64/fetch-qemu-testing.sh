@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # fetch-qemu-testing.sh — a recent qemu-aarch64 (>= 10.1: SVE2 + SME2 in -cpu max, the neoverse-v1 / neoverse-n2 /
 # cortex-a710 models) from Debian's testing suite, for the SVE/SME tests (scripts/test-aarch64.sh). Debian's
-# qemu-user package there is a static-pie build without dependencies (and without -plugin: instruction counts stay
-# on the system's qemu 7.2, scripts/aarch64/aarch64-icount.sh).
+# qemu-user package there is a static-pie build without dependencies (and without -plugin: the system's qemu 7.2
+# counts instructions with the plugin, this one with its exec log: scripts/aarch64/aarch64-icount.sh --qemu 11).
 #
 # How: a private apt configuration under the project's cache ($A64ENV/apt-testing/: its own sources list, lists and
 # cache directories, passed as Dir::Etc::SourceList, Dir::Etc::SourceParts, Dir::State::Lists, Dir::Cache); nothing in
