@@ -162,28 +162,11 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 /// One row of the per-block epilogue for tile `$j` (0–3): the row out of ZA (w12), converted, × (column scale
 /// · row scale), added to the sums row at `{xo}` (+ `$off` f32, a register or none), with zero points + c · sa·Σq.
 macro_rules! epi_tile {
-    ($j:literal, $addr:literal, zp) => {
-        concat!(
-            "mova z0.s, p1/m, za",
-            $j,
-            "h.s[w12, 0]\n",
-            "scvtf z0.s, p1/m, z0.s\n",
-            "fmul z1.s, z1",
-            $j,
-            ".s, z28.s\n",
-            "ld1w {{z2.s}}, p1/z, ",
-            $addr,
-            "\n",
-            "fmla z2.s, p1/m, z0.s, z1.s\n",
-            "fmla z2.s, p1/m, z2",
-            $j,
-            ".s, z29.s\n",
-            "st1w {{z2.s}}, p1, ",
-            $addr,
-            "\n",
-        )
+    // With zero points: + c · sa·Σq (tile $j's corrections in z2$j, the row's sa·Σq in z29).
+    (@zp $j:literal) => {
+        concat!("fmla z2.s, p1/m, z2", $j, ".s, z29.s\n")
     };
-    ($j:literal, $addr:literal) => {
+    ($j:literal, $addr:literal $(, $zp:ident)?) => {
         concat!(
             "mova z0.s, p1/m, za",
             $j,
@@ -196,6 +179,7 @@ macro_rules! epi_tile {
             $addr,
             "\n",
             "fmla z2.s, p1/m, z0.s, z1.s\n",
+            $(epi_tile!(@$zp $j),)?
             "st1w {{z2.s}}, p1, ",
             $addr,
             "\n",
@@ -396,8 +380,8 @@ unsafe fn pass(
 #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests {
     use crate::arch::aarch64::{INT8_GEMM_SME2, QSNBP64X4_SF16_ZPC};
-    use crate::format::{Params, Weights, ZeroPoints};
     use crate::pack::LhsSource;
+    use crate::testing::{Case, GIdx, Rng, ZpKind, activations};
     use crate::{ComputePath, Cpu, Problem, Selected, matmul_serial};
 
     /// (SVCR, TPIDR2_EL0) of this thread.
@@ -421,20 +405,11 @@ mod tests {
     /// blocks of 64 (the asm).
     fn run() -> Vec<u32> {
         let (k, n, bl, m) = (320usize, 150usize, 64usize, 37usize);
-        let mut x = 0x2545_F491u32;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x
-        };
-        let b: Vec<u8> = (0..n * k / 2).map(|_| next() as u8).collect();
-        let scales: Vec<f32> = (0..n * k / bl).map(|_| 0.01 + (next() % 100) as f32 * 1e-3).collect();
-        let zp: Vec<u8> = (0..n * (k / bl).div_ceil(2)).map(|_| next() as u8).collect();
-        let params = Params::new(k as i64, n as i64, 4, bl as i64).unwrap();
-        let w = Weights::new(params, &b, &scales, ZeroPoints::Packed(&zp), None).unwrap();
+        let mut rng = Rng::new(0x2545_F491);
+        let case = Case::random(&mut rng, k, n, 4, bl, ZpKind::Packed, GIdx::None, false);
+        let w = case.weights();
         let p = Problem::of(ComputePath::Int8, &w);
-        let a: Vec<f32> = (0..m * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
+        let a = activations(&mut rng, m, k);
         let sel = Selected::single(&INT8_GEMM_SME2, QSNBP64X4_SF16_ZPC, &p).unwrap();
         let rhs = sel.pack_rhs(&w).unwrap();
         let mut y = vec![0f32; m * n];
