@@ -160,7 +160,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 }
 
 /// One row of the per-block epilogue for tile `$j` (0–3): the row out of ZA (w12), converted, × (column scale
-/// · row scale), added to the sums row at `{xo}` (+ `$off` f32, a register or none), with zero points + c · sa·Σq.
+/// · row scale), added to the sums row at `$addr` (tile $j's part of it), with zero points (`zp`) + c · sa·Σq.
 macro_rules! epi_tile {
     // With zero points: + c · sa·Σq (tile $j's corrections in z2$j, the row's sa·Σq in z29).
     (@zp $j:literal) => {
