@@ -90,18 +90,32 @@ sys.exit(1 if ours else 0)
 EOF
 }
 
-if [ $vg = 1 ]; then
-    command -v valgrind > /dev/null ||
-        { echo "sanitize.sh: valgrind is not installed (scripts/setup.sh installs it: apt-get install valgrind)" >&2; exit 1; }
-    # The selection every script builds (.cargo/config.toml: -p nibble-ort alone would recompile the library).
-    cargo build-release -q "${locked[@]}"
-    export NIBBLE_LIB=${CARGO_TARGET_DIR:-$root/target}/release/libnibble_ort.so
-    bin=$(cargo test-session-release -q "${locked[@]}" --no-run --message-format=json 2>/dev/null |
+# session_test_bin: builds the release ORT integration test within build-release's selection (cargo alias
+# test-session-release: nothing else recompiles) and prints its executable.
+session_test_bin() {
+    cargo test-session-release -q "${locked[@]}" --no-run --message-format=json 2>/dev/null |
         python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "session":
-        print(m["executable"])')
+        print(m["executable"])'
+}
+
+if [ $vg = 1 ]; then
+    command -v valgrind > /dev/null ||
+        { echo "sanitize.sh: valgrind is not installed (scripts/setup.sh installs it: apt-get install valgrind)" >&2; exit 1; }
+    export NIBBLE_LIB=${CARGO_TARGET_DIR:-$root/target}/release/libnibble_ort.so
+    if [ -n "${NIBBLE_SESSION_TEST_BIN:-}" ]; then
+        # Built by the caller (scripts/test.sh, before its background aarch64 step, whose cross-builds hold
+        # target/release's build lock for minutes): no cargo here.
+        [ -x "$NIBBLE_SESSION_TEST_BIN" ] && [ -f "$NIBBLE_LIB" ] ||
+            { echo "sanitize.sh: NIBBLE_SESSION_TEST_BIN=$NIBBLE_SESSION_TEST_BIN or $NIBBLE_LIB missing" >&2; exit 1; }
+        bin=$NIBBLE_SESSION_TEST_BIN
+    else
+        # The selection every script builds (.cargo/config.toml: -p nibble-ort alone would recompile the library).
+        cargo build-release -q "${locked[@]}"
+        bin=$(session_test_bin)
+    fi
     vgopts=(--tool=memcheck --error-exitcode=0 --num-callers=40 --leak-check=no)
     for fe in custom-op ep; do
         echo "== valgrind memcheck: the ORT integration test (provider/tests/session.rs), NIBBLE_FRONTEND=$fe"

@@ -170,6 +170,18 @@ step "fixtures (tests/fixtures/make_fixtures.py)" .venv/bin/python tests/fixture
 step "SmolLM2 model directories (scripts/convert-smollm2.sh)" bash scripts/convert-smollm2.sh "$TARGET/llama"
 step "cargo build-release (-p nibble-ort -p nibble-llama -p nibble-serve: .cargo/config.toml)" \
     cargo build-release "${LOCKED[@]}"
+# The release ORT integration test that the valgrind step runs, built now: from the aarch64 step's start (below) on,
+# its cross-builds hold target/release's build lock for minutes, and a cargo call there would wait for them.
+session_bin() {
+    local bin
+    bin=$(cargo test-session-release -q "${LOCKED[@]}" --no-run --message-format=json |
+        python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "session":
+        print(m["executable"])') && [ -x "$bin" ] && echo "$bin" > "$TARGET/session-test-release.path"
+}
+step "release ORT integration test binary (cargo test-session-release --no-run: for the valgrind step)" session_bin
 # The Python tests load the library from the installed package, as users do: `pip install .` builds it with cargo
 # (the build above: nothing recompiles) and installs nibble_ort into .venv.
 step "Python package: pip install . (nibble_ort into .venv)" \
@@ -214,6 +226,7 @@ for t in aarch64-linux-android aarch64-apple-darwin; do
 done
 step "cargo test --workspace (ORT integration on $ORT_NEW)" with_ort "$ORT_NEW" cargo test "${LOCKED[@]}" --workspace
 step "valgrind memcheck: the ORT integration test, both frontends (scripts/sanitize.sh --valgrind-session)" \
+    env NIBBLE_SESSION_TEST_BIN="$(cat "$TARGET/session-test-release.path" 2>/dev/null || echo missing)" \
     bash scripts/sanitize.sh --valgrind-session
 step "fuzz smoke (scripts/fuzz.sh --smoke: create, kernels, serve_request, 60 s each)" bash scripts/fuzz.sh --smoke
 step "C++ end-to-end test (tests/cpp/run.sh: custom-op on $ORT_NEW, EP on 1.24.4 and $ORT_NEW)" bash tests/cpp/run.sh
