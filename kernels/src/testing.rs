@@ -126,19 +126,6 @@ pub fn activations(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
     (0..m * k).map(|_| rng.f32(-1.0, 1.0)).collect()
 }
 
-/// Σ_k |a[i,k]·w[n,k]| for every output: the scale against which float rounding is judged.
-pub fn magnitudes(a: &[f32], m: usize, w: &Weights<'_>) -> Vec<f64> {
-    let p = w.params;
-    let wd = reference::dequantize(w);
-    let mut out = vec![0f64; m * p.n];
-    for i in 0..m {
-        for n in 0..p.n {
-            out[i * p.n + n] = (0..p.k).map(|k| (a[i * p.k + k] as f64 * wd[n * p.k + k]).abs()).sum();
-        }
-    }
-    out
-}
-
 /// Asserts |got − want| ≤ tol(i) for every element, naming the first bad one.
 pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: impl Fn(usize) -> f64) {
     assert_eq!(got.len(), want.len(), "{what}: length");
@@ -148,19 +135,33 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: impl Fn(usize) -
     }
 }
 
+/// Σ_k |a[i,k]·w[n,k]| for every output, from B dequantized (`wd`, row-major [N, K]): the scale against which
+/// float rounding is judged.
+pub fn magnitudes(a: &[f32], m: usize, wd: &[f64], n: usize, k: usize) -> Vec<f64> {
+    abs_a_times(a, m, &wd.iter().map(|v| v.abs()).collect::<Vec<_>>(), n, k)
+}
+
 /// Σ_k |a[i,k]|·(|q| + |zp|)·|s| per output: the magnitude of the terms the int8 epilogue adds and cancels.
 pub fn code_magnitudes(a: &[f32], m: usize, w: &Weights<'_>) -> Vec<f64> {
     let p = w.params;
-    let mut out = vec![0f64; m * p.n];
+    let t: Vec<f64> = (0..p.n)
+        .flat_map(|n| {
+            (0..p.k).map(move |k| {
+                let blk = w.block_of(k);
+                (w.code(n, k) as f64 + (w.zero_point(n, blk) as f64).abs()) * (w.scale(n, blk) as f64).abs()
+            })
+        })
+        .collect();
+    abs_a_times(a, m, &t, p.n, p.k)
+}
+
+/// Σ_k |a[i,k]|·c[n,k] for every output (a row-major [M, K], c row-major [N, K]).
+fn abs_a_times(a: &[f32], m: usize, c: &[f64], n: usize, k: usize) -> Vec<f64> {
+    let mut out = vec![0f64; m * n];
     for i in 0..m {
-        for n in 0..p.n {
-            out[i * p.n + n] = (0..p.k)
-                .map(|k| {
-                    let blk = w.block_of(k);
-                    let t = w.code(n, k) as f64 + (w.zero_point(n, blk) as f64).abs();
-                    (a[i * p.k + k] as f64).abs() * t * (w.scale(n, blk) as f64).abs()
-                })
-                .sum();
+        let row = &a[i * k..][..k];
+        for j in 0..n {
+            out[i * n + j] = row.iter().zip(&c[j * k..][..k]).map(|(&x, &w)| (x as f64).abs() * w).sum();
         }
     }
     out
@@ -242,8 +243,9 @@ pub fn check(sel: &Selected, case: &Case, m: usize, rng: &mut Rng) -> f64 {
     // The oracle computes with the scales as the layout stores them.
     let eff = case.with_scales(sel.layout().scales);
     let we = eff.weights();
-    let exact = reference::matmul(&a, m, &we, case.bias.as_deref());
-    let mag = magnitudes(&a, m, &we);
+    let wd = reference::dequantize(&we);
+    let exact = reference::matmul_dequantized(&a, m, &wd, p.n, p.k, case.bias.as_deref());
+    let mag = magnitudes(&a, m, &wd, p.n, p.k);
     let bias_mag = |i: usize| case.bias.as_ref().map_or(0.0, |b| b[i % p.n].abs() as f64);
     match sel.path() {
         ComputePath::Fp32 => {
@@ -257,7 +259,6 @@ pub fn check(sel: &Selected, case: &Case, m: usize, rng: &mut Rng) -> f64 {
             // gaps) hold q = z and whatever codes the model left there (don't-care values), which cancel exactly
             // in integers but are rounded with the rest, so they count at up to (max code + zero point)·scale
             // each (found by the kernels fuzz target: K = 1 in a block of 512, 2-bit garbage codes in the tail).
-            let wd = reference::dequantize(&we);
             let pads = (p.k_padded() - p.k) as f64;
             let wabs: Vec<f64> = (0..p.n)
                 .map(|n| {
@@ -278,11 +279,8 @@ pub fn check(sel: &Selected, case: &Case, m: usize, rng: &mut Rng) -> f64 {
                 let int_ref = reference::matmul_int8_row(&a, m, &we, case.bias.as_deref());
                 assert_close(&format!("{what} vs int8 row reference"), &out, &int_ref, float_tol);
             }
-            assert_close(&format!("{what} vs exact"), &out, &exact, |i| {
-                let (row, n) = (i / p.n, i % p.n);
-                let bound = reference::int8_row_error_bound(&a[row * p.k..][..p.k], &wd[n * p.k..][..p.k]);
-                bound * 1.001 + float_tol(i)
-            });
+            let bound = reference::int8_row_error_bounds(&a, m, &wd, p.n, p.k);
+            assert_close(&format!("{what} vs exact"), &out, &exact, |i| bound[i] * 1.001 + float_tol(i));
         }
         ComputePath::Int8 => {
             let cmag = code_magnitudes(&a, m, &we);
@@ -293,14 +291,10 @@ pub fn check(sel: &Selected, case: &Case, m: usize, rng: &mut Rng) -> f64 {
                 assert_close(&format!("{what} vs int8 reference"), &out, &int_ref, float_tol);
             }
             // Against exact arithmetic: at most half a quantization step per activation.
-            let wd = reference::dequantize(&we);
             // Activation blocks are the weight blocks, except with g_idx regrouping (then bound by the row).
             let a_block = if we.has_reordering_g_idx() { p.k } else { p.block_size };
-            assert_close(&format!("{what} vs exact"), &out, &exact, |i| {
-                let (row, n) = (i / p.n, i % p.n);
-                let bound = reference::int8_error_bound(&a[row * p.k..][..p.k], &wd[n * p.k..][..p.k], a_block);
-                bound * 1.001 + float_tol(i)
-            });
+            let bound = reference::int8_error_bounds(&a, m, &wd, p.n, p.k, a_block);
+            assert_close(&format!("{what} vs exact"), &out, &exact, |i| bound[i] * 1.001 + float_tol(i));
         }
     }
     out.iter().zip(&exact).map(|(&g, &e)| (g as f64 - e).abs()).fold(0.0, f64::max)

@@ -1,4 +1,6 @@
-//! Slow, obviously-correct implementations used as test oracles. Never optimised, never used by the provider.
+//! Slow, obviously-correct implementations used as test oracles. Never tuned and never used by the provider: each
+//! is written the plain way, with only what does not depend on the row (B's codes, dequantized B) computed once
+//! per call instead of once per row, so the suites under qemu spend their time in the kernels they test.
 
 use crate::format::Weights;
 
@@ -16,15 +18,24 @@ pub fn dequantize(w: &Weights<'_>) -> Vec<f64> {
     out
 }
 
+/// Every code of B, row-major [N, K], unpacked once (the int8 references read each one M times).
+fn codes(w: &Weights<'_>) -> Vec<u8> {
+    let p = w.params;
+    (0..p.n).flat_map(|n| (0..p.k).map(move |k| w.code(n, k))).collect()
+}
+
 /// Y[m, n] = Σ_k A[m, k] · w[n, k] (+ bias[n]) in f64. `a` is row-major [M, K].
 pub fn matmul(a: &[f32], m: usize, w: &Weights<'_>, bias: Option<&[f32]>) -> Vec<f64> {
-    let p = w.params;
-    let wd = dequantize(w);
-    let mut y = vec![0f64; m * p.n];
+    matmul_dequantized(a, m, &dequantize(w), w.params.n, w.params.k, bias)
+}
+
+/// [`matmul`] from B already dequantized ([`dequantize`]: row-major [N, K]).
+pub fn matmul_dequantized(a: &[f32], m: usize, wd: &[f64], n: usize, k: usize, bias: Option<&[f32]>) -> Vec<f64> {
+    let mut y = vec![0f64; m * n];
     for i in 0..m {
-        for n in 0..p.n {
-            let dot: f64 = (0..p.k).map(|k| a[i * p.k + k] as f64 * wd[n * p.k + k]).sum();
-            y[i * p.n + n] = dot + bias.map_or(0.0, |b| b[n] as f64);
+        for j in 0..n {
+            let dot: f64 = (0..k).map(|kk| a[i * k + kk] as f64 * wd[j * k + kk]).sum();
+            y[i * n + j] = dot + bias.map_or(0.0, |b| b[j] as f64);
         }
     }
     y
@@ -43,6 +54,7 @@ pub fn matmul_int8(a: &[f32], m: usize, w: &Weights<'_>, bias: Option<&[f32]>) -
     let mut y = vec![0f64; m * p.n];
     let mut row = vec![0f32; bl];
     let mut q = vec![0i8; bl];
+    let codes = codes(w);
     for i in 0..m {
         for b in 0..p.k_blocks() {
             for (o, r) in row.iter_mut().enumerate() {
@@ -51,7 +63,8 @@ pub fn matmul_int8(a: &[f32], m: usize, w: &Weights<'_>, bias: Option<&[f32]>) -
             }
             let (sa, qsum) = quantize_symmetric_int8(&row, &mut q);
             for n in 0..p.n {
-                let isum: i64 = (0..bl.min(p.k - b * bl)).map(|o| q[o] as i64 * w.code(n, b * bl + o) as i64).sum();
+                let isum: i64 =
+                    (0..bl.min(p.k - b * bl)).map(|o| q[o] as i64 * codes[n * p.k + b * bl + o] as i64).sum();
                 let corr = w.zero_point(n, b) as f64 * qsum as f64;
                 y[i * p.n + n] += sa as f64 * w.scale(n, b) as f64 * (isum as f64 - corr);
             }
@@ -100,13 +113,14 @@ pub fn matmul_int8_row(a: &[f32], m: usize, w: &Weights<'_>, bias: Option<&[f32]
     let p = w.params;
     let bl = p.block_size;
     let mut y = vec![0f64; m * p.n];
+    let codes = codes(w);
     for i in 0..m {
         let (sa, z, q) = quantize_asymmetric_int8(&a[i * p.k..][..p.k]);
         for n in 0..p.n {
             let mut acc = 0f64;
             for b in 0..p.k_blocks() {
                 let ks = b * bl..((b + 1) * bl).min(p.k);
-                let isum: i64 = ks.clone().map(|k| (q[k] - z) as i64 * w.code(n, k) as i64).sum();
+                let isum: i64 = ks.clone().map(|k| (q[k] - z) as i64 * codes[n * p.k + k] as i64).sum();
                 let qsum: i64 = ks.map(|k| (q[k] - z) as i64).sum();
                 acc += w.scale(n, b) as f64 * (isum as f64 - w.zero_point(n, b) as f64 * qsum as f64);
             }
@@ -136,24 +150,31 @@ pub fn quantize_asymmetric_int8(a: &[f32]) -> (f32, i32, Vec<i32>) {
     ((hi - lo) / 255.0, z, q)
 }
 
-/// [`int8_error_bound`] for the `row` numerics: each activation moves by at most half a step of its row,
-/// (max(0, max a) − min(0, min a)) / 510, so the error is ≤ that · Σ_k |w_k|.
-pub fn int8_row_error_bound(a_row: &[f32], w_row_dequant: &[f64]) -> f64 {
-    let (lo, hi) = a_row.iter().fold((0f32, 0f32), |(l, h), &x| (l.min(x), h.max(x)));
-    (hi - lo) as f64 / 510.0 * w_row_dequant.iter().map(|v| v.abs()).sum::<f64>()
+/// [`int8_error_bounds`] for the `row` numerics: each activation moves by at most half a step of its row,
+/// (max(0, max a) − min(0, min a)) / 510, so the error of output (i, n) is ≤ that · Σ_k |w[n, k]|. `a` is
+/// row-major [M, K], `wd` B dequantized ([`dequantize`]); one bound per output, row-major [M, N].
+pub fn int8_row_error_bounds(a: &[f32], m: usize, wd: &[f64], n: usize, k: usize) -> Vec<f64> {
+    let half_step: Vec<f64> = (0..m)
+        .map(|i| {
+            let (lo, hi) = a[i * k..][..k].iter().fold((0f32, 0f32), |(l, h), &x| (l.min(x), h.max(x)));
+            (hi - lo) as f64 / 510.0
+        })
+        .collect();
+    let w_abs: Vec<f64> = (0..n).map(|j| wd[j * k..][..k].iter().map(|v| v.abs()).sum()).collect();
+    (0..m * n).map(|o| half_step[o / n] * w_abs[o % n]).collect()
 }
 
-/// A rigorous bound on |int8 path − exact| for one output: each activation moves by at most half a
-/// quantization step of its block (amax_block / 254), so the error is ≤ Σ_blocks amax_block/254 · Σ_k∈block |w_k|.
-/// `block` = the length of the activation blocks along K (the whole row for g_idx-regrouped weights, whose
-/// activation blocks are not contiguous in K).
-pub fn int8_error_bound(a_row: &[f32], w_row_dequant: &[f64], block: usize) -> f64 {
-    a_row
-        .chunks(block)
-        .zip(w_row_dequant.chunks(block))
-        .map(|(a, w)| {
-            let amax = a.iter().fold(0f32, |m, &x| m.max(x.abs())) as f64;
-            amax / 254.0 * w.iter().map(|v| v.abs()).sum::<f64>()
-        })
-        .sum()
+/// A rigorous bound on |int8 path − exact| for every output: each activation moves by at most half a
+/// quantization step of its block (amax_block / 254), so the error of output (i, n) is
+/// ≤ Σ_blocks amax_block(a[i])/254 · Σ_k∈block |w[n, k]|. `block` = the length of the activation blocks along K (the
+/// whole row for g_idx-regrouped weights, whose activation blocks are not contiguous in K). `a` is row-major
+/// [M, K], `wd` B dequantized ([`dequantize`]); one bound per output, row-major [M, N].
+pub fn int8_error_bounds(a: &[f32], m: usize, wd: &[f64], n: usize, k: usize, block: usize) -> Vec<f64> {
+    let kb = k.div_ceil(block);
+    let half_steps: Vec<f64> = (0..m)
+        .flat_map(|i| a[i * k..][..k].chunks(block).map(|c| c.iter().fold(0f32, |m, &x| m.max(x.abs())) as f64 / 254.0))
+        .collect();
+    let w_abs: Vec<f64> =
+        (0..n).flat_map(|j| wd[j * k..][..k].chunks(block).map(|c| c.iter().map(|v| v.abs()).sum::<f64>())).collect();
+    (0..m * n).map(|o| (0..kb).map(|b| half_steps[o / n * kb + b] * w_abs[o % n * kb + b]).sum()).collect()
 }
