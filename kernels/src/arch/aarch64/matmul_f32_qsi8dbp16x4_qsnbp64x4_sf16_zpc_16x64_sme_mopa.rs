@@ -79,7 +79,10 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         return;
     }
     // SAFETY: the CPU has SME (the caller's guarantee).
-    let s = unsafe { svl_bytes() }.min(64) / 4;
+    let svl = unsafe { svl_bytes() };
+    let s = svl.min(64) / 4;
+    // At SVL ≤ 512 bits a pass's 4s columns are 4 whole vectors: the multi-vector epilogue.
+    let fast = svl <= 64;
     debug_assert!(s.is_power_of_two() && (4..=16).contains(&s));
     let groups = a.rows.div_ceil(MR);
     let (zp, row) = (a.has_zp != 0, a.row != 0);
@@ -134,6 +137,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                         pass(
                             a,
                             s,
+                            fast,
                             rec0.wrapping_add(cq * 16 * s),
                             act.wrapping_add(ri * 4 * s),
                             cols.as_ptr().wrapping_add(cq * 4 * s),
@@ -214,6 +218,62 @@ macro_rules! epi_rows {
     };
 }
 
+/// One row of the fast epilogue (SVL ≤ 512 bits: the four tiles' s columns are 4 consecutive vectors of the
+/// sums row): row `w12 + $r` of the four tiles by one multi-vector MOVA (ZA array vectors 4r…4r + 3 = row r of
+/// za0.s–za3.s), one multi-vector SCVTF, × (column scale · row scale at `{xr}` + `$sa` bytes), added to the sums
+/// row at `$addr` (one multi-vector load and store), with zero points + c · sa·Σq (`$sq` bytes). The same
+/// operations in the same order per element as `epi_tile!`, so the same bits.
+macro_rules! epi_fast_row {
+    (@ zp, $($s:expr),*) => { concat!($($s),*) };
+    ($r:literal, $sa:literal, $sq:literal, $addr:literal $(, $zp:ident)?) => {
+        concat!(
+            "ld1rw {{z28.s}}, p1/z, [{xr}, #", $sa, "]\n",
+            $(epi_fast_row!(@ $zp, "ld1rw {{z29.s}}, p1/z, [{xr}, #", $sq, "]\n"),)?
+            "mova {{z0.b-z3.b}}, za0h.b[w12, ", $r, "]\n",
+            "scvtf {{z0.s-z3.s}}, {{z0.s-z3.s}}\n",
+            "fmul z24.s, z10.s, z28.s\n",
+            "fmul z25.s, z11.s, z28.s\n",
+            "fmul z26.s, z12.s, z28.s\n",
+            "fmul z27.s, z13.s, z28.s\n",
+            "ld1w {{z4.s-z7.s}}, pn8/z, ", $addr, "\n",
+            "fmla z4.s, p1/m, z0.s, z24.s\n",
+            "fmla z5.s, p1/m, z1.s, z25.s\n",
+            "fmla z6.s, p1/m, z2.s, z26.s\n",
+            "fmla z7.s, p1/m, z3.s, z27.s\n",
+            $(epi_fast_row!(@ $zp, concat!(
+                "fmla z4.s, p1/m, z20.s, z29.s\n",
+                "fmla z5.s, p1/m, z21.s, z29.s\n",
+                "fmla z6.s, p1/m, z22.s, z29.s\n",
+                "fmla z7.s, p1/m, z23.s, z29.s\n",
+            )),)?
+            "st1w {{z4.s-z7.s}}, pn8, ", $addr, "\n",
+        )
+    };
+}
+
+/// The fast epilogue's row loop (label `$l`), two rows per iteration (s is even): s rows into the sums rows at
+/// `{out}` (256 bytes apart), row scales at `{rowp}` (sa, and sa·Σq 64 bytes further).
+macro_rules! epi_fast {
+    ($l:literal $(, $zp:ident)?) => {
+        concat!(
+            "mov {xo}, {out}\n",
+            "mov {xr}, {rowp}\n",
+            "mov w12, #0\n",
+            $l,
+            ":\n",
+            epi_fast_row!("0:3", "0", "64", "[{xo}]" $(, $zp)?),
+            epi_fast_row!("4:7", "4", "68", "[{xo}, {e64}, lsl #2]" $(, $zp)?),
+            "add {xo}, {xo}, #512\n",
+            "add {xr}, {xr}, #8\n",
+            "add w12, w12, #8\n",
+            "cmp x12, {s4}\n",
+            "b.lo ",
+            $l,
+            "b\n",
+        )
+    };
+}
+
 /// One 4-K column group of a chunk: codes of 4s columns at `{xc}` (4 vectors z0–z3), the LHS runs g (`{xa}`)
 /// and 4 + g (256 bytes further) of s rows, low fields (`lsl #4`, z4–z7) against run g, high fields (`and`)
 /// against run 4 + g: 8 SMOPA.
@@ -282,13 +342,14 @@ macro_rules! enter_streaming {
 /// the sums at `out` (rows of 64 f32).
 ///
 /// # Safety
-/// The CPU has SME2 and `s` = min(SVL bytes, 64) / 4 for this thread; `rec` is a panel's first record offset
+/// The CPU has SME2 and `s` = min(SVL bytes, 64) / 4 for this thread, `fast` only if SVL ≤ 64 bytes; `rec` is a panel's first record offset
 /// to the pass's columns, `act` a row group offset to the pass's rows, `cols` / `rows` the per-call buffers
 /// offset likewise (`a.blocks` blocks each), `out` the sums offset to the pass's (row, column); all as `run`
 /// lays them out, for `a` with 4-bit codes in blocks of whole 32-K chunks.
 unsafe fn pass(
     a: &RunArgs,
     s: usize,
+    fast: bool,
     rec: *const u8,
     act: *const u8,
     cols: *const f32,
@@ -309,6 +370,7 @@ unsafe fn pass(
             "lsl {xc}, {s1}, #2",
             "whilelo p0.b, xzr, {xc}",
             "whilelo p1.s, xzr, {s1}",
+            "ptrue pn8.s",
             // Block loop.
             "5:",
             "mov {xc}, {rec}",
@@ -334,9 +396,17 @@ unsafe fn pass(
             "ld1w {{z21.s}}, p1/z, [{xo}, {s1}, lsl #2]",
             "ld1w {{z22.s}}, p1/z, [{xo}, {s2}, lsl #2]",
             "ld1w {{z23.s}}, p1/z, [{xo}, {s3}, lsl #2]",
+            "cbz {fast}, 12f",
+            epi_fast!("13", zp),
+            "b 9f",
+            "12:",
             epi_rows!("8", zp),
             "b 9f",
             "7:",
+            "cbz {fast}, 14f",
+            epi_fast!("15"),
+            "b 9f",
+            "14:",
             epi_rows!("8"),
             "9:",
             "zero {{za}}",
@@ -357,6 +427,8 @@ unsafe fn pass(
             s1 = in(reg) s,
             s2 = in(reg) 2 * s,
             s3 = in(reg) 3 * s,
+            s4 = in(reg) 4 * s,
+            fast = in(reg) usize::from(fast),
             e64 = in(reg) 64usize,
             xc = out(reg) _,
             cc = out(reg) _,
