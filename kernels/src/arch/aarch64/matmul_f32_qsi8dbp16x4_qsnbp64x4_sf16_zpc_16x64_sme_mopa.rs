@@ -108,6 +108,8 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 
     let mut cols = vec![0f32; a.blocks * COL_PER_BLOCK];
     let mut sums = [0f32; MR * NR];
+    // The panel's bias (0 without one: + 0.0 as before, -0.0 sums become +0.0).
+    let mut bias_buf = [0f32; NR];
     for panel in 0..a.cols.div_ceil(NR) {
         let rec0 = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
         for b in 0..a.blocks {
@@ -124,6 +126,14 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                 }
             }
         }
+        let real_cols = (a.cols - panel * NR).min(NR);
+        if !a.bias.is_null() {
+            // SAFETY: columns panel·64 + c < cols: inside bias (RunArgs contract).
+            bias_buf[..real_cols].copy_from_slice(unsafe {
+                core::slice::from_raw_parts(a.bias.add(panel * NR), real_cols)
+            });
+        }
+        let bias = &bias_buf[..real_cols];
         for g in 0..groups {
             sums.fill(0.0);
             let act = a.lhs.wrapping_add(g * MR * a.lhs_stride);
@@ -148,15 +158,11 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                 }
             }
             let real_rows = (a.rows - g * MR).min(MR);
-            let real_cols = (a.cols - panel * NR).min(NR);
             for r in 0..real_rows {
-                for c in 0..real_cols {
-                    let col = panel * NR + c;
-                    // SAFETY: row g·16 + r < rows and column col < cols: inside dst and bias (RunArgs contract).
-                    unsafe {
-                        let bias = if a.bias.is_null() { 0.0 } else { *a.bias.add(col) };
-                        *a.dst.add((g * MR + r) * a.dst_stride + col) = sums[r * NR + c] + bias;
-                    }
+                let d = a.dst.wrapping_add((g * MR + r) * a.dst_stride + panel * NR);
+                for (c, (&v, &b)) in sums[r * NR..][..real_cols].iter().zip(bias).enumerate() {
+                    // SAFETY: row g·16 + r < rows and column panel·64 + c < cols: inside dst (RunArgs contract).
+                    unsafe { *d.add(c) = v + b };
                 }
             }
         }
@@ -219,53 +225,58 @@ macro_rules! epi_rows {
 }
 
 /// One row of the fast epilogue (SVL ≤ 512 bits: the four tiles' s columns are 4 consecutive vectors of the
-/// sums row): row `w12 + $r` of the four tiles by one multi-vector MOVA (ZA array vectors 4r…4r + 3 = row r of
-/// za0.s–za3.s), one multi-vector SCVTF, × (column scale · row scale at `{xr}` + `$sa` bytes), added to the sums
-/// row at `$addr` (one multi-vector load and store), with zero points + c · sa·Σq (`$sq` bytes). The same
-/// operations in the same order per element as `epi_tile!`, so the same bits.
+/// sums row): row `w12 / 4 + $r` of the four tiles by one multi-vector MOVA (ZA array vectors 4r…4r + 3 = row r
+/// of za0.s–za3.s), one multi-vector SCVTF, × (column scale · row scale: lane `$r` of z2, the row scales of 4
+/// rows), added to the sums row at `$addr` (one multi-vector load and store), with zero points + c · sa·Σq (lane
+/// `$r` of z3). The same operations in the same order per element as `epi_tile!`, so the same bits.
 macro_rules! epi_fast_row {
-    (@ zp, $($s:expr),*) => { concat!($($s),*) };
-    ($r:literal, $sa:literal, $sq:literal, $addr:literal $(, $zp:ident)?) => {
+    (@ zp, $s:expr) => { $s };
+    ($r:literal, $za:literal, $addr:literal $(, $zp:ident)?) => {
         concat!(
-            "ld1rw {{z28.s}}, p1/z, [{xr}, #", $sa, "]\n",
-            $(epi_fast_row!(@ $zp, "ld1rw {{z29.s}}, p1/z, [{xr}, #", $sq, "]\n"),)?
-            "mova {{z0.b-z3.b}}, za0h.b[w12, ", $r, "]\n",
-            "scvtf {{z0.s-z3.s}}, {{z0.s-z3.s}}\n",
-            "fmul z24.s, z10.s, z28.s\n",
-            "fmul z25.s, z11.s, z28.s\n",
-            "fmul z26.s, z12.s, z28.s\n",
-            "fmul z27.s, z13.s, z28.s\n",
-            "ld1w {{z4.s-z7.s}}, pn8/z, ", $addr, "\n",
-            "fmla z4.s, p1/m, z0.s, z24.s\n",
-            "fmla z5.s, p1/m, z1.s, z25.s\n",
-            "fmla z6.s, p1/m, z2.s, z26.s\n",
-            "fmla z7.s, p1/m, z3.s, z27.s\n",
+            "mova {{z16.b-z19.b}}, za0h.b[w12, ", $za, "]\n",
+            "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
+            "fmul z24.s, z10.s, z2.s[", $r, "]\n",
+            "fmul z25.s, z11.s, z2.s[", $r, "]\n",
+            "fmul z26.s, z12.s, z2.s[", $r, "]\n",
+            "fmul z27.s, z13.s, z2.s[", $r, "]\n",
+            "ld1w {{z28.s-z31.s}}, pn8/z, ", $addr, "\n",
+            "fmla z28.s, p1/m, z16.s, z24.s\n",
+            "fmla z29.s, p1/m, z17.s, z25.s\n",
+            "fmla z30.s, p1/m, z18.s, z26.s\n",
+            "fmla z31.s, p1/m, z19.s, z27.s\n",
             $(epi_fast_row!(@ $zp, concat!(
-                "fmla z4.s, p1/m, z20.s, z29.s\n",
-                "fmla z5.s, p1/m, z21.s, z29.s\n",
-                "fmla z6.s, p1/m, z22.s, z29.s\n",
-                "fmla z7.s, p1/m, z23.s, z29.s\n",
+                "fmla z28.s, z20.s, z3.s[", $r, "]\n",
+                "fmla z29.s, z21.s, z3.s[", $r, "]\n",
+                "fmla z30.s, z22.s, z3.s[", $r, "]\n",
+                "fmla z31.s, z23.s, z3.s[", $r, "]\n",
             )),)?
-            "st1w {{z4.s-z7.s}}, pn8, ", $addr, "\n",
+            "st1w {{z28.s-z31.s}}, pn8, ", $addr, "\n",
         )
     };
 }
 
-/// The fast epilogue's row loop (label `$l`), two rows per iteration (s is even): s rows into the sums rows at
-/// `{out}` (256 bytes apart), row scales at `{rowp}` (sa, and sa·Σq 64 bytes further).
+/// The fast epilogue's row loop (label `$l`), four rows per iteration (s is 4, 8 or 16): s rows into the sums
+/// rows at `{out}` (256 bytes apart; x14 two rows further), row scales at `{rowp}` (sa, and sa·Σq 64 bytes
+/// further), 4 rows' in the 128-bit segments of z2 (z3).
 macro_rules! epi_fast {
     ($l:literal $(, $zp:ident)?) => {
         concat!(
             "mov {xo}, {out}\n",
+            "add x14, {out}, #512\n",
             "mov {xr}, {rowp}\n",
             "mov w12, #0\n",
             $l,
             ":\n",
-            epi_fast_row!("0:3", "0", "64", "[{xo}]" $(, $zp)?),
-            epi_fast_row!("4:7", "4", "68", "[{xo}, {e64}, lsl #2]" $(, $zp)?),
-            "add {xo}, {xo}, #512\n",
-            "add {xr}, {xr}, #8\n",
-            "add w12, w12, #8\n",
+            "ld1rqw {{z2.s}}, p1/z, [{xr}]\n",
+            $(epi_fast_row!(@ $zp, "ld1rqw {{z3.s}}, p1/z, [{xr}, #64]\n"),)?
+            epi_fast_row!("0", "0:3", "[{xo}]" $(, $zp)?),
+            epi_fast_row!("1", "4:7", "[{xo}, {e64}, lsl #2]" $(, $zp)?),
+            epi_fast_row!("2", "8:11", "[x14]" $(, $zp)?),
+            epi_fast_row!("3", "12:15", "[x14, {e64}, lsl #2]" $(, $zp)?),
+            "add {xo}, {xo}, #1024\n",
+            "add x14, x14, #1024\n",
+            "add {xr}, {xr}, #16\n",
+            "add w12, w12, #16\n",
             "cmp x12, {s4}\n",
             "b.lo ",
             $l,
