@@ -79,10 +79,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         return;
     }
     // SAFETY: the CPU has SME (the caller's guarantee).
-    let svl = unsafe { svl_bytes() };
-    let s = svl.min(64) / 4;
-    // At SVL ≤ 512 bits a pass's 4s columns are 4 whole vectors: the multi-vector epilogue.
-    let fast = svl <= 64;
+    let s = unsafe { svl_bytes() }.min(64) / 4;
     debug_assert!(s.is_power_of_two() && (4..=16).contains(&s));
     let groups = a.rows.div_ceil(MR);
     let (zp, row) = (a.has_zp != 0, a.row != 0);
@@ -129,9 +126,8 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         let real_cols = (a.cols - panel * NR).min(NR);
         if !a.bias.is_null() {
             // SAFETY: columns panel·64 + c < cols: inside bias (RunArgs contract).
-            bias_buf[..real_cols].copy_from_slice(unsafe {
-                core::slice::from_raw_parts(a.bias.add(panel * NR), real_cols)
-            });
+            bias_buf[..real_cols]
+                .copy_from_slice(unsafe { core::slice::from_raw_parts(a.bias.add(panel * NR), real_cols) });
         }
         let bias = &bias_buf[..real_cols];
         for g in 0..groups {
@@ -147,7 +143,6 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                         pass(
                             a,
                             s,
-                            fast,
                             rec0.wrapping_add(cq * 16 * s),
                             act.wrapping_add(ri * 4 * s),
                             cols.as_ptr().wrapping_add(cq * 4 * s),
@@ -353,14 +348,13 @@ macro_rules! enter_streaming {
 /// the sums at `out` (rows of 64 f32).
 ///
 /// # Safety
-/// The CPU has SME2 and `s` = min(SVL bytes, 64) / 4 for this thread, `fast` only if SVL ≤ 64 bytes; `rec` is a panel's first record offset
-/// to the pass's columns, `act` a row group offset to the pass's rows, `cols` / `rows` the per-call buffers
-/// offset likewise (`a.blocks` blocks each), `out` the sums offset to the pass's (row, column); all as `run`
-/// lays them out, for `a` with 4-bit codes in blocks of whole 32-K chunks.
+/// The CPU has SME2 and `s` = min(SVL bytes, 64) / 4 for this thread; `rec` is
+/// a panel's first record offset to the pass's columns, `act` a row group offset to the pass's rows, `cols` /
+/// `rows` the per-call buffers offset likewise (`a.blocks` blocks each), `out` the sums offset to the pass's
+/// (row, column); all as `run` lays them out, for `a` with 4-bit codes in blocks of whole 32-K chunks.
 unsafe fn pass(
     a: &RunArgs,
     s: usize,
-    fast: bool,
     rec: *const u8,
     act: *const u8,
     cols: *const f32,
@@ -382,6 +376,11 @@ unsafe fn pass(
             "whilelo p0.b, xzr, {xc}",
             "whilelo p1.s, xzr, {s1}",
             "ptrue pn8.s",
+            // fast = (SVL = 4s bytes, i.e. ≤ 512 bits): a pass's 4s columns are 4 whole vectors, the
+            // multi-vector epilogue.
+            "rdsvl {fast}, #1",
+            "cmp {fast}, {s4}",
+            "cset {fast}, eq",
             // Block loop.
             "5:",
             "mov {xc}, {rec}",
@@ -439,7 +438,7 @@ unsafe fn pass(
             s2 = in(reg) 2 * s,
             s3 = in(reg) 3 * s,
             s4 = in(reg) 4 * s,
-            fast = in(reg) usize::from(fast),
+            fast = out(reg) _,
             e64 = in(reg) 64usize,
             xc = out(reg) _,
             cc = out(reg) _,
