@@ -44,6 +44,7 @@
 //! rows and columns are stored. No over-reads.
 
 use crate::ukernel::RunArgs;
+use half::slice::HalfFloatSliceExt;
 
 /// Rows per LHS group (`qsi8dbp16x4`) and columns per panel (`qsnbp64x4`), K per run / column group.
 pub(crate) const MR: usize = 16;
@@ -112,15 +113,19 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         for b in 0..a.blocks {
             let rec = rec0.wrapping_add(b * a.rhs_record);
             let out = &mut cols[b * COL_PER_BLOCK..][..COL_PER_BLOCK];
-            for c in 0..NR {
-                // SAFETY: the record's 64 f16 scales and (with zero points) 64 f32 corrections (RunArgs contract).
-                unsafe {
-                    let h = rec.add(a.rhs_scales + 2 * c).cast::<[u8; 2]>().read_unaligned();
-                    out[c] = half::f16::from_le_bytes(h).to_f32() * (1.0 / 16.0);
-                    if zp {
-                        out[NR + c] = rec.add(a.rhs_zp + 4 * c).cast::<f32>().read_unaligned();
-                    }
+            let mut h = [half::f16::ZERO; NR];
+            // SAFETY: the record's 64 f16 scales (little-endian, as the target) and with zero points its 64 f32
+            // corrections, copied bytewise (any alignment) into `h` and `out` (RunArgs contract).
+            unsafe {
+                core::ptr::copy_nonoverlapping(rec.add(a.rhs_scales), h.as_mut_ptr().cast::<u8>(), 2 * NR);
+                if zp {
+                    core::ptr::copy_nonoverlapping(rec.add(a.rhs_zp), out[NR..].as_mut_ptr().cast::<u8>(), 4 * NR);
                 }
+            }
+            // Exact (f16 → f32, × 2^−4), vectorized (half converts slices with FCVTL where the CPU has fp16).
+            h.convert_to_f32_slice(&mut out[..NR]);
+            for v in &mut out[..NR] {
+                *v *= 1.0 / 16.0;
             }
         }
         let real_cols = (a.cols - panel * NR).min(NR);
