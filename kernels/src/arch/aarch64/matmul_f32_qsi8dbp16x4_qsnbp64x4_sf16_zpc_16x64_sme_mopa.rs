@@ -13,23 +13,29 @@
 //!
 //! Numerics (option (a) of `design/sme2.md` §2: f32 sums in memory): per 32-K chunk, each group's four code
 //! vectors give the low field by `lsl #4` and the high one by `and #0xf0` (16·v exactly; the 2^−4 is in the
-//! column scales, as in the SVE i8mm kernel), 8 SMOPA per group. Per block, for each of the s rows: MOVA each
-//! tile's row out of ZA, SCVTF, × (column scale · 2^−4 · row scale), FMLA into the f32 sums (loaded and stored:
-//! the 16 × 64 f32 live in a 4 KB buffer), + c · sa·Σq with zero points; then `zero {za}`. The column scales
-//! (f16 → f32 × 2^−4) and corrections are laid out once per call and panel, the rows' sa and sa·Σq once per call
-//! and group, so the asm epilogue is loads and vector arithmetic. The `row` numerics need nothing of their own:
-//! their activation scales are 1 and × 1 is exact.
+//! column scales, as in the SVE i8mm kernel), 8 SMOPA per group. Per block, for each of the s rows: row r of the
+//! four tiles out of ZA by one multi-vector MOVA (`mova {z16.b-z19.b}, za0h.b[w12, 0:3]`: ZA array vectors
+//! 4r…4r + 3), one multi-vector SCVTF, × (column scale · 2^−4 · row scale: 4 indexed FMUL, the row scales of 4
+//! rows in one LD1RQW), FMLA into the f32 sums (one multi-vector load and store: the 16 × 64 f32 live in a 4 KB
+//! buffer), + c · sa·Σq with zero points (4 indexed FMLA); then `zero {za}`. That multi-vector path needs the
+//! pass's 4s columns to be 4 whole vectors (SVL ≤ 512 bits); at SVL > 512 the asm takes the single-vector
+//! epilogue (a MOVA / SCVTF / FMUL / FMLA / load / store per tile row), with the same operations per element in
+//! the same order, so the same bits. The column scales (f16 → f32 × 2^−4, half's slice conversion) and
+//! corrections are laid out once per call and panel, the rows' sa and sa·Σq once per call and group, so the asm
+//! epilogue is loads and vector arithmetic. The `row` numerics need nothing of their own: their activation
+//! scales are 1 and × 1 is exact.
 //!
 //! Static instruction budget per 32-K block, one pass at SVL 512 (32 SMOPA):
 //! - inner loop: 4 groups × (4 code loads, 2 LHS loads, 8 field extractions, 8 SMOPA, 2 adds) and 3 for the
 //!   loop = 99 (3.1 per SMOPA);
-//! - epilogue: 4 scale loads and 3 set-up, then 16 rows × (2 row-scale loads, 4 tiles × 6, 5 loop) = 503 (15.7
-//!   per SMOPA; zero points add 4 loads and 16 × 4 FMLA);
+//! - epilogue: 4 scale loads and about 8 set-up, then 4 × (1 row-scale load, 4 rows × 12, 6 loop) = 220 (about
+//!   7 per SMOPA; zero points add 4 + 4 loads and 16 × 4 indexed FMLA); at SVL 256 (8 rows per 32 SMOPA) half:
+//!   about 3.7 per SMOPA;
 //! - block loop: about 8.
 //!
-//! About 19 per SMOPA, above KleidiAI's 11 (its epilogue does the same per-row work with multi-vector MOVA and
-//! SCVTF and keeps no sums buffer): the family is ranked below the i8mm families until instruction counts exist
-//! (see `registry.rs`).
+//! Counted (qemu 11 `-cpu max`, SVL 256, 2048 × 2048, `bench/results/aarch64-icount-sme2.md`): 10.0 instructions
+//! per SMOPA at M = 32 (ORT's KleidiAI kernel 8.4), nibble / ORT 1.19; before the multi-vector epilogue and the
+//! sliced scale conversion 18.4 and 2.19. The family stays ranked below the i8mm families (see `registry.rs`).
 //!
 //! Streaming mode: every pass is one `asm!` block from `smstart` to `smstop` with no Rust code between; ZA's
 //! lazy-save protocol is honoured (a non-null TPIDR2_EL0 block gets ZA saved into its buffer, then TPIDR2_EL0
