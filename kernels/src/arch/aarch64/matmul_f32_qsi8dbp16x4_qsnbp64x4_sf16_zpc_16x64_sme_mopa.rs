@@ -34,8 +34,8 @@
 //! - block loop: about 8.
 //!
 //! Counted (qemu 11 `-cpu max`, SVL 256, 2048 × 2048, `bench/results/aarch64-icount-sme2.md`): 10.0 instructions
-//! per SMOPA at M = 32 (ORT's KleidiAI kernel 8.4), nibble / ORT 1.19; before the multi-vector epilogue and the
-//! sliced scale conversion 18.4 and 2.19. The family stays ranked below the i8mm families (see `registry.rs`).
+//! per SMOPA at M = 32 and 9.6 at M = 128 (ORT's KleidiAI kernel 8.4), nibble / ORT 1.19 and 1.15; before the
+//! multi-vector epilogue and the sliced scale conversion 18.4 / 18.0 and 2.19 / 2.16. The family stays ranked below the i8mm families (see `registry.rs`).
 //!
 //! Streaming mode: every pass is one `asm!` block from `smstart` to `smstop` with no Rust code between; ZA's
 //! lazy-save protocol is honoured (a non-null TPIDR2_EL0 block gets ZA saved into its buffer, then TPIDR2_EL0
