@@ -35,7 +35,8 @@
 //!
 //! Counted (qemu 11 `-cpu max`, SVL 256, 2048 × 2048, `bench/results/aarch64-icount-sme2.md`): 10.0 instructions
 //! per SMOPA at M = 32 and 9.6 at M = 128 (ORT's KleidiAI kernel 8.4), nibble / ORT 1.19 and 1.15; before the
-//! multi-vector epilogue and the sliced scale conversion 18.4 / 18.0 and 2.19 / 2.16. The family stays ranked below the i8mm families (see `registry.rs`).
+//! multi-vector epilogue and the sliced scale conversion 18.4 / 18.0 and 2.19 / 2.16. The family stays ranked
+//! below the i8mm families (see `registry.rs`).
 //!
 //! Streaming mode: every pass is one `asm!` block from `smstart` to `smstop` with no Rust code between; ZA's
 //! lazy-save protocol is honoured (a non-null TPIDR2_EL0 block gets ZA saved into its buffer, then TPIDR2_EL0
@@ -236,7 +237,15 @@ macro_rules! epi_rows {
 /// rows), added to the sums row at `$addr` (one multi-vector load and store), with zero points + c · sa·Σq (lane
 /// `$r` of z3). The same operations in the same order per element as `epi_tile!`, so the same bits.
 macro_rules! epi_fast_row {
-    (@ zp, $s:expr) => { $s };
+    // With zero points: + c · sa·Σq (the four vectors' corrections in z20–z23, row $r's sa·Σq in lane $r of z3).
+    (@zp $r:literal) => {
+        concat!(
+            "fmla z28.s, z20.s, z3.s[", $r, "]\n",
+            "fmla z29.s, z21.s, z3.s[", $r, "]\n",
+            "fmla z30.s, z22.s, z3.s[", $r, "]\n",
+            "fmla z31.s, z23.s, z3.s[", $r, "]\n",
+        )
+    };
     ($r:literal, $za:literal, $addr:literal $(, $zp:ident)?) => {
         concat!(
             "mova {{z16.b-z19.b}}, za0h.b[w12, ", $za, "]\n",
@@ -250,12 +259,7 @@ macro_rules! epi_fast_row {
             "fmla z29.s, p1/m, z17.s, z25.s\n",
             "fmla z30.s, p1/m, z18.s, z26.s\n",
             "fmla z31.s, p1/m, z19.s, z27.s\n",
-            $(epi_fast_row!(@ $zp, concat!(
-                "fmla z28.s, z20.s, z3.s[", $r, "]\n",
-                "fmla z29.s, z21.s, z3.s[", $r, "]\n",
-                "fmla z30.s, z22.s, z3.s[", $r, "]\n",
-                "fmla z31.s, z23.s, z3.s[", $r, "]\n",
-            )),)?
+            $(epi_fast_row!(@$zp $r),)?
             "st1w {{z28.s-z31.s}}, pn8, ", $addr, "\n",
         )
     };
@@ -265,6 +269,10 @@ macro_rules! epi_fast_row {
 /// rows at `{out}` (256 bytes apart; x14 two rows further), row scales at `{rowp}` (sa, and sa·Σq 64 bytes
 /// further), 4 rows' in the 128-bit segments of z2 (z3).
 macro_rules! epi_fast {
+    // With zero points: the 4 rows' sa·Σq (64 bytes after their sa) into z3.
+    (@zp) => {
+        "ld1rqw {{z3.s}}, p1/z, [{xr}, #64]\n"
+    };
     ($l:literal $(, $zp:ident)?) => {
         concat!(
             "mov {xo}, {out}\n",
@@ -274,7 +282,7 @@ macro_rules! epi_fast {
             $l,
             ":\n",
             "ld1rqw {{z2.s}}, p1/z, [{xr}]\n",
-            $(epi_fast_row!(@ $zp, "ld1rqw {{z3.s}}, p1/z, [{xr}, #64]\n"),)?
+            $(epi_fast!(@$zp),)?
             epi_fast_row!("0", "0:3", "[{xo}]" $(, $zp)?),
             epi_fast_row!("1", "4:7", "[{xo}, {e64}, lsl #2]" $(, $zp)?),
             epi_fast_row!("2", "8:11", "[x14]" $(, $zp)?),
@@ -359,10 +367,10 @@ macro_rules! enter_streaming {
 /// the sums at `out` (rows of 64 f32).
 ///
 /// # Safety
-/// The CPU has SME2 and `s` = min(SVL bytes, 64) / 4 for this thread; `rec` is
-/// a panel's first record offset to the pass's columns, `act` a row group offset to the pass's rows, `cols` /
-/// `rows` the per-call buffers offset likewise (`a.blocks` blocks each), `out` the sums offset to the pass's
-/// (row, column); all as `run` lays them out, for `a` with 4-bit codes in blocks of whole 32-K chunks.
+/// The CPU has SME2 and `s` = min(SVL bytes, 64) / 4 for this thread; `rec` is a panel's first record offset
+/// to the pass's columns, `act` a row group offset to the pass's rows, `cols` / `rows` the per-call buffers
+/// offset likewise (`a.blocks` blocks each), `out` the sums offset to the pass's (row, column); all as `run`
+/// lays them out, for `a` with 4-bit codes in blocks of whole 32-K chunks.
 unsafe fn pass(
     a: &RunArgs,
     s: usize,
