@@ -13,23 +13,30 @@
 //!
 //! Numerics (option (a) of `design/sme2.md` §2: f32 sums in memory): per 32-K chunk, each group's four code
 //! vectors give the low field by `lsl #4` and the high one by `and #0xf0` (16·v exactly; the 2^−4 is in the
-//! column scales, as in the SVE i8mm kernel), 8 SMOPA per group. Per block, for each of the s rows: MOVA each
-//! tile's row out of ZA, SCVTF, × (column scale · 2^−4 · row scale), FMLA into the f32 sums (loaded and stored:
-//! the 16 × 64 f32 live in a 4 KB buffer), + c · sa·Σq with zero points; then `zero {za}`. The column scales
-//! (f16 → f32 × 2^−4) and corrections are laid out once per call and panel, the rows' sa and sa·Σq once per call
-//! and group, so the asm epilogue is loads and vector arithmetic. The `row` numerics need nothing of their own:
-//! their activation scales are 1 and × 1 is exact.
+//! column scales, as in the SVE i8mm kernel), 8 SMOPA per group. Per block, for each of the s rows: row r of the
+//! four tiles out of ZA by one multi-vector MOVA (`mova {z16.b-z19.b}, za0h.b[w12, 0:3]`: ZA array vectors
+//! 4r…4r + 3), one multi-vector SCVTF, × (column scale · 2^−4 · row scale: 4 indexed FMUL, the row scales of 4
+//! rows in one LD1RQW), FMLA into the f32 sums (one multi-vector load and store: the 16 × 64 f32 live in a 4 KB
+//! buffer), + c · sa·Σq with zero points (4 indexed FMLA); then `zero {za}`. That multi-vector path needs the
+//! pass's 4s columns to be 4 whole vectors (SVL ≤ 512 bits); at SVL > 512 the asm takes the single-vector
+//! epilogue (a MOVA / SCVTF / FMUL / FMLA / load / store per tile row), with the same operations per element in
+//! the same order, so the same bits. The column scales (f16 → f32 × 2^−4, half's slice conversion) and
+//! corrections are laid out once per call and panel, the rows' sa and sa·Σq once per call and group, so the asm
+//! epilogue is loads and vector arithmetic. The `row` numerics need nothing of their own: their activation
+//! scales are 1 and × 1 is exact.
 //!
 //! Static instruction budget per 32-K block, one pass at SVL 512 (32 SMOPA):
 //! - inner loop: 4 groups × (4 code loads, 2 LHS loads, 8 field extractions, 8 SMOPA, 2 adds) and 3 for the
 //!   loop = 99 (3.1 per SMOPA);
-//! - epilogue: 4 scale loads and 3 set-up, then 16 rows × (2 row-scale loads, 4 tiles × 6, 5 loop) = 503 (15.7
-//!   per SMOPA; zero points add 4 loads and 16 × 4 FMLA);
+//! - epilogue: 4 scale loads and about 8 set-up, then 4 × (1 row-scale load, 4 rows × 12, 6 loop) = 220 (about
+//!   7 per SMOPA; zero points add 4 + 4 loads and 16 × 4 indexed FMLA); at SVL 256 (8 rows per 32 SMOPA) half:
+//!   about 3.7 per SMOPA;
 //! - block loop: about 8.
 //!
-//! About 19 per SMOPA, above KleidiAI's 11 (its epilogue does the same per-row work with multi-vector MOVA and
-//! SCVTF and keeps no sums buffer): the family is ranked below the i8mm families until instruction counts exist
-//! (see `registry.rs`).
+//! Counted (qemu 11 `-cpu max`, SVL 256, 2048 × 2048, `bench/results/aarch64-icount-sme2.md`): 10.0 instructions
+//! per SMOPA at M = 32 and 9.6 at M = 128 (ORT's KleidiAI kernel 8.4), nibble / ORT 1.19 and 1.15; before the
+//! multi-vector epilogue and the sliced scale conversion 18.4 / 18.0 and 2.19 / 2.16. The family stays ranked
+//! below the i8mm families (see `registry.rs`).
 //!
 //! Streaming mode: every pass is one `asm!` block from `smstart` to `smstop` with no Rust code between; ZA's
 //! lazy-save protocol is honoured (a non-null TPIDR2_EL0 block gets ZA saved into its buffer, then TPIDR2_EL0
@@ -44,6 +51,7 @@
 //! rows and columns are stored. No over-reads.
 
 use crate::ukernel::RunArgs;
+use half::slice::HalfFloatSliceExt;
 
 /// Rows per LHS group (`qsi8dbp16x4`) and columns per panel (`qsnbp64x4`), K per run / column group.
 pub(crate) const MR: usize = 16;
@@ -105,22 +113,35 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 
     let mut cols = vec![0f32; a.blocks * COL_PER_BLOCK];
     let mut sums = [0f32; MR * NR];
+    // The panel's bias (0 without one: + 0.0 as before, -0.0 sums become +0.0).
+    let mut bias_buf = [0f32; NR];
     for panel in 0..a.cols.div_ceil(NR) {
         let rec0 = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
         for b in 0..a.blocks {
             let rec = rec0.wrapping_add(b * a.rhs_record);
             let out = &mut cols[b * COL_PER_BLOCK..][..COL_PER_BLOCK];
-            for c in 0..NR {
-                // SAFETY: the record's 64 f16 scales and (with zero points) 64 f32 corrections (RunArgs contract).
-                unsafe {
-                    let h = rec.add(a.rhs_scales + 2 * c).cast::<[u8; 2]>().read_unaligned();
-                    out[c] = half::f16::from_le_bytes(h).to_f32() * (1.0 / 16.0);
-                    if zp {
-                        out[NR + c] = rec.add(a.rhs_zp + 4 * c).cast::<f32>().read_unaligned();
-                    }
+            let mut h = [half::f16::ZERO; NR];
+            // SAFETY: the record's 64 f16 scales (little-endian, as the target) and with zero points its 64 f32
+            // corrections, copied bytewise (any alignment) into `h` and `out` (RunArgs contract).
+            unsafe {
+                core::ptr::copy_nonoverlapping(rec.add(a.rhs_scales), h.as_mut_ptr().cast::<u8>(), 2 * NR);
+                if zp {
+                    core::ptr::copy_nonoverlapping(rec.add(a.rhs_zp), out[NR..].as_mut_ptr().cast::<u8>(), 4 * NR);
                 }
             }
+            // Exact (f16 → f32, × 2^−4), vectorized (half converts slices with FCVTL where the CPU has fp16).
+            h.convert_to_f32_slice(&mut out[..NR]);
+            for v in &mut out[..NR] {
+                *v *= 1.0 / 16.0;
+            }
         }
+        let real_cols = (a.cols - panel * NR).min(NR);
+        if !a.bias.is_null() {
+            // SAFETY: columns panel·64 + c < cols: inside bias (RunArgs contract).
+            bias_buf[..real_cols]
+                .copy_from_slice(unsafe { core::slice::from_raw_parts(a.bias.add(panel * NR), real_cols) });
+        }
+        let bias = &bias_buf[..real_cols];
         for g in 0..groups {
             sums.fill(0.0);
             let act = a.lhs.wrapping_add(g * MR * a.lhs_stride);
@@ -144,15 +165,11 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                 }
             }
             let real_rows = (a.rows - g * MR).min(MR);
-            let real_cols = (a.cols - panel * NR).min(NR);
             for r in 0..real_rows {
-                for c in 0..real_cols {
-                    let col = panel * NR + c;
-                    // SAFETY: row g·16 + r < rows and column col < cols: inside dst and bias (RunArgs contract).
-                    unsafe {
-                        let bias = if a.bias.is_null() { 0.0 } else { *a.bias.add(col) };
-                        *a.dst.add((g * MR + r) * a.dst_stride + col) = sums[r * NR + c] + bias;
-                    }
+                let d = a.dst.wrapping_add((g * MR + r) * a.dst_stride + panel * NR);
+                for (c, (&v, &b)) in sums[r * NR..][..real_cols].iter().zip(bias).enumerate() {
+                    // SAFETY: row g·16 + r < rows and column panel·64 + c < cols: inside dst (RunArgs contract).
+                    unsafe { *d.add(c) = v + b };
                 }
             }
         }
@@ -207,6 +224,74 @@ macro_rules! epi_rows {
             "add {xr}, {xr}, #4\n",
             "add w12, w12, #1\n",
             "cmp x12, {s1}\n",
+            "b.lo ",
+            $l,
+            "b\n",
+        )
+    };
+}
+
+/// One row of the fast epilogue (SVL ≤ 512 bits: the four tiles' s columns are 4 consecutive vectors of the
+/// sums row): row `w12 / 4 + $r` of the four tiles by one multi-vector MOVA (ZA array vectors 4r…4r + 3 = row r
+/// of za0.s–za3.s), one multi-vector SCVTF, × (column scale · row scale: lane `$r` of z2, the row scales of 4
+/// rows), added to the sums row at `$addr` (one multi-vector load and store), with zero points + c · sa·Σq (lane
+/// `$r` of z3). The same operations in the same order per element as `epi_tile!`, so the same bits.
+macro_rules! epi_fast_row {
+    // With zero points: + c · sa·Σq (the four vectors' corrections in z20–z23, row $r's sa·Σq in lane $r of z3).
+    (@zp $r:literal) => {
+        concat!(
+            "fmla z28.s, z20.s, z3.s[", $r, "]\n",
+            "fmla z29.s, z21.s, z3.s[", $r, "]\n",
+            "fmla z30.s, z22.s, z3.s[", $r, "]\n",
+            "fmla z31.s, z23.s, z3.s[", $r, "]\n",
+        )
+    };
+    ($r:literal, $za:literal, $addr:literal $(, $zp:ident)?) => {
+        concat!(
+            "mova {{z16.b-z19.b}}, za0h.b[w12, ", $za, "]\n",
+            "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
+            "fmul z24.s, z10.s, z2.s[", $r, "]\n",
+            "fmul z25.s, z11.s, z2.s[", $r, "]\n",
+            "fmul z26.s, z12.s, z2.s[", $r, "]\n",
+            "fmul z27.s, z13.s, z2.s[", $r, "]\n",
+            "ld1w {{z28.s-z31.s}}, pn8/z, ", $addr, "\n",
+            "fmla z28.s, p1/m, z16.s, z24.s\n",
+            "fmla z29.s, p1/m, z17.s, z25.s\n",
+            "fmla z30.s, p1/m, z18.s, z26.s\n",
+            "fmla z31.s, p1/m, z19.s, z27.s\n",
+            $(epi_fast_row!(@$zp $r),)?
+            "st1w {{z28.s-z31.s}}, pn8, ", $addr, "\n",
+        )
+    };
+}
+
+/// The fast epilogue's row loop (label `$l`), four rows per iteration (s is 4, 8 or 16): s rows into the sums
+/// rows at `{out}` (256 bytes apart; x14 two rows further), row scales at `{rowp}` (sa, and sa·Σq 64 bytes
+/// further), 4 rows' in the 128-bit segments of z2 (z3).
+macro_rules! epi_fast {
+    // With zero points: the 4 rows' sa·Σq (64 bytes after their sa) into z3.
+    (@zp) => {
+        "ld1rqw {{z3.s}}, p1/z, [{xr}, #64]\n"
+    };
+    ($l:literal $(, $zp:ident)?) => {
+        concat!(
+            "mov {xo}, {out}\n",
+            "add x14, {out}, #512\n",
+            "mov {xr}, {rowp}\n",
+            "mov w12, #0\n",
+            $l,
+            ":\n",
+            "ld1rqw {{z2.s}}, p1/z, [{xr}]\n",
+            $(epi_fast!(@$zp),)?
+            epi_fast_row!("0", "0:3", "[{xo}]" $(, $zp)?),
+            epi_fast_row!("1", "4:7", "[{xo}, {e64}, lsl #2]" $(, $zp)?),
+            epi_fast_row!("2", "8:11", "[x14]" $(, $zp)?),
+            epi_fast_row!("3", "12:15", "[x14, {e64}, lsl #2]" $(, $zp)?),
+            "add {xo}, {xo}, #1024\n",
+            "add x14, x14, #1024\n",
+            "add {xr}, {xr}, #16\n",
+            "add w12, w12, #16\n",
+            "cmp x12, {s4}\n",
             "b.lo ",
             $l,
             "b\n",
@@ -309,6 +394,12 @@ unsafe fn pass(
             "lsl {xc}, {s1}, #2",
             "whilelo p0.b, xzr, {xc}",
             "whilelo p1.s, xzr, {s1}",
+            "ptrue pn8.s",
+            // fast = (SVL = 4s bytes, i.e. ≤ 512 bits): a pass's 4s columns are 4 whole vectors, the
+            // multi-vector epilogue.
+            "rdsvl {fast}, #1",
+            "cmp {fast}, {s4}",
+            "cset {fast}, eq",
             // Block loop.
             "5:",
             "mov {xc}, {rec}",
@@ -334,9 +425,17 @@ unsafe fn pass(
             "ld1w {{z21.s}}, p1/z, [{xo}, {s1}, lsl #2]",
             "ld1w {{z22.s}}, p1/z, [{xo}, {s2}, lsl #2]",
             "ld1w {{z23.s}}, p1/z, [{xo}, {s3}, lsl #2]",
+            "cbz {fast}, 12f",
+            epi_fast!("13", zp),
+            "b 9f",
+            "12:",
             epi_rows!("8", zp),
             "b 9f",
             "7:",
+            "cbz {fast}, 14f",
+            epi_fast!("15"),
+            "b 9f",
+            "14:",
             epi_rows!("8"),
             "9:",
             "zero {{za}}",
@@ -357,6 +456,8 @@ unsafe fn pass(
             s1 = in(reg) s,
             s2 = in(reg) 2 * s,
             s3 = in(reg) 3 * s,
+            s4 = in(reg) 4 * s,
+            fast = out(reg) _,
             e64 = in(reg) 64usize,
             xc = out(reg) _,
             cc = out(reg) _,
