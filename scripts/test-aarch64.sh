@@ -76,11 +76,15 @@ cpus=${AARCH64_CPUS:-"max max,sve=off max,sme=off neoverse-n1 cortex-a76 cortex-
 i8mm_fams="int8=i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
 q11_max_feats="neon+dotprod+i8mm+fp16+bf16+sve+sve2+svei8mm+sme+sme2"
 vl() { echo "max,sve-default-vector-length=$1,sme-default-vector-length=$1"; }
+# SME at 1024 bits (SVE stays at 512): the SME2 GEMM's single-vector epilogue, taken above 512-bit SVL; the kernel
+# unit test's PR_SME_SET_VL does not change the length under qemu-user.
+svl128="max,sme-default-vector-length=128"
 declare -A expect11=(
   [max]="portable,neon,dotprod,i8mm,sve,sme"
   [$(vl 16)]="portable,neon,dotprod,i8mm,sve,sme"
   [$(vl 32)]="portable,neon,dotprod,i8mm,sve,sme"
   [$(vl 64)]="portable,neon,dotprod,i8mm,sve,sme"
+  [$svl128]="portable,neon,dotprod,i8mm,sve,sme"
   [max,sme=off]="portable,neon,dotprod,i8mm,sve"
   [max,sve=off]="portable,neon,dotprod,i8mm,sme"
   [neoverse-v1]="portable,neon,dotprod,i8mm,sve"
@@ -93,6 +97,7 @@ declare -A features11=(
   [$(vl 16)]="$q11_max_feats (sve vl 16 B) (sme svl 16 B)"
   [$(vl 32)]="$q11_max_feats (sve vl 32 B) (sme svl 32 B)"
   [$(vl 64)]="$q11_max_feats (sve vl 64 B) (sme svl 64 B)"
+  [$svl128]="$q11_max_feats (sve vl 64 B) (sme svl 128 B)"
   [max,sme=off]="neon+dotprod+i8mm+fp16+bf16+sve+sve2+svei8mm (sve vl 64 B)"
   [max,sve=off]="neon+dotprod+i8mm+fp16+bf16+sme+sme2 (sme svl 32 B)"
   [neoverse-v1]="neon+dotprod+i8mm+fp16+sve+svei8mm (sve vl 32 B)"
@@ -101,11 +106,11 @@ declare -A features11=(
   [a64fx]="neon+fp16+sve (sve vl 64 B)"
 )
 declare -A families11=(
-  [max]=$sve_fams [$(vl 16)]=$i8mm_fams [$(vl 32)]=$sve_fams [$(vl 64)]=$sve_fams [max,sme=off]=$sve_fams
+  [max]=$sve_fams [$(vl 16)]=$i8mm_fams [$(vl 32)]=$sve_fams [$(vl 64)]=$sve_fams [$svl128]=$sve_fams [max,sme=off]=$sve_fams
   [max,sve=off]=$i8mm_fams [neoverse-v1]=$sve_fams [neoverse-n2]=$i8mm_fams [cortex-a710]=$i8mm_fams
   [a64fx]="int8=neon_int8_qsnbp8x4_sf16_zpc,$fp32"
 )
-cpus11=${AARCH64_CPUS_QEMU11:-"max $(vl 16) $(vl 32) $(vl 64) max,sme=off max,sve=off neoverse-v1 neoverse-n2 cortex-a710 a64fx"}
+cpus11=${AARCH64_CPUS_QEMU11:-"max $(vl 16) $(vl 32) $(vl 64) $svl128 max,sme=off max,sve=off neoverse-v1 neoverse-n2 cortex-a710 a64fx"}
 [ "$cpus11" = none ] && cpus11=""
 # The qemu 11 models that run the whole kernel suite; the others run QUICK_KERNEL_TESTS (below). Measured on this
 # 2-core machine (qemu 11.1.2, CPU seconds, which the load of other jobs does not change): a model with the whole
