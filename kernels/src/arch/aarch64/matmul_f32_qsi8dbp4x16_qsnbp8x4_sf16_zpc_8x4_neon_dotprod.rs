@@ -14,25 +14,30 @@
 //! block (0.5 per SDOT; the row numerics 0.375).
 //!
 //! Instruction budget per 32 K (one block of 32) × 4 columns × 8 rows, 4-bit codes, symmetric, per-block
-//! numerics, from the text (per SDOT: / 64): 64 SDOT; 4 LDR (codes, post-indexed) + 4 LD1 of 4 vectors
-//! (activations, post-indexed) (0.125); 8 field extractions (SHL / AND, 0.125); per block 8 SCVTF, 8 FMUL (column
-//! scales × the row's block scale, by element: the per-block activation scale's cost), 8 FMLA, 8 MOVI (0.5); the
-//! block's scales LDR + FCVTL, the two groups' activation scales 2 LDR (0.06; the row numerics drop the 8 FMUL and
-//! the 2 LDR); record step, SUBS + B.NE (0.05). Total 119 = 1.86 per SDOT (the row numerics 109 = 1.70; zero
-//! points add LDR of the corrections, 2 × (LDR, SCVTF, FMUL) of the groups' sa·Σq and 8 FMLA: 134 = 2.09). The
-//! numerics, the zero points and blocks of one chunk are compile-time modes of the text (eight asm blocks), so
-//! the loop has no branches on them. Measured: see `bench/results/aarch64-icount.md` (2026-11-26, dotprod in asm)
-//! and the figures below.
+//! numerics, from the text (per SDOT: / 64): 64 SDOT; 4 loads of codes + 4 LD1 of 4 activation vectors, all
+//! post-indexed (0.125); 8 field extractions (SHL / AND, 0.125); per block 8 SCVTF, 8 FMUL (column scales × the
+//! row's block scale, by element: the per-block activation scale's cost), 8 FMLA, 8 MOVI (0.5); the block's
+//! scales LDR + FCVTL, the pair's 8 row scales one LDP (0.05); SUBS + B.NE once per two blocks (the record step is
+//! the last code load's post-index; 0.01). Total 116 = 1.81 per SDOT (the row numerics drop the 8 FMUL and the
+//! LDP: 107 = 1.67; zero points add LDR of the corrections, LDP of the pair's sa·Σq and 8 FMLA: 126 = 1.97). At
+//! blocks of 128: 4 chunks of 82 (with the chunk loop) + 34 + 4 per 256 SDOT = 1.43. The numerics, the zero points
+//! and blocks of one chunk are compile-time modes of the text (eight asm blocks), so the loop has no branches on
+//! them.
 //!
-//! Measured (`scripts/aarch64/icount-kernel.sh`, 2048 × 2048, qemu -cpu neoverse-n1, the whole kernel: the
-//! stores of the sums included): MEASURED. The intrinsic 4 × 8 tile it replaces: 2.08 per SDOT at M = 32 (2.26
-//! with zero points; the row numerics 1.95).
+//! Measured (`scripts/aarch64/icount-kernel.sh`, 2048 × 2048, qemu -cpu neoverse-n1, the whole kernel: the row
+//! factors' layout, the walk and the stores included): 1.84 per SDOT at M = 32, 1.83 at M = 128 (the 4 × 8
+//! intrinsic tile it replaces: 2.06); zero points 2.01 / 1.99 (were 2.26); the row numerics 1.73 / 1.70 (were
+//! 1.93); block 128 1.45. Against ORT 1.31.1's own kernel (KleidiAI, per-row activation scales: no FMUL per
+//! accumulator; 1.85–1.89 instructions per SDOT per Run, quantizer and op included): what the per-block numerics
+//! cannot drop is the FMUL (0.125 per SDOT), so their whole Run stays 0.8–1.6% above ORT's while the row numerics
+//! are 5-6% below (bench/results/aarch64-icount.md).
 //!
-//! The epilogue is `y += f32(acc)·(s·sa) [+ c·sq]` (row numerics: `y += f32(acc)·s [+ c·sq]`), `ops::block_epilogue`'s
-//! formula in its order of roundings, with f32(acc) converted with 4 fraction bits (the fields' factor 16, exact);
-//! the column scales (f16) and corrections are read from each block's record, the rows' scales and Σq from the
-//! group-major `qsi8dbp4x16` buffers (4 consecutive per group and block: one load each). The sums leave by rows
-//! (`ops::Sums`) and are stored with the bias by `ops::store_groups`.
+//! The epilogue is `y += f32(acc)·(s·sa) [+ c·sq]` (row numerics: `y += f32(acc)·s [+ c·sq]`),
+//! `ops::block_epilogue`'s formula in its order of roundings, with f32(acc) converted with 4 fraction bits (the
+//! fields' factor 16, exact); the column scales (f16) and corrections are read from each block's record, the rows'
+//! scales and sa·Σq from a per-call layout of the group-major `qsi8dbp4x16` ones ([`PairScales`]: a pair's 8 per
+//! block in one load). A whole tile (8 real rows, 8 columns below `cols`) leaves from the asm straight into the
+//! output with the bias; another through `ops::Sums` and `ops::store_groups` (real rows and columns only).
 //!
 //! LHS: `qsi8dbp4x16` (int8 per block, rows in groups of 4, K in runs of 16; scale and Σq per row and block,
 //! group-major). RHS: `qsnbp8x4_sf16_zpc`, bits 2/4/8, any block size 16 … 65536. Rows: whole groups of 4 from
@@ -242,8 +247,10 @@ macro_rules! tile_text {
     };
     (@row $c:literal $v:literal $f0:literal $f1:literal $f2:literal $f3:literal) => {
         concat!(
-            "sdot v", $c, ".4s, v", $f0, ".16b, v", $v, ".4b[0]\n", "sdot v", $c, ".4s, v", $f1, ".16b, v", $v, ".4b[1]\n",
-            "sdot v", $c, ".4s, v", $f2, ".16b, v", $v, ".4b[2]\n", "sdot v", $c, ".4s, v", $f3, ".16b, v", $v, ".4b[3]\n",
+            "sdot v", $c, ".4s, v", $f0, ".16b, v", $v, ".4b[0]\n",
+            "sdot v", $c, ".4s, v", $f1, ".16b, v", $v, ".4b[1]\n",
+            "sdot v", $c, ".4s, v", $f2, ".16b, v", $v, ".4b[2]\n",
+            "sdot v", $c, ".4s, v", $f3, ".16b, v", $v, ".4b[3]\n",
         )
     };
     // Block epilogue: the quad's 4 column scales (f16, at `{soff}` from `{rec}` here); the int32 sums (16 × the
