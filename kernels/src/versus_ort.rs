@@ -15,7 +15,7 @@
 //! | aarch64 with SME2 | the KleidiAI nodes above | qemu 11 `-cpu max` (bench/results/aarch64-icount-sme2.md, counted from qemu's exec log): nibble's SVE i8mm family 2.45x at M = 1, 2.0–2.1x at M = 32, 128 (row numerics 1.8–1.9x); its SME2 family (SMOPA GEMM, ranked below i8mm) 1.19x at M = 32 and 1.15x at M = 128 (~10 instructions per SMOPA against KleidiAI's 8.4: the per-block epilogue), its GEMV the portable one. Declined |
 //! | aarch64 SVE i8mm, vectors ≥ 256 bits (Graviton3) | none | SVE i8mm family: M = 1 0.48–0.61x; M = 32, 128 per-block 0.55–0.74x, row 0.61–0.66x; M = 4 0.84–0.99x (NEON body) |
 //! | aarch64 i8mm | none | M = 1 0.5–0.77x; M = 32–128 sym 1.00–1.05x (row numerics 0.89–0.93x), zp 0.83–0.87x (bench/results/aarch64-icount.md): claimed, decode faster, prefill even |
-//! | aarch64 dotprod | none | M = 1 0.67–0.77x; M = 32 sym 1.13–1.15x, zp 0.94–0.95x: claimed, decode faster |
+//! | aarch64 dotprod | none | M = 1 0.67–0.77x; M = 32–128 sym 1.01–1.02x (row numerics 0.94–0.95x), zp 0.78–0.84x (bench/results/aarch64-icount.md): claimed, decode faster, prefill even |
 //! | aarch64 base NEON | none | M = 32 0.88x |
 //! | x86_64 with AVX-512 VNNI | none | 2.0–2.9x faster at M = 1 (bench/results/x86-kernels.md); fp32 path slower at M = 128 (0.62–0.79x): claimed, decode faster |
 //! | x86_64 with AVX2 only (Zen 2/3, older Intel) | none yet, though ORT is faster end to end on 4-bit accuracy_level-4 nodes | int8 GEMV from cache 1.05–1.72x ORT's speed, from DRAM 0.80–1.10x; SmolLM2 decode under onnxruntime-genai 0.83–0.96x (bench/results/x86-avx2-decode-smollm2-shapes.md). A row here would also make the custom-op frontend leave accuracy_level-1 nodes to ORT, where nibble's fp32 GEMV is 2.4–2.9x faster: open (issue 26) |

@@ -34,8 +34,9 @@
 //! LHS: `qsi8dbp4x8`; RHS: `qsnbp8x8_sf16_zpc`. Features: neon, i8mm. No over-reads (a tile's groups are always
 //! groups of the call's tile).
 
+use super::ops::Sums;
 use super::qsnbp8x8_int8::MR;
-use super::qsnbp8x8_tiles::{ColumnScales, RowScales, Sums, run_tiles};
+use super::qsnbp8x8_tiles::{ColumnScales, RowScales, run_tiles};
 use super::sve_asm::vector_asm;
 use crate::ukernel::RunArgs;
 

@@ -25,9 +25,9 @@
 //! NEON i8mm body of the same layout (`super::qsnbp8x8_int8::gemm_pairs`). Features: neon, i8mm, sve (SVE
 //! i8mm). No over-reads (a pair's second group is always a group of the tile).
 
-use super::ops::sve_vl_bytes;
+use super::ops::{Sums, sve_vl_bytes};
 use super::qsnbp8x8_int8::MR;
-use super::qsnbp8x8_tiles::{ColumnScales, PER_BLOCK, Sums, run_tiles};
+use super::qsnbp8x8_tiles::{ColumnScales, PER_BLOCK, run_tiles};
 use super::sve_asm::{sve_asm, zero_acc, zero_all};
 use crate::ukernel::RunArgs;
 

@@ -17,7 +17,7 @@ mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_2x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x32_sve;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa;
-mod matmul_f32_qsi8dbp4x16_qsnbp8x4_sf16_zpc_4x8_neon_dotprod;
+mod matmul_f32_qsi8dbp4x16_qsnbp8x4_sf16_zpc_8x4_neon_dotprod;
 mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_12x4_neon_i8mm;
 mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x8_sve_i8mm;
 mod ops;
@@ -88,13 +88,13 @@ pub static INT8_GEMV_DOTPROD: UKernel = UKernel {
     run: matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon_dotprod::run,
 };
 
-/// int8 GEMM, dotprod: 4 rows (one `qsi8dbp4x16` group) × 8 columns per register tile, all accumulators in
-/// registers.
+/// int8 GEMM, dotprod: 8 rows (two `qsi8dbp4x16` groups) × 4 columns per register tile, the block loop one asm
+/// block (a last single group: 4 × 8 intrinsics).
 pub static INT8_GEMM_DOTPROD: UKernel = UKernel {
-    name: "matmul_f32_qsi8dbp4x16_qsnbp8x4_sf16_zpc_4x8_neon_dotprod",
+    name: "matmul_f32_qsi8dbp4x16_qsnbp8x4_sf16_zpc_8x4_neon_dotprod",
     lhs: LhsFormat::Qsi8DbP { mr: qsnbp8x4_int8::MR, kr: qsnbp8x4_int8::LHS_KR },
     geometry: |_, _| Geometry::new(qsnbp8x4_int8::MR, qsnbp8x4_int8::NR, usize::MAX),
-    run: matmul_f32_qsi8dbp4x16_qsnbp8x4_sf16_zpc_4x8_neon_dotprod::run,
+    run: matmul_f32_qsi8dbp4x16_qsnbp8x4_sf16_zpc_8x4_neon_dotprod::run,
     ..INT8_GEMV_DOTPROD
 };
 

@@ -302,6 +302,61 @@ pub(crate) unsafe fn store_rows<const R: usize>(y: [[float32x4_t; 2]; R], a: &Ru
     }
 }
 
+/// Rows per group and columns per panel of the int8 GEMMs' tiles (`qsi8dbp4x*` row groups × 8-column
+/// `qsnbp8x*` panels), as [`Sums`] and [`store_groups`] take them.
+const GROUP: usize = 4;
+const PANEL: usize = 8;
+
+/// The sums of one asm tile of up to three row groups × one panel, by rows (row r's 8 columns at 8·r): how the
+/// whole-loop asm GEMMs (dotprod, i8mm, SVE i8mm) hand their sums to [`store_groups`].
+pub(crate) type Sums = [f32; 96];
+
+/// Stores a tile's sums of row groups `g..g + n` × `panel` (plus bias), only the tile's real rows and the
+/// columns below `a.cols`.
+///
+/// # Safety
+/// `a` satisfies the `RunArgs` contract; groups `g..g + n` and `panel` are the tile's.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn store_groups(a: &RunArgs, panel: usize, g: usize, n: usize, out: &Sums) {
+    let rows = (a.rows - g * GROUP).min(n * GROUP);
+    let col0 = panel * PANEL;
+    if col0 + PANEL <= a.cols {
+        // A whole panel: each row's 8 columns as two vectors, the panel's bias loaded once.
+        // SAFETY: columns col0..col0 + 8 are inside bias (if not null) and every output row (RunArgs contract).
+        let (b0, b1) = unsafe {
+            if a.bias.is_null() {
+                (vdupq_n_f32(0.0), vdupq_n_f32(0.0))
+            } else {
+                (vld1q_f32(a.bias.add(col0)), vld1q_f32(a.bias.add(col0 + 4)))
+            }
+        };
+        for r in 0..rows {
+            // SAFETY: row r's 8 columns inside `out`; row g·4 + r is a real row of the tile, its columns col0..col0
+            // + 8 inside dst.
+            unsafe {
+                let (o, d) = (out.as_ptr().add(8 * r), a.dst.add((g * GROUP + r) * a.dst_stride + col0));
+                vst1q_f32(d, vaddq_f32(vld1q_f32(o), b0));
+                vst1q_f32(d.add(4), vaddq_f32(vld1q_f32(o.add(4)), b1));
+            }
+        }
+        return;
+    }
+    for r in 0..rows {
+        for j in 0..2 {
+            let col = panel * PANEL + 4 * j;
+            if col >= a.cols {
+                break;
+            }
+            // SAFETY: row r's columns 4j..4j + 4 inside `out`; row g·4 + r < rows of the tile; columns below cols
+            // are inside dst and bias.
+            unsafe {
+                let v = vld1q_f32(out.as_ptr().add(8 * r + 4 * j));
+                store4(a.dst.add((g * GROUP + r) * a.dst_stride), a.bias, col, a.cols, v);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 //! The bodies of the aarch64 int8 kernels on `qsnbp8x4_sf16_zpc` weights (signed n-bit codes, panels of 8
 //! columns × 4 K, zero points as a per-block correction c = s·(m − z)): [`unit`] on row-major `qsi8db`
-//! activations (the GEMVs and the NEON GEMM), [`gemm_group`] on `qsi8dbp4x16` row groups (the dotprod GEMM).
+//! activations (the GEMVs and the NEON GEMM), [`gemm_group`] on `qsi8dbp4x16` row groups (the dotprod GEMM's
+//! last single group, 2- and 8-bit codes and blocks of 16; its asm 8 × 4 tiles take the rest).
 //!
 //! Per (panel, block) record, one chunk (C = min(bl, 32) K values) is `C/4/cpb` groups of 32 bytes: two 16-byte
 //! vectors, columns 0..3 and 4..7, each column's 32-bit lane holding 4 consecutive K of each of the `cpb = 8/bits`

@@ -1,21 +1,18 @@
 //! What the whole-loop `asm!` GEMMs over `qsi8dbp4x8` × `qsnbp8x8` share (the NEON i8mm and the SVE i8mm
 //! kernels): the walk of a tile in asm tiles of three or two row groups with the NEON i8mm body for what the
 //! asm does not take ([`run_tiles`]), the per-block scales laid out once per call in the lane order of SMMLA's
-//! 2 × 2 tiles ([`ColumnScales`], [`RowScales`]), and the store of a tile's sums ([`store_groups`]).
+//! 2 × 2 tiles ([`ColumnScales`], [`RowScales`]); a tile's sums are stored by `super::ops::store_groups`.
 //!
 //! Lane order of a 2 × 2 SMMLA tile: (r0 c0, r0 c1, r1 c0, r1 c1). A tile's sums leave the asm by rows: row r's
-//! 8 columns at 8·r f32 ([`Sums`]).
+//! 8 columns at 8·r f32 (`super::ops::Sums`).
 
-use super::ops::{scales8, store4};
+use super::ops::{Sums, scales8, store_groups};
 use super::qsnbp8x8_int8::{MR, NR, dup_pair, gemm_pairs};
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
 
 /// f32 per block in [`ColumnScales`] (128 bytes: the asm's stride), and in a two-group tile's [`RowScales`].
 pub(crate) const PER_BLOCK: usize = 32;
-
-/// The sums of one tile of up to three row groups × one panel, by rows (row r's 8 columns at 8·r).
-pub(crate) type Sums = [f32; 96];
 
 /// An asm tile: the tile's row groups from `g` × `panel` over all K into the sums, from the call's laid-out
 /// scales (`&[f32]`: the tile's [`RowScales`]).
@@ -189,51 +186,5 @@ impl RowScales {
     fn unit(&self, u: usize) -> &[f32] {
         let end = self.at.get(u + 1).copied().unwrap_or(self.v.len());
         &self.v[self.at[u]..end]
-    }
-}
-
-/// Stores a tile's sums of row groups `g..g + n` × `panel` (plus bias), only the tile's real rows and the
-/// columns below `a.cols`.
-///
-/// # Safety
-/// `a` satisfies the `RunArgs` contract; groups `g..g + n` and `panel` are the tile's.
-#[target_feature(enable = "neon")]
-unsafe fn store_groups(a: &RunArgs, panel: usize, g: usize, n: usize, out: &Sums) {
-    let rows = (a.rows - g * MR).min(n * MR);
-    let col0 = panel * NR;
-    if col0 + NR <= a.cols {
-        // A whole panel: each row's 8 columns as two vectors, the panel's bias loaded once.
-        // SAFETY: columns col0..col0 + 8 are inside bias (if not null) and every output row (RunArgs contract).
-        let (b0, b1) = unsafe {
-            if a.bias.is_null() {
-                (vdupq_n_f32(0.0), vdupq_n_f32(0.0))
-            } else {
-                (vld1q_f32(a.bias.add(col0)), vld1q_f32(a.bias.add(col0 + 4)))
-            }
-        };
-        for r in 0..rows {
-            // SAFETY: row r's 8 columns inside `out`; row g·4 + r is a real row of the tile, its columns col0..col0
-            // + 8 inside dst.
-            unsafe {
-                let (o, d) = (out.as_ptr().add(8 * r), a.dst.add((g * MR + r) * a.dst_stride + col0));
-                vst1q_f32(d, vaddq_f32(vld1q_f32(o), b0));
-                vst1q_f32(d.add(4), vaddq_f32(vld1q_f32(o.add(4)), b1));
-            }
-        }
-        return;
-    }
-    for r in 0..rows {
-        for j in 0..2 {
-            let col = panel * NR + 4 * j;
-            if col >= a.cols {
-                break;
-            }
-            // SAFETY: row r's columns 4j..4j + 4 inside `out`; row g·4 + r < rows of the tile; columns below cols
-            // are inside dst and bias.
-            unsafe {
-                let v = vld1q_f32(out.as_ptr().add(8 * r + 4 * j));
-                store4(a.dst.add((g * MR + r) * a.dst_stride), a.bias, col, a.cols, v);
-            }
-        }
     }
 }

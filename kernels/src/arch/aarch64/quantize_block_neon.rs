@@ -64,14 +64,18 @@ unsafe fn run(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
     let n = a.len();
     let p = a.as_ptr();
     // FMAX and FMAXV propagate a NaN (unlike FMAXNM): amax is NaN iff a value is.
-    let (mut m0, mut m1) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
-    for i in (0..n).step_by(8) {
-        // SAFETY: i + 8 <= n values of `a` (n is a multiple of 16).
-        let (x0, x1) = unsafe { (vld1q_f32(p.add(i)), vld1q_f32(p.add(i + 4))) };
-        m0 = vmaxq_f32(m0, vabsq_f32(x0));
-        m1 = vmaxq_f32(m1, vabsq_f32(x1));
+    let mut m = [vdupq_n_f32(0.0); 4];
+    for i in (0..n).step_by(16) {
+        // SAFETY: i + 16 <= n values of `a` (n is a multiple of 16): one LD1 of 4 vectors.
+        let x = unsafe { vld1q_f32_x4(p.add(i)) };
+        m = [
+            vmaxq_f32(m[0], vabsq_f32(x.0)),
+            vmaxq_f32(m[1], vabsq_f32(x.1)),
+            vmaxq_f32(m[2], vabsq_f32(x.2)),
+            vmaxq_f32(m[3], vabsq_f32(x.3)),
+        ];
     }
-    let amax = vmaxvq_f32(vmaxq_f32(m0, m1));
+    let amax = vmaxvq_f32(vmaxq_f32(vmaxq_f32(m[0], m[1]), vmaxq_f32(m[2], m[3])));
     let nan = amax.is_nan();
     let scale = if nan { f32::NAN } else { amax / 127.0 };
     if nan || !(amax > 0.0 && amax.is_finite()) {
@@ -109,6 +113,34 @@ unsafe fn write_codes<const CLAMP: bool>(
     // Where value i goes, kept without dividing: `pos` (the chunk's first place) and what is left of its run.
     let (mut pos, mut left) = (0usize, run);
     let mut sum = vdupq_n_s32(0);
+    if run.is_multiple_of(16) && n.is_multiple_of(16) {
+        // Runs of 16·k (the GEMMs' `qsi8dbp4x16`, contiguous rows): 16 values per step, one LD1 of 4 vectors,
+        // narrowed to one 16-byte store; Σq from the int8 codes (SADDLP + SADALP; exact: the codes are the int32
+        // values, which fit int8).
+        let flip = vdupq_n_u8(runs.flip);
+        for i in (0..n).step_by(16) {
+            let cvt = |x: float32x4_t| {
+                let q = vcvtnq_s32_f32(vmulq_n_f32(x, inv));
+                if CLAMP { vminq_s32(vmaxq_s32(vaddq_s32(q, z), lo), hi) } else { q }
+            };
+            // SAFETY: i + 16 <= n values of `a`.
+            let x = unsafe { vld1q_f32_x4(p.add(i)) };
+            let h0 = vcombine_s16(vmovn_s32(cvt(x.0)), vmovn_s32(cvt(x.1)));
+            let h1 = vcombine_s16(vmovn_s32(cvt(x.2)), vmovn_s32(cvt(x.3)));
+            let q = vcombine_s8(vmovn_s16(h0), vmovn_s16(h1));
+            sum = vpadalq_s16(sum, vpaddlq_s8(q));
+            // SAFETY: `pos` is `runs.at(i)`; values i .. i + 16 are one part of a run (runs of 16·k), their places
+            // inside `dst` (the caller's guarantee).
+            unsafe { vst1q_u8(d.add(pos), veorq_u8(vreinterpretq_u8_s8(q), flip)) };
+            pos += 16;
+            left -= 16;
+            if left == 0 {
+                pos += stride - run;
+                left = run;
+            }
+        }
+        return vaddvq_s32(sum);
+    }
     for i in (0..n).step_by(8) {
         // FCVTNS: to nearest, ties to even (as f32::round_ties_even); NaN (a zero or non-finite row's 0 · ∞) to 0.
         let cvt = |x: float32x4_t| {
