@@ -12,6 +12,8 @@
 #               against nibble when a frame of its stack is in libnibble_ort.so or a nibble function; the others
 #               (the loader's, ORT's, CPython's) are listed, not failed on.
 #   --valgrind-session  only the ORT integration test's part of --valgrind (~30 s: scripts/test.sh runs it).
+#   --session-test-bin  only build the release ORT integration test (within build-release's selection) and print
+#               its executable's path: scripts/test.sh builds it early and hands it back as NIBBLE_SESSION_TEST_BIN.
 #
 # Exit status 1 when ASan reports anything or memcheck finds an error in nibble's frames. Logs: target/sanitize/.
 # Needs scripts/setup.sh (the .venv, ORT 1.31.1) and tests/fixtures/make_fixtures.py's fixtures; valgrind from
@@ -20,16 +22,34 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-asan=0 vg=0 parity=1
+asan=0 vg=0 parity=1 print_bin=0
 for a in "$@"; do
     case "$a" in
+        --session-test-bin) print_bin=1 ;;
         --asan) asan=1 ;;
         --valgrind) vg=1 ;;
         --valgrind-session) vg=1 parity=0 ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
-        *) echo "sanitize.sh: unknown option $a (use --asan, --valgrind, --valgrind-session)" >&2; exit 2 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+        *) echo "sanitize.sh: unknown option $a (use --asan, --valgrind, --valgrind-session, --session-test-bin)" >&2; exit 2 ;;
     esac
 done
+# session_test_bin: builds the release ORT integration test within build-release's selection (cargo alias
+# test-session-release: nothing else recompiles) and prints its executable.
+session_test_bin() {
+    local locked=(); [ -f Cargo.lock ] && locked=(--locked)
+    cargo test-session-release -q "${locked[@]}" --no-run --message-format=json |
+        python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "session":
+        print(m["executable"])'
+}
+if [ $print_bin = 1 ]; then
+    bin=$(session_test_bin)
+    [ -x "$bin" ] || { echo "sanitize.sh: cargo test-session-release built no session test executable" >&2; exit 1; }
+    echo "$bin"
+    exit 0
+fi
 [ $asan = 0 ] && [ $vg = 0 ] && asan=1 vg=1
 out=${CARGO_TARGET_DIR:-$root/target}/sanitize
 mkdir -p "$out"
@@ -90,16 +110,6 @@ sys.exit(1 if ours else 0)
 EOF
 }
 
-# session_test_bin: builds the release ORT integration test within build-release's selection (cargo alias
-# test-session-release: nothing else recompiles) and prints its executable.
-session_test_bin() {
-    cargo test-session-release -q "${locked[@]}" --no-run --message-format=json 2>/dev/null |
-        python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "session":
-        print(m["executable"])'
-}
 
 if [ $vg = 1 ]; then
     command -v valgrind > /dev/null ||

@@ -174,12 +174,7 @@ step "cargo build-release (-p nibble-ort -p nibble-llama -p nibble-serve: .cargo
 # its cross-builds hold target/release's build lock for minutes, and a cargo call there would wait for them.
 session_bin() {
     local bin
-    bin=$(cargo test-session-release -q "${LOCKED[@]}" --no-run --message-format=json |
-        python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "session":
-        print(m["executable"])') && [ -x "$bin" ] && echo "$bin" > "$TARGET/session-test-release.path"
+    bin=$(bash scripts/sanitize.sh --session-test-bin) && echo "$bin" > "$TARGET/session-test-release.path"
 }
 step "release ORT integration test binary (cargo test-session-release --no-run: for the valgrind step)" session_bin
 # The Python tests load the library from the installed package, as users do: `pip install .` builds it with cargo
