@@ -47,7 +47,7 @@
 
 use super::ops::{Sums, store_groups};
 use super::qsnbp8x4_int8::{MR, NR, gemm_group};
-use super::sve_asm::vector_asm;
+use super::sve_asm::{asm_modes, vector_asm};
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
 
@@ -369,15 +369,6 @@ unsafe fn tile_8x4(
                 }
             };
         }
-        match (a.row != 0, a.has_zp != 0, one) {
-            (false, false, true) => tile_asm!(block nozp one),
-            (false, false, false) => tile_asm!(block nozp many),
-            (false, true, true) => tile_asm!(block zp one),
-            (false, true, false) => tile_asm!(block zp many),
-            (true, false, true) => tile_asm!(row nozp one),
-            (true, false, false) => tile_asm!(row nozp many),
-            (true, true, true) => tile_asm!(row zp one),
-            (true, true, false) => tile_asm!(row zp many),
-        }
+        asm_modes!(tile_asm; a.row != 0, a.has_zp != 0, one)
     }
 }

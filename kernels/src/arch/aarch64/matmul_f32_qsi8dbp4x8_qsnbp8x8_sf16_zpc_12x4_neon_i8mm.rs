@@ -37,7 +37,7 @@
 use super::ops::Sums;
 use super::qsnbp8x8_int8::MR;
 use super::qsnbp8x8_tiles::{ColumnScales, RowScales, run_tiles};
-use super::sve_asm::vector_asm;
+use super::sve_asm::{asm_modes, vector_asm};
 use crate::ukernel::RunArgs;
 
 /// # Safety
@@ -205,16 +205,7 @@ macro_rules! tile_fn {
                         }
                     };
                 }
-                match (a.row != 0, a.has_zp != 0, chunks == 1) {
-                    (false, false, true) => tile_asm!(block nozp one),
-                    (false, false, false) => tile_asm!(block nozp many),
-                    (false, true, true) => tile_asm!(block zp one),
-                    (false, true, false) => tile_asm!(block zp many),
-                    (true, false, true) => tile_asm!(row nozp one),
-                    (true, false, false) => tile_asm!(row nozp many),
-                    (true, true, true) => tile_asm!(row zp one),
-                    (true, true, false) => tile_asm!(row zp many),
-                }
+                asm_modes!(tile_asm; a.row != 0, a.has_zp != 0, chunks == 1)
             }
         }
     };

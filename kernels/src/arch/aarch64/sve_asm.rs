@@ -22,6 +22,25 @@ macro_rules! vector_asm {
 }
 pub(crate) use vector_asm;
 
+/// Runs `$tile!(numerics zp chunks)` for the mode of one call, the whole-loop NEON kernels' compile-time variants of
+/// their asm text: numerics `block` | `row` (`$row`), zero points `zp` | `nozp` (`$zp`), one 32-K chunk per block
+/// `one` | `many` (`$one`).
+macro_rules! asm_modes {
+    ($tile:ident; $row:expr, $zp:expr, $one:expr) => {
+        match ($row, $zp, $one) {
+            (false, false, true) => $tile!(block nozp one),
+            (false, false, false) => $tile!(block nozp many),
+            (false, true, true) => $tile!(block zp one),
+            (false, true, false) => $tile!(block zp many),
+            (true, false, true) => $tile!(row nozp one),
+            (true, false, false) => $tile!(row nozp many),
+            (true, true, true) => $tile!(row zp one),
+            (true, true, false) => $tile!(row zp many),
+        }
+    };
+}
+pub(crate) use asm_modes;
+
 /// `asm!` with the SVE kernels' clobbers: z0–z31 (declared as v0–v31, see [`vector_asm!`]) and the predicates
 /// p0–p3 they set.
 macro_rules! sve_asm {
