@@ -10,6 +10,11 @@ Environment:
   NIBBLE_GLIBC         e.g. 2.28: link against that glibc version's symbols (cargo-zigbuild with zig, both from
                        PyPI), so the library loads on any glibc >= it; unset: this machine's glibc
   CARGO_TARGET_DIR     cargo's target directory (default <repo>/target)
+  NIBBLE_CARGO_ALIAS   build-release: build the library within the selection the repository's scripts build
+                       (.cargo/config.toml's alias: with the Llama driver and the chat server), so that a `pip
+                       install .` after `cargo build-release` compiles nothing and leaves that build's library in
+                       place; unset: `cargo build -p nibble-ort --lib` (the library alone, what a user needs).
+                       Cargo unifies features per selection: a build of the other selection recompiles the library.
   CARGO                the cargo to run (default: cargo on PATH)
 """
 
@@ -57,7 +62,15 @@ class BuildWithCargo(build_py):
             )
         target = cargo_target()
         glibc = os.environ.get("NIBBLE_GLIBC") or None
+        alias = os.environ.get("NIBBLE_CARGO_ALIAS") or None
         cmd = [cargo, "build", "--release", "--locked", "-p", "nibble-ort", "--lib"]
+        if alias is not None:
+            if alias != "build-release" or target is not None or glibc is not None:
+                raise RuntimeError(
+                    f"nibble-ort: NIBBLE_CARGO_ALIAS={alias} is not supported: the one value is build-release, "
+                    "for a native build (no CARGO_BUILD_TARGET, no NIBBLE_GLIBC)"
+                )
+            cmd = [cargo, alias, "--locked"]
         if glibc is not None:
             if not re.fullmatch(r"2\.\d+", glibc):
                 raise RuntimeError(f"nibble-ort: NIBBLE_GLIBC={glibc} is not a glibc version like 2.28")

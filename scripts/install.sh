@@ -5,7 +5,8 @@
 #   DIR/bin/nibble-info                               which kernels this CPU gets
 #   DIR/lib/cmake/nibble_ort/nibble_ortConfig*.cmake  find_package(nibble_ort): nibble_ort::nibble_ort, nibble_ort_LIBRARY
 #   DIR/lib/pkgconfig/nibble_ort.pc                   pkg-config --cflags --libs nibble_ort
-# Builds them first (cargo build --release -p nibble-ort) unless --no-build. The installed tree is relocatable.
+# Builds them first (cargo build-release: the selection every script builds, .cargo/config.toml, so no other
+# script's build is invalidated) unless --no-build. The installed tree is relocatable.
 # Usage: scripts/install.sh --prefix DIR [--no-build]     (e.g. --prefix /usr/local, or $HOME/.local)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,10 +24,10 @@ cd "$root"
 release=${CARGO_TARGET_DIR:-$root/target}/release
 if [ $build = 1 ]; then
     locked=(); [ -f Cargo.lock ] && locked=(--locked)
-    cargo build -q "${locked[@]}" --release -p nibble-ort
+    cargo build-release -q "${locked[@]}"
 fi
 for f in "$release/libnibble_ort.so" "$release/nibble-info"; do
-    [ -f "$f" ] || { echo "install.sh: $f missing (cargo build --release -p nibble-ort)" >&2; exit 1; }
+    [ -f "$f" ] || { echo "install.sh: $f missing (cargo build-release)" >&2; exit 1; }
 done
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
 major=${version%%.*} rest=${version#*.} minor=${rest%%.*}

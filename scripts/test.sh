@@ -178,9 +178,12 @@ session_bin() {
 }
 step "release ORT integration test binary (cargo test-session-release --no-run: for the valgrind step)" session_bin
 # The Python tests load the library from the installed package, as users do: `pip install .` builds it with cargo
-# (the build above: nothing recompiles) and installs nibble_ort into .venv.
+# and installs nibble_ort into .venv. NIBBLE_CARGO_ALIAS=build-release (setup.py) keeps that build within the
+# selection above, so nothing recompiles; `-p nibble-ort` alone resolves other dependency features, recompiles the
+# library over the one above, and the next script's `cargo build-release` (scripts/ray-serve.sh's) relinked the
+# driver and the server (~95 s).
 step "Python package: pip install . (nibble_ort into .venv)" \
-    .venv/bin/pip install -q --disable-pip-version-check --no-deps --force-reinstall .
+    env NIBBLE_CARGO_ALIAS=build-release .venv/bin/pip install -q --disable-pip-version-check --no-deps --force-reinstall .
 # The wheels (manylinux_2_28, x86_64 and aarch64; zig-linked against glibc 2.28, in target/wheel-build) are built
 # here, before the aarch64 step starts: that step installs the aarch64 one under qemu. They are tested further down.
 if [ $quick = 0 ]; then
@@ -230,7 +233,7 @@ step "C/C++ package: scripts/install.sh, CMake and pkg-config consumers (tests/c
 step "chat server (tests/server: nibble-serve through the openai client; its page in headless chromium)" \
     env NIBBLE_LLAMA_Q4_DIR="$NIBBLE_LLAMA_Q4_DIR" NIBBLE_LLAMA_FP32_DIR="$NIBBLE_LLAMA_FP32_DIR" .venv/bin/python -m pytest -q tests/server
 step "Ray Serve (tests/ray: examples/ray on a 2-node local Ray cluster; scripts/ray-serve.sh)" \
-    env NIBBLE_LLAMA_Q4_DIR="$NIBBLE_LLAMA_Q4_DIR" .venv/bin/python -m pytest -q tests/ray
+    env NIBBLE_LLAMA_Q4_DIR="$NIBBLE_LLAMA_Q4_DIR" .venv/bin/python -m pytest -q --durations=0 tests/ray
 # onnxruntime-genai runs in its own venv (it brings the onnxruntime it runs on); the model is built by its builder
 # when missing and cached under .cache/genai (the builder's venv, torch with PyPI's CUDA wheels, is ~5.7 GB unpacked:
 # 2 min 12 s to make from the package registry on the 2-core machine, the model 26 s, the tests ~30 s).
