@@ -12,6 +12,7 @@
  *   lengths; ~3x slower: 0.6 against ~2 M instructions/s on a shared Zen 3).
  * Prints the same lines as the plugin: "icount total N", "icount enc NAME N", "icount sym S N",
  * "icount marked regions R" [, "icount marked open 1"], "icount marked total N", "icount marked enc NAME N", ...
+ * (and "icount marked1 ..." etc. for slots 1-3: codes 3/4, 5/6, 7/8),
  * plus "icount lines L" and "icount seconds S" (log lines read and wall time) on stderr.
  * Args: enc=NAME|0xMASK/0xVALUE (presets as in the plugin; needs in_asm in -d), sym=SUBSTR (the symbol qemu
  * prints on the Trace line), out=FILE (default stdout). Unknown plugin args (inline=, syscalls=) are ignored.
@@ -58,8 +59,10 @@ static void hput(uint64_t pc, const Tb *tb)
     hv[s] = *tb;
 }
 
-static uint64_t total, lines, unknown_tbs, mark_regions, mark_start[MAXF + 1], marked[MAXF + 1];
-static int mark_open;
+/* Marked regions: code 2s + 1 opens and 2s + 2 closes one of slot s's (NSLOT independent sums, as the plugin). */
+#define NSLOT 4
+static uint64_t total, lines, unknown_tbs, mark_regions[NSLOT], mark_start[NSLOT][MAXF + 1], marked[NSLOT][MAXF + 1];
+static int mark_open[NSLOT];
 static void snapshot(uint64_t *v) { v[0] = total; for (int i = 0; i < nfilt; i++) v[1 + i] = filt[i].count; }
 
 static int hexval(int c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; }
@@ -101,12 +104,13 @@ static void on_lseek(const char *p, const char *e)
     while (p < e && *p >= '0' && *p <= '9') off = off * 10 + (uint64_t)(*p++ - '0');
     if (e - p < 9 || memcmp(p, ",SEEK_SET", 9) != 0) return;
     if ((off & ~0xffffULL) != ICOUNT_MARK) return;
-    uint64_t now[MAXF + 1];
+    uint64_t now[MAXF + 1], code = off & 0xffff, slot = (code - 1) / 2;
+    if (code == 0 || slot >= NSLOT) return;
     snapshot(now);
-    if ((off & 0xffff) == 1 && !mark_open) { memcpy(mark_start, now, sizeof(now)); mark_open = 1; }
-    else if ((off & 0xffff) == 2 && mark_open) {
-        for (int i = 0; i <= nfilt; i++) marked[i] += now[i] - mark_start[i];
-        mark_regions++; mark_open = 0;
+    if (code % 2 == 1 && !mark_open[slot]) { memcpy(mark_start[slot], now, sizeof(now)); mark_open[slot] = 1; }
+    else if (code % 2 == 0 && mark_open[slot]) {
+        for (int i = 0; i <= nfilt; i++) marked[slot][i] += now[i] - mark_start[slot][i];
+        mark_regions[slot]++; mark_open[slot] = 0;
     }
 }
 
@@ -201,13 +205,16 @@ int main(int argc, char **argv)
     fprintf(f, "icount total %" PRIu64 "\n", total);
     for (int i = 0; i < nfilt; i++)
         fprintf(f, "icount %s %s %" PRIu64 "\n", filt[i].kind == F_SYM ? "sym" : "enc", filt[i].pat, filt[i].count);
-    if (mark_regions || mark_open) {
-        fprintf(f, "icount marked regions %" PRIu64 "\n", mark_regions);
-        if (mark_open) fprintf(f, "icount marked open 1\n");
-        fprintf(f, "icount marked total %" PRIu64 "\n", marked[0]);
+    for (int s = 0; s < NSLOT; s++) {
+        char name[16];   /* slot 0: "marked", slot s > 0: "markedS" */
+        if (!mark_regions[s] && !mark_open[s]) continue;
+        snprintf(name, sizeof(name), s ? "marked%d" : "marked", s);
+        fprintf(f, "icount %s regions %" PRIu64 "\n", name, mark_regions[s]);
+        if (mark_open[s]) fprintf(f, "icount %s open 1\n", name);
+        fprintf(f, "icount %s total %" PRIu64 "\n", name, marked[s][0]);
         for (int i = 0; i < nfilt; i++)
-            fprintf(f, "icount marked %s %s %" PRIu64 "\n", filt[i].kind == F_SYM ? "sym" : "enc", filt[i].pat,
-                    marked[1 + i]);
+            fprintf(f, "icount %s %s %s %" PRIu64 "\n", name, filt[i].kind == F_SYM ? "sym" : "enc", filt[i].pat,
+                    marked[s][1 + i]);
     }
     if (f != stdout) fclose(f);
     fprintf(stderr, "qemu-exec-count: %" PRIu64 " lines in %.1f s (%.2f M lines/s), %" PRIu64 " instructions"

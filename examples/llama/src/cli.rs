@@ -130,6 +130,11 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub ort_dylib: Option<PathBuf>,
 
+    /// Mark the prefill and the decode steps for qemu's instruction counter (scripts/aarch64/icount-llama.sh;
+    /// src/icount.rs): a seek on /dev/null at each boundary, nothing else.
+    #[arg(long, hide = true)]
+    pub icount_marks: bool,
+
     /// nibble's custom-op library. Default: $NIBBLE_LIB, else $CARGO_TARGET_DIR/release/libnibble_ort.so, else
     /// <workspace>/target/release/libnibble_ort.so (cargo build --release -p nibble-ort).
     #[arg(long, value_name = "PATH")]

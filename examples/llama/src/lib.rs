@@ -6,6 +6,7 @@ pub mod chat;
 pub mod cli;
 pub mod frontend;
 pub mod generate;
+pub mod icount;
 pub mod metrics;
 pub mod model;
 pub mod paths;

@@ -1,0 +1,44 @@
+//! Region markers for qemu's instruction-counting plugin (scripts/aarch64/qemu-icount-plugin.c, and the exec-log
+//! counter for qemus without plugins): a seek on /dev/null to offset `MARK | code`, which the counters recognise
+//! by its arguments; code 2s + 1 opens and 2s + 2 closes a region of slot s. Anywhere else it is a harmless seek.
+//! `nibble-llama --icount-marks` puts the prefill in slot 0 and the decode steps after the first token in slot 1
+//! (scripts/aarch64/icount-llama.sh): session creation, packing and tokenizer loading stay outside both.
+
+use std::fs::File;
+use std::io::{Seek, SeekFrom};
+
+use anyhow::{Context, Result};
+
+/// "NIBL" in the offset's high bytes.
+const MARK: u64 = 0x4e49_424c_0000;
+
+/// The marked slots of one generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// From the start of the generation to the first sampled token (the prefill and its sampling).
+    Prefill = 0,
+    /// From the first token to the last (every decode step, its sampling and streaming).
+    Decode = 1,
+}
+
+/// An open /dev/null whose seeks mark regions.
+pub struct Marker(File);
+
+impl Marker {
+    pub fn new() -> Result<Self> {
+        Ok(Self(File::open("/dev/null").context("opening /dev/null for the icount markers")?))
+    }
+
+    pub fn open(&mut self, slot: Slot) -> Result<()> {
+        self.seek(2 * slot as u64 + 1)
+    }
+
+    pub fn close(&mut self, slot: Slot) -> Result<()> {
+        self.seek(2 * slot as u64 + 2)
+    }
+
+    fn seek(&mut self, code: u64) -> Result<()> {
+        self.0.seek(SeekFrom::Start(MARK | code)).context("icount marker")?;
+        Ok(())
+    }
+}
