@@ -113,21 +113,42 @@ unsafe fn write_codes<const CLAMP: bool>(
     // Where value i goes, kept without dividing: `pos` (the chunk's first place) and what is left of its run.
     let (mut pos, mut left) = (0usize, run);
     let mut sum = vdupq_n_s32(0);
-    if run.is_multiple_of(16) && n.is_multiple_of(16) {
-        // Runs of 16·k (the GEMMs' `qsi8dbp4x16`, contiguous rows): 16 values per step, one LD1 of 4 vectors,
-        // narrowed to one 16-byte store; Σq from the int8 codes (SADDLP + SADALP; exact: the codes are the int32
-        // values, which fit int8).
+    // 16 values per step: one LD1 of 4 vectors narrowed to 16 codes; Σq from the int8 codes (SADDLP + SADALP;
+    // exact: the codes are the int32 values, which fit int8).
+    let quant16 = |i: usize| {
+        let cvt = |x: float32x4_t| {
+            let q = vcvtnq_s32_f32(vmulq_n_f32(x, inv));
+            if CLAMP { vminq_s32(vmaxq_s32(vaddq_s32(q, z), lo), hi) } else { q }
+        };
+        // SAFETY: i + 16 <= n values of `a` (the callers' loops).
+        let x = unsafe { vld1q_f32_x4(p.add(i)) };
+        let h0 = vcombine_s16(vmovn_s32(cvt(x.0)), vmovn_s32(cvt(x.1)));
+        let h1 = vcombine_s16(vmovn_s32(cvt(x.2)), vmovn_s32(cvt(x.3)));
+        vcombine_s8(vmovn_s16(h0), vmovn_s16(h1))
+    };
+    if n.is_multiple_of(16) && run == 8 {
+        // Runs of 8 (the i8mm GEMMs' `qsi8dbp4x8`: a row's 8 K, then the group's next row): two whole runs per
+        // step, at `pos` and `pos + stride`.
         let flip = vdupq_n_u8(runs.flip);
         for i in (0..n).step_by(16) {
-            let cvt = |x: float32x4_t| {
-                let q = vcvtnq_s32_f32(vmulq_n_f32(x, inv));
-                if CLAMP { vminq_s32(vmaxq_s32(vaddq_s32(q, z), lo), hi) } else { q }
-            };
-            // SAFETY: i + 16 <= n values of `a`.
-            let x = unsafe { vld1q_f32_x4(p.add(i)) };
-            let h0 = vcombine_s16(vmovn_s32(cvt(x.0)), vmovn_s32(cvt(x.1)));
-            let h1 = vcombine_s16(vmovn_s32(cvt(x.2)), vmovn_s32(cvt(x.3)));
-            let q = vcombine_s8(vmovn_s16(h0), vmovn_s16(h1));
+            let q = quant16(i);
+            sum = vpadalq_s16(sum, vpaddlq_s8(q));
+            let q = veorq_u8(vreinterpretq_u8_s8(q), flip);
+            // SAFETY: `pos` is `runs.at(i)` and `pos + stride` is `runs.at(i + 8)`: the places of values i .. i + 16
+            // (two runs), inside `dst` (the caller's guarantee).
+            unsafe {
+                vst1_u8(d.add(pos), vget_low_u8(q));
+                vst1_u8(d.add(pos + stride), vget_high_u8(q));
+            }
+            pos += 2 * stride;
+        }
+        return vaddvq_s32(sum);
+    }
+    if run.is_multiple_of(16) && n.is_multiple_of(16) {
+        // Runs of 16·k (the GEMMs' `qsi8dbp4x16`, contiguous rows): one 16-byte store per step.
+        let flip = vdupq_n_u8(runs.flip);
+        for i in (0..n).step_by(16) {
+            let q = quant16(i);
             sum = vpadalq_s16(sum, vpaddlq_s8(q));
             // SAFETY: `pos` is `runs.at(i)`; values i .. i + 16 are one part of a run (runs of 16·k), their places
             // inside `dst` (the caller's guarantee).
