@@ -26,9 +26,18 @@
 # Env: A64ENV (default <repo>/.cache/a64env), AARCH64_CPUS to restrict the qemu 7.2 models (space-separated, "none"
 # for none; the Python tests run on those of max, neoverse-n1 and cortex-a72 it names), AARCH64_CPUS_QEMU11 the
 # same for the qemu 11 models, AARCH64_FULL and QEMU11_FULL the models of each that run the whole kernel suite.
+# --build-only: the set-up and the cross-builds, then stop (scripts/test.sh runs them in the foreground, at full
+# priority, before it starts the rest of this script in the background at nice 19: starved by the x86 steps there,
+# the builds took ~15 min and held target/release's build lock, on which other steps' cargo calls waited).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+build_only=0
+case "${1:-}" in
+    --build-only) build_only=1 ;;
+    "") ;;
+    *) echo "test-aarch64.sh: unknown argument $1 (the one option: --build-only)" >&2; exit 2 ;;
+esac
 export A64ENV=${A64ENV:-$root/.cache/a64env}
 
 # model → what detection must report (qemu 7.2: max = dotprod, i8mm, sve, sme; "max,sve=off" drops SVE and SME,
@@ -158,6 +167,10 @@ phase "cross-building (release): libnibble_ort.so, nibble-info, nibble-llama; th
 cargo build-release-aarch64 -q "${locked[@]}"
 cargo test -q "${locked[@]}" --release -p nibble-kernels --target $target --no-run
 cargo test-session-aarch64 -q "${locked[@]}" --no-run
+if [ $build_only = 1 ]; then
+    phase "cross-builds done (--build-only)"
+    exit 0
+fi
 bins=${CARGO_TARGET_DIR:-$root/target}/$target/release
 sme2_families=sme2_int8_qsnbp64x4_sf16_zpc,neon_fp32_qsnbp8x4_sf32_zpc
 second_families=portable_int8_qsnbp8x8_sf16_zpc_bsum,portable_fp32_qsnbp8x8_sf32_zpc,portable_int8_qunbp8x4_sf32_zpb,portable_fp32_qunbp8x4_sf32_zpb

@@ -64,7 +64,8 @@
 #                                                fresh venv (tests/python/test-wheel.sh), again with onnxruntime
 #                                                1.17.3 (the floor; Python-only on PyPI), and its library through
 #                                                the ORT integration test
-#   9. scripts/test-aarch64.sh (background)      kernel tests cross-built for aarch64, under qemu 7.2 on 7 CPU models
+#   9. scripts/test-aarch64.sh (background)      (its set-up and cross-builds in the foreground first, --build-only)
+#                                                kernel tests cross-built for aarch64, under qemu 7.2 on 7 CPU models
 #                                                and under Debian testing's qemu 11 on 10 (SVE2, SME2, vector
 #                                                lengths, Neoverse V1/N2; scripts/aarch64/fetch-qemu-testing.sh),
 #                                                nibble-info on each, the Python parity and package tests in
@@ -199,6 +200,12 @@ fi
 # in the summary) when the x86 steps are done; stopping test.sh stops it.
 A64_PID=""
 A64_LOG=$TARGET/test-aarch64.log
+if [ $quick = 0 ]; then
+    # Its set-up and cross-builds first, in the foreground at full priority (both cores: ~3 min): in the background
+    # they got what the x86 steps left (~15 min) and held target/release's build lock meanwhile (the Ray step's
+    # scripts/ray-serve.sh waited ~100 s on it for its `cargo build-release`).
+    step "aarch64 set-up and cross-builds (scripts/test-aarch64.sh --build-only)" bash scripts/test-aarch64.sh --build-only
+fi
 if [ $quick = 0 ]; then
     wheel_a64=$(ls "$TARGET"/wheels/nibble_ort-*-py3-none-manylinux_2_28_aarch64.whl 2>/dev/null | head -1)
     A64_T0=$SECONDS
