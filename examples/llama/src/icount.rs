@@ -21,20 +21,44 @@ pub enum Slot {
     Decode = 1,
 }
 
-/// An open /dev/null whose seeks mark regions.
-pub struct Marker(File);
+/// An open /dev/null whose seeks mark regions, and the slot a generation is in.
+pub struct Marker(File, Slot);
 
 impl Marker {
-    pub fn new() -> Result<Self> {
-        Ok(Self(File::open("/dev/null").context("opening /dev/null for the icount markers")?))
+    fn new() -> Result<Self> {
+        Ok(Self(File::open("/dev/null").context("opening /dev/null for the icount markers")?, Slot::Prefill))
     }
 
-    pub fn open(&mut self, slot: Slot) -> Result<()> {
+    /// A token was sampled: the first one ends the prefill's slot and starts the decode steps'.
+    pub fn token(&mut self) -> Result<()> {
+        if self.1 == Slot::Prefill {
+            self.close(Slot::Prefill)?;
+            self.open(Slot::Decode)?;
+            self.1 = Slot::Decode;
+        }
+        Ok(())
+    }
+
+    /// The generation ended: closes the slot it is in (a prefill without a token stays unclosed: the counters
+    /// report the open region and the count is refused).
+    pub fn finish(&mut self) -> Result<()> {
+        if self.1 == Slot::Decode { self.close(Slot::Decode) } else { Ok(()) }
+    }
+
+    fn open(&mut self, slot: Slot) -> Result<()> {
         self.seek(2 * slot as u64 + 1)
     }
 
-    pub fn close(&mut self, slot: Slot) -> Result<()> {
+    fn close(&mut self, slot: Slot) -> Result<()> {
         self.seek(2 * slot as u64 + 2)
+    }
+
+    /// Marks one generation (`--icount-marks`): opens the prefill's slot now; [`Marker::token`] closes it and
+    /// opens the decode slot at the first token, [`Marker::finish`] closes the decode slot.
+    pub fn generation() -> Result<Self> {
+        let mut m = Self::new()?;
+        m.open(Slot::Prefill)?;
+        Ok(m)
     }
 
     fn seek(&mut self, code: u64) -> Result<()> {

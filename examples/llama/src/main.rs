@@ -18,7 +18,7 @@ use nibble_llama::chat::Message;
 use nibble_llama::cli::Args;
 use nibble_llama::frontend::Frontend;
 use nibble_llama::generate::{self, Step};
-use nibble_llama::icount::{Marker, Slot};
+use nibble_llama::icount::Marker;
 use nibble_llama::metrics::{self, Metrics, Row, RunReport, Timings};
 use nibble_llama::model::{Llama, ModelDir, SessionOptions};
 use nibble_llama::sampling::{Sampler, SamplingParams};
@@ -173,19 +173,13 @@ fn answer(
     let mut stdout = std::io::stdout().lock();
     let tty = std::io::stderr().is_terminal();
     let mut progress = false;
-    let mut marker = args.icount_marks.then(Marker::new).transpose()?;
-    if let Some(m) = marker.as_mut() {
-        m.open(Slot::Prefill)?;
-    }
-    let mut first_token = true;
+    let mut marker = args.icount_marks.then(Marker::generation).transpose()?;
     INTERRUPTED.store(false, Ordering::SeqCst);
     GENERATING.store(true, Ordering::SeqCst);
     let gen_result = generate::generate(llama, &prompt.ids, args.max_new_tokens as usize, sampler, |step| {
-        if let (Some(m), Step::Token(_), true) = (marker.as_mut(), &step, first_token) {
-            m.close(Slot::Prefill)?;
-            m.open(Slot::Decode)?;
+        if let (Some(m), Step::Token(_)) = (marker.as_mut(), &step) {
+            m.token()?;
         }
-        first_token &= !matches!(step, Step::Token(_));
         match step {
             Step::Prefill { done, total } => {
                 progress = true;
@@ -212,8 +206,8 @@ fn answer(
     });
     GENERATING.store(false, Ordering::SeqCst);
     let gen_result = gen_result?;
-    if let (Some(m), false) = (marker.as_mut(), first_token) {
-        m.close(Slot::Decode)?;
+    if let Some(m) = marker.as_mut() {
+        m.finish()?;
     }
     if spec.stream {
         let rest = dec.finish(tok)?;
