@@ -171,8 +171,8 @@ step "fixtures (tests/fixtures/make_fixtures.py)" .venv/bin/python tests/fixture
 step "SmolLM2 model directories (scripts/convert-smollm2.sh)" bash scripts/convert-smollm2.sh "$TARGET/llama"
 step "cargo build-release (-p nibble-ort -p nibble-llama -p nibble-serve: .cargo/config.toml)" \
     cargo build-release "${LOCKED[@]}"
-# The release ORT integration test that the valgrind step runs, built now: from the aarch64 step's start (below) on,
-# its cross-builds hold target/release's build lock for minutes, and a cargo call there would wait for them.
+# The release ORT integration test that the valgrind step runs, built now with the other release builds: the
+# valgrind step then runs no cargo (a cargo call beside the background aarch64 step can wait on its build lock).
 session_bin() {
     local bin
     bin=$(bash scripts/sanitize.sh --session-test-bin) && echo "$bin" > "$TARGET/session-test-release.path"
@@ -201,12 +201,10 @@ fi
 A64_PID=""
 A64_LOG=$TARGET/test-aarch64.log
 if [ $quick = 0 ]; then
-    # Its set-up and cross-builds first, in the foreground at full priority (both cores: ~3 min): in the background
+    # Its set-up and cross-builds first, in the foreground at full priority (both cores: ~5 min): in the background
     # they got what the x86 steps left (~15 min) and held target/release's build lock meanwhile (the Ray step's
     # scripts/ray-serve.sh waited ~100 s on it for its `cargo build-release`).
     step "aarch64 set-up and cross-builds (scripts/test-aarch64.sh --build-only)" bash scripts/test-aarch64.sh --build-only
-fi
-if [ $quick = 0 ]; then
     wheel_a64=$(ls "$TARGET"/wheels/nibble_ort-*-py3-none-manylinux_2_28_aarch64.whl 2>/dev/null | head -1)
     A64_T0=$SECONDS
     set -m   # its own process group (not its own session: nice is relative within a session's autogroup)
