@@ -10,7 +10,7 @@
 
 use crate::cpu::Cpu;
 use crate::format::{FormatError, Weights};
-use crate::pack::{ActQuant, LhsSource, PackedLhs, PackedRhs, QuantizeBlock, RhsLayout, Runs};
+use crate::pack::{ActQuant, LhsSource, PAIR_ROW_F32, PackedLhs, PackedRhs, QuantizeBlocks, RhsLayout, Runs};
 use crate::plan::{OutTiles, TilePlan};
 use crate::problem::{ComputePath, Problem};
 use crate::ukernel::{Geometry, RunArgs, UKernel};
@@ -89,7 +89,7 @@ pub struct Selected {
     gemv_geometry: Geometry,
     gemm_geometry: Geometry,
     /// The activation quantizer for the CPU this was resolved for (same numbers on every CPU).
-    quantize: QuantizeBlock,
+    quantize: QuantizeBlocks,
     /// The int8 path's activation numerics (the fp32 path has none: always `Block` there).
     act: ActQuant,
 }
@@ -377,6 +377,13 @@ impl Selected {
             );
             (lhs.bytes[m0 * kp..].as_ptr(), lhs.scale[m0 * nb..].as_ptr(), lhs.sum[m0 * nb..].as_ptr())
         };
+        let (lhs_pairs, lhs_pairs_stride) = if lhs.pairs.is_empty() {
+            (std::ptr::null(), 0)
+        } else {
+            let groups = plan.m.div_ceil(4);
+            assert_eq!(lhs.pairs.len(), groups * rhs.blocks * PAIR_ROW_F32, "activations' row pairs for another shape");
+            (lhs.pairs[(m0 / 4) * PAIR_ROW_F32..].as_ptr(), groups * PAIR_ROW_F32 * 4)
+        };
         let row = lhs.act == ActQuant::Row;
         let col_sums = if row { self.col_sums(rhs) } else { &[][..] };
         assert!(out.claim(t), "tile {t} computed twice into the same output");
@@ -405,6 +412,8 @@ impl Selected {
             cols,
             layout: self.layout,
             row: row as usize,
+            lhs_pairs,
+            lhs_pairs_stride,
         };
         // SAFETY: `uk` runs on this CPU (a `Selected` is only built after checking its feature set against
         // `Cpu::get()`), reads this layout and takes these bits/block size (checked when built, and above); the
@@ -420,14 +429,15 @@ impl Selected {
     }
 }
 
-/// The [`QuantizeBlock`] of [`Selected::col_sums`]: every value's code is 1, the block's scale 1 and Σq its
+/// The [`QuantizeBlocks`] of [`Selected::col_sums`]: every value's code is 1, each block's scale 1 and Σq its
 /// length.
-fn ones(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
-    runs.check(a.len(), dst.len());
-    for i in 0..a.len() {
-        dst[runs.at(i)] = 1 ^ runs.flip;
-    }
-    (1.0, a.len() as i32)
+fn ones(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, out: &mut [(f32, i32)]) {
+    crate::pack::for_each_block(a, bl, dst, runs, out, |a, dst| {
+        for i in 0..a.len() {
+            dst[runs.at(i)] = 1 ^ runs.flip;
+        }
+        (1.0, a.len() as i32)
+    });
 }
 
 /// M·K (activation values) from which [`Selected::matmul`] packs A in parallel, measured through ORT's intra-op

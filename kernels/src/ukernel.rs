@@ -171,6 +171,11 @@ pub struct RunArgs {
     /// 1 for the `ActQuant::Row` numerics: every `lhs_scale` is 1 (a kernel may skip the multiply by it, its
     /// result is the same bit for bit) and `bias` is null (the tile's row epilogue adds it after the kernel).
     pub row: usize,
+    /// `qsi8dbp4x8`: the tile's first row group's block-0 record in the call's `PackedLhs::pairs` (the row factors
+    /// in SMMLA's lane order, laid out once per call), and the bytes from one block's records to the next; null
+    /// and 0 for other formats.
+    pub lhs_pairs: *const f32,
+    pub lhs_pairs_stride: usize,
 }
 
 const _: () = {

@@ -116,19 +116,19 @@ pub(crate) fn quantize_row_for(cpu: &Cpu) -> (crate::pack::QuantizeRow, crate::p
 }
 
 /// The fastest activation quantizer `cpu` runs (all give the same numbers as `pack::quantize_block`).
-pub(crate) fn quantize_block_for(cpu: &Cpu) -> crate::pack::QuantizeBlock {
+pub(crate) fn quantize_block_for(cpu: &Cpu) -> crate::pack::QuantizeBlocks {
     #[cfg(target_arch = "x86_64")]
     {
         use crate::cpu::Feature;
         if cpu.has(Feature::Avx512f) && cpu.has(Feature::Avx512bw) {
-            return x86_64::quantize_block_avx512::quantize_block;
+            return x86_64::quantize_block_avx512::quantize_blocks;
         }
     }
     #[cfg(target_arch = "aarch64")]
     {
         use crate::cpu::Feature;
         if cpu.has(Feature::Neon) {
-            return aarch64::quantize_block_neon::quantize_block;
+            return aarch64::quantize_block_neon::quantize_blocks;
         }
     }
     let _ = cpu;

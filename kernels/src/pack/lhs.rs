@@ -262,7 +262,16 @@ pub struct PackedLhs {
     /// The numerics; with `Row`, every block scale is 1 and `row` holds each row's quantization (`m` entries).
     pub(crate) act: ActQuant,
     pub(crate) row: Vec<RowQuant>,
+    /// `qsi8dbp4x8` only (the i8mm GEMMs' asm tiles, `arch::aarch64::qsnbp8x8_tiles`): the per-block row factors
+    /// in the lane order of SMMLA's 2 × 2 tiles, laid out once per call (not by every tile of it): per block, per
+    /// row group, [`PAIR_ROW_F32`] f32: the group's scales as row pairs, each lane duplicated [sa0 sa0 sa1 sa1
+    /// sa2 sa2 sa3 sa3], then sa·Σq (the zero-point correction's row factor; Σq in the `Row` numerics, whose
+    /// scales are 1) the same way. Block b of group g at `(b · groups + g) · PAIR_ROW_F32`.
+    pub(crate) pairs: Vec<f32>,
 }
+
+/// f32 per (block, row group) in [`PackedLhs::pairs`].
+pub const PAIR_ROW_F32: usize = 16;
 
 /// Where a block's int8 codes go in the packed bytes: value i at `(i / run)·stride + i % run` of the destination,
 /// as the byte `(q as u8) ^ flip` (flip 0x80 stores q + 128). Row-major formats write a block as one run;
@@ -302,9 +311,41 @@ impl Runs {
     }
 }
 
-/// Quantizes one block as [`quantize_block`] does, bit for bit, writing the codes straight to their packed places
-/// (arch-specific versions are tested against it). Panics as [`Runs::check`].
-pub type QuantizeBlock = fn(&[f32], &mut [u8], Runs) -> (f32, i32);
+/// Quantizes the blocks of `bl` values of one row slice `a` (`a.len()` = bl · `out.len()`) as [`quantize_block`]
+/// does each, bit for bit, writing value i's code straight to its packed place `runs.at(i)` of `dst` and block b's
+/// (scale, Σq) to `out[b]` (arch-specific versions are tested against [`quantize_block_runs`]). One call per row,
+/// not per block: the call, the checks and the choice of store path are paid once per row. Panics as
+/// [`for_each_block`].
+pub type QuantizeBlocks = fn(&[f32], usize, &mut [u8], Runs, &mut [(f32, i32)]);
+
+/// The walk every [`QuantizeBlocks`] shares: checks the row's contract (`bl` > 0 and a multiple of `runs.run`,
+/// `a.len()` = bl · `out.len()`, the row's places inside `dst`: [`Runs::check`]), then gives `f` each block's
+/// values with `dst` from the block's first place (block b's: `runs.at(b · bl)`, laid out by `runs` from there)
+/// and stores its result in `out[b]`.
+///
+/// # Panics
+/// If the contract does not hold.
+#[inline]
+pub fn for_each_block(
+    a: &[f32],
+    bl: usize,
+    dst: &mut [u8],
+    runs: Runs,
+    out: &mut [(f32, i32)],
+    mut f: impl FnMut(&[f32], &mut [u8]) -> (f32, i32),
+) {
+    assert!(
+        bl > 0 && bl.is_multiple_of(runs.run) && a.len() == bl * out.len(),
+        "{} values in blocks of {bl} with {} results and {runs:?}",
+        a.len(),
+        out.len()
+    );
+    runs.check(a.len(), dst.len());
+    let step = bl / runs.run * runs.stride;
+    for (b, (o, x)) in out.iter_mut().zip(a.chunks_exact(bl)).enumerate() {
+        *o = f(x, &mut dst[b * step..]);
+    }
+}
 
 /// One block of a row quantized with the row's [`RowQuant`] as [`quantize_block_row`] does, bit for bit (arch
 /// versions are tested against it); returns Σq.
@@ -327,7 +368,7 @@ struct Job<'a> {
     blocks: usize,
     k_map: Option<&'a [u32]>,
     format: LhsFormat,
-    quant: QuantizeBlock,
+    quant: QuantizeBlocks,
     act: ActQuant,
     /// The row numerics' quantizer and range (the CPU's fastest: the same numbers).
     quant_row: QuantizeRow,
@@ -347,6 +388,12 @@ impl Job<'_> {
     fn fill_int8(&self, r0: usize, bytes: &mut [u8], scale: &mut [f32], sum: &mut [i32], rows: &mut [RowQuant]) {
         let (k, kp, bl) = (self.k, self.kp, self.bl);
         let mut blk: Vec<f32> = Vec::new();
+        // Blocks read straight from A (K values in order, f32, whole blocks): one quantizer call per row.
+        let direct = match self.a {
+            LhsSource::F32(_) if self.k_map.is_none() && self.act == ActQuant::Block => k / bl,
+            _ => 0,
+        };
+        let mut res = vec![(0f32, 0i32); self.blocks];
         for j in 0..(bytes.len() / kp).min(self.m.saturating_sub(r0)) {
             let i = r0 + j;
             // Row j's first code and scale, and the steps from one block to the next (no division per block).
@@ -373,8 +420,13 @@ impl Job<'_> {
                     Some(q)
                 }
             };
-            for b in 0..self.blocks {
-                // Straight from A when the block is K values in order; gathered (g_idx map, f16, zero tail) else.
+            if let LhsSource::F32(a) = self.a
+                && direct > 0
+            {
+                (self.quant)(&a[i * k..][..direct * bl], bl, &mut bytes[off0..], runs, &mut res[..direct]);
+            }
+            for b in direct..self.blocks {
+                // Gathered (g_idx map, f16, zero tail), or straight from A in the `Row` numerics.
                 let src: &[f32] = match self.a {
                     LhsSource::F32(a) if self.k_map.is_none() && (b + 1) * bl <= k => &a[i * k + b * bl..][..bl],
                     _ => {
@@ -383,10 +435,16 @@ impl Job<'_> {
                     }
                 };
                 let dst = &mut bytes[off0 + b * off_step..];
-                let (s, t) = match rq {
-                    None => (self.quant)(src, dst, runs),
+                res[b] = match rq {
+                    None => {
+                        let mut r = [(0f32, 0i32)];
+                        (self.quant)(src, bl, dst, runs, &mut r);
+                        r[0]
+                    }
                     Some(rq) => (1.0, (self.quant_row)(src, dst, runs, rq)),
                 };
+            }
+            for (b, &(s, t)) in res.iter().enumerate() {
                 let at = at0 + b * at_step;
                 scale[at] = s;
                 sum[at] = t;
@@ -449,7 +507,7 @@ impl PackedLhs {
     }
 
     /// [`PackedLhs::pack`] with a given block quantizer (the CPU's fastest; the same numbers), on this thread.
-    pub fn pack_with(a: LhsSource<'_>, m: usize, rhs: &PackedRhs, format: LhsFormat, quant: QuantizeBlock) -> Self {
+    pub fn pack_with(a: LhsSource<'_>, m: usize, rhs: &PackedRhs, format: LhsFormat, quant: QuantizeBlocks) -> Self {
         Self::pack_as(a, m, rhs, format, quant, ActQuant::Block)
     }
 
@@ -459,7 +517,7 @@ impl PackedLhs {
         m: usize,
         rhs: &PackedRhs,
         format: LhsFormat,
-        quant: QuantizeBlock,
+        quant: QuantizeBlocks,
         act: ActQuant,
     ) -> Self {
         let r: Result<Self, std::convert::Infallible> = Self::pack_par(a, m, rhs, format, quant, act, 1, |n, f| {
@@ -482,7 +540,7 @@ impl PackedLhs {
         m: usize,
         rhs: &PackedRhs,
         format: LhsFormat,
-        quant: QuantizeBlock,
+        quant: QuantizeBlocks,
         act: ActQuant,
         tasks: usize,
         par: impl FnOnce(usize, &(dyn Fn(usize) + Sync)) -> Result<(), E>,
@@ -505,6 +563,7 @@ impl PackedLhs {
             sum: Vec::new(),
             act: if format.is_f32() { ActQuant::Block } else { act },
             row: Vec::new(),
+            pairs: Vec::new(),
         };
         if m == 0 || kp == 0 {
             return Ok(out);
@@ -554,6 +613,9 @@ impl PackedLhs {
             })?;
         }
         out.row.truncate(m);
+        if format == (LhsFormat::Qsi8DbP { mr: 4, kr: 8 }) {
+            out.pairs = pair_rows(&out.scale, &out.sum, blocks);
+        }
         Ok(out)
     }
 
@@ -595,6 +657,26 @@ impl PackedLhs {
     }
 }
 
+/// [`PackedLhs::pairs`] from a `qsi8dbp4x8` pack's group-major scales and sums (4 rows per group and block).
+fn pair_rows(scale: &[f32], sum: &[i32], blocks: usize) -> Vec<f32> {
+    const MR: usize = 4;
+    let groups = scale.len() / (MR * blocks);
+    let mut v = vec![0f32; groups * blocks * PAIR_ROW_F32];
+    for (g, (s, q)) in scale.chunks_exact(MR * blocks).zip(sum.chunks_exact(MR * blocks)).enumerate() {
+        for (b, (s, q)) in s.chunks_exact(MR).zip(q.chunks_exact(MR)).enumerate() {
+            let d = &mut v[(b * groups + g) * PAIR_ROW_F32..][..PAIR_ROW_F32];
+            for r in 0..MR {
+                let sq = s[r] * q[r] as f32;
+                d[2 * r] = s[r];
+                d[2 * r + 1] = s[r];
+                d[2 * MR + 2 * r] = sq;
+                d[2 * MR + 2 * r + 1] = sq;
+            }
+        }
+    }
+    v
+}
+
 /// Symmetric int8 quantization of one block: returns (scale, Σq). scale = amax/127. A block holding a NaN gets a
 /// NaN scale (and an infinite value an infinite one), so non-finite activations reach the output as they would in
 /// f32 arithmetic instead of vanishing in the rounding.
@@ -609,9 +691,14 @@ pub fn quantize_block(a: &[f32], q: &mut [i8]) -> (f32, i32) {
     (scale, sum)
 }
 
-/// [`quantize_block`] writing each code to its packed place (see [`Runs`]): the portable [`QuantizeBlock`].
-pub fn quantize_block_runs(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
-    runs.check(a.len(), dst.len());
+/// [`quantize_block`] on each block, writing each code to its packed place (see [`Runs`]): the portable
+/// [`QuantizeBlocks`].
+pub fn quantize_block_runs(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, out: &mut [(f32, i32)]) {
+    for_each_block(a, bl, dst, runs, out, |a, dst| block_runs(a, dst, runs));
+}
+
+/// One block of [`quantize_block_runs`] (`dst` from its first place).
+fn block_runs(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
     let (scale, inv) = block_scale(a);
     let mut sum = 0i32;
     for (r, vals) in a.chunks(runs.run).enumerate() {
@@ -685,18 +772,35 @@ fn test_span(len: usize, runs: Runs) -> Vec<u8> {
 /// Test helper: `f` gives [`quantize_block`]'s results bit for bit (codes, scale bits, Σq) on every test block
 /// ([`for_each_test_block`]), written through every kind of [`Runs`] ([`test_runs`]) and touching no other byte.
 #[cfg(test)]
-pub(crate) fn assert_quantizer_matches_scalar(f: QuantizeBlock) {
+pub(crate) fn assert_quantizer_matches_scalar(f: QuantizeBlocks) {
+    // Rows of 1 and of 3 blocks: each test block alone, and (up to 128 values) with the two test blocks of its
+    // length before it.
+    let mut seen: Vec<Vec<f32>> = Vec::new();
     for_each_test_block(0x1234_5678, |len, trial, a| {
-        let mut q1 = vec![0i8; len];
-        let r1 = quantize_block(a, &mut q1);
-        for runs in test_runs(len) {
-            let (mut want, mut got) = (test_span(len, runs), test_span(len, runs));
-            for (i, &v) in q1.iter().enumerate() {
-                want[runs.at(i)] = v as u8 ^ runs.flip;
+        seen.retain(|b| b.len() == len);
+        seen.push(a.to_vec());
+        let rows = if seen.len() >= 3 && len <= 128 { vec![1, 3] } else { vec![1] };
+        for nb in rows {
+            let row: Vec<f32> = seen[seen.len() - nb..].concat();
+            let n = row.len();
+            let mut q1 = vec![0i8; n];
+            let r1: Vec<(u32, i32)> = row
+                .chunks_exact(len)
+                .zip(q1.chunks_exact_mut(len))
+                .map(|(a, q)| quantize_block(a, q))
+                .map(|(s, t)| (s.to_bits(), t))
+                .collect();
+            for runs in test_runs(len) {
+                let (mut want, mut got) = (test_span(n, runs), test_span(n, runs));
+                for (i, &v) in q1.iter().enumerate() {
+                    want[runs.at(i)] = v as u8 ^ runs.flip;
+                }
+                let mut r2 = vec![(f32::NAN, -1); nb];
+                f(&row, len, &mut got, runs, &mut r2);
+                let r2: Vec<(u32, i32)> = r2.iter().map(|&(s, t)| (s.to_bits(), t)).collect();
+                assert_eq!(want, got, "len {len} × {nb} trial {trial} {runs:?}");
+                assert_eq!(r1, r2, "len {len} × {nb} trial {trial}");
             }
-            let r2 = f(a, &mut got, runs);
-            assert_eq!(want, got, "len {len} trial {trial} {runs:?}");
-            assert_eq!((r1.0.to_bits(), r1.1), (r2.0.to_bits(), r2.1), "len {len} trial {trial}: {r1:?} {r2:?}");
         }
     });
 }
@@ -747,6 +851,7 @@ mod tests {
             sum: Vec::new(),
             act: ActQuant::Block,
             row: Vec::new(),
+            pairs: Vec::new(),
         };
         if format.is_f32() {
             out.f32s = vec![0f32; m * kp];
@@ -760,6 +865,11 @@ mod tests {
         out.scale = vec![0f32; rows * blocks];
         out.sum = vec![0i32; rows * blocks];
         let (mut row, mut q) = (vec![0f32; kp], vec![0i8; kp]);
+        let pairs = format == LhsFormat::Qsi8DbP { mr: 4, kr: 8 };
+        let groups = rows / 4;
+        if pairs {
+            out.pairs = vec![0f32; groups * blocks * PAIR_ROW_F32];
+        }
         for i in 0..m {
             a.gather_row(i, k, k_map, &mut row);
             for b in 0..blocks {
@@ -767,6 +877,12 @@ mod tests {
                 let at = format.scale_index(blocks, i, b);
                 out.scale[at] = s;
                 out.sum[at] = t;
+                if pairs {
+                    // Row i's lanes in block b's record of its group (padding rows stay 0).
+                    let at = (b * groups + i / 4) * PAIR_ROW_F32 + 2 * (i % 4);
+                    out.pairs[at..at + 2].fill(s);
+                    out.pairs[at + 8..at + 10].fill(s * t as f32);
+                }
             }
             for (kk, &v) in q.iter().enumerate() {
                 let at = match format {
@@ -786,6 +902,7 @@ mod tests {
         assert_eq!(x.bytes, y.bytes, "{what}: bytes");
         assert_eq!(bits(&x.scale), bits(&y.scale), "{what}: scales");
         assert_eq!(x.sum, y.sum, "{what}: sums");
+        assert_eq!(bits(&x.pairs), bits(&y.pairs), "{what}: row pairs");
         assert_eq!(x.act, y.act, "{what}: numerics");
         let rows = |v: &[RowQuant]| v.iter().map(|r| (r.scale.to_bits(), r.inv.to_bits(), r.zero)).collect::<Vec<_>>();
         assert_eq!(rows(&x.row), rows(&y.row), "{what}: row quantizations");
@@ -805,7 +922,7 @@ mod tests {
             LhsFormat::Qsi8DbP { mr: 2, kr: 16 },
             LhsFormat::Qsi8DbP { mr: 3, kr: 8 },
         ];
-        let quants: [QuantizeBlock; 2] = [quantize_block_runs, crate::arch::quantize_block_for(crate::Cpu::get())];
+        let quants: [QuantizeBlocks; 2] = [quantize_block_runs, crate::arch::quantize_block_for(crate::Cpu::get())];
         let threads = |n: usize, f: &(dyn Fn(usize) + Sync)| -> Result<(), ()> {
             std::thread::scope(|s| {
                 for i in 0..3 {

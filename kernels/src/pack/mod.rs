@@ -12,7 +12,7 @@ pub(crate) use lhs::assert_quantizer_matches_scalar;
 #[cfg(all(test, target_arch = "aarch64"))]
 pub(crate) use lhs::assert_row_quantizer_matches_scalar;
 pub use lhs::{
-    ActQuant, LhsFormat, LhsSource, MinMax, PackedLhs, QuantizeBlock, QuantizeRow, RowQuant, Runs, min_max,
-    quantize_block, quantize_block_row, quantize_block_runs, row_quant,
+    ActQuant, LhsFormat, LhsSource, MinMax, PAIR_ROW_F32, PackedLhs, QuantizeBlocks, QuantizeRow, RowQuant, Runs,
+    for_each_block, min_max, quantize_block, quantize_block_row, quantize_block_runs, row_quant,
 };
 pub use rhs::{NO_SOURCE, PackedRhs, RhsBytes};

@@ -24,8 +24,8 @@
 //! tiles and one 8-row tile per panel), 2.95 at M = 32, 3.42 with zero points (M = 32); the row numerics 2.54
 //! and 2.68. The intrinsic 4 × 8 tile it replaces: 3.37 (block, M = 32).
 //!
-//! The rows' activation scales and sa·Σq are laid out once per call in the tiles' lane order
-//! (`super::qsnbp8x8_tiles::RowScales`, as for the SVE 8 × 8 kernel); the column scales (f16) and corrections
+//! The rows' activation scales and sa·Σq are laid out once per call in the tiles' lane order by the LHS packing
+//! (`PackedLhs::pairs`, read through `RunArgs::lhs_pairs`, as for the SVE 8 × 8 kernel); the column scales (f16) and corrections
 //! are read from each block's record (LDR + FCVTL + 2 DUP per half-tile and block: cheaper than laying them out
 //! per panel once M is below ~100 rows, about even at M = 128). The epilogue is `y += f32(acc)·(s·sa) [+ c·sq]`
 //! (row numerics: `y += f32(acc)·s [+ c·sq]`), `ops::block_epilogue`'s formula, with f32(acc) converted with 4
@@ -36,7 +36,7 @@
 
 use super::ops::Sums;
 use super::qsnbp8x8_int8::MR;
-use super::qsnbp8x8_tiles::{ColumnScales, RowScales, run_tiles};
+use super::qsnbp8x8_tiles::{ColumnScales, row_pairs, run_tiles};
 use super::sve_asm::{asm_modes, vector_asm};
 use crate::ukernel::RunArgs;
 
@@ -53,7 +53,8 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 
 /// The asm text of one tile of G row groups (`$g`: the group's activation operand `{a$g}`, its 4 int32
 /// accumulators `$c*` = [row pair 0: column pair 0, 1; row pair 1: 0, 1], its 4 f32 sums `$s*` in the same
-/// order, the offsets of its row scales `$ro` and sa·Σq `$qo` in a block's `RowScales`, and of its 4 rows `$oo`
+/// order, the offsets of its row scales `$ro` and sa·Σq `$qo` from the tile's first group's record of a block in the
+/// row pairs (64 bytes per group), and of its 4 rows `$oo`
 /// in the output) × 4 columns (two column pairs), over all blocks, for one mode: `$act` `block` (y +=
 /// f32(acc)·(s·sa)) or `row` (y += f32(acc)·s), `$zp` `zp` (+ c·sq) or `nozp`, `$chunks` `one` (blocks of 32 K:
 /// no chunk loop) or `many`. Registers: codes v24, v25 (one 64-byte group of the chunk at a time: column pairs
@@ -168,11 +169,11 @@ macro_rules! tile_fn {
         /// # Safety
         /// The CPU has neon and i8mm; `a` satisfies the `RunArgs` contract for a `qsi8dbp4x8` LHS and a 4-bit
         /// `qsnbp8x8` RHS with blocks of whole 32-K chunks; the tile's groups from `g` and `panel` are the
-        /// tile's; `cols` is filled for `panel` and `rows` is the tile's.
+        /// tile's (and so are their row pairs, `a.lhs_pairs`).
         #[target_feature(enable = "neon,i8mm")]
-        unsafe fn $name(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, rows: &[f32], out: &mut Sums) {
+        unsafe fn $name(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, out: &mut Sums) {
             debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
-            debug_assert!(cols.holds(0) && rows.len() == a.blocks * RowScales::per_block($gn));
+            debug_assert!(cols.holds(0) && !a.lhs_pairs.is_null());
             let chunks = a.bl / 32;
             for half in 0..2 {
                 let rec = a.rhs.wrapping_add(panel * a.rhs_panel_stride + 32 * half);
@@ -197,8 +198,8 @@ macro_rules! tile_fn {
                                 $($ga = inout(reg) a.lhs.wrapping_add((g + $gi) * MR * a.lhs_stride) => _,)+
                                 soff = in(reg) a.rhs_scales as isize - 128 * chunks as isize - 24 * half as isize,
                                 zoff = in(reg) a.rhs_zp as isize - 128 * chunks as isize - 16 * half as isize,
-                                rowp = inout(reg) rows.as_ptr() => _,
-                                rbytes = in(reg) 4 * RowScales::per_block($gn),
+                                rowp = inout(reg) row_pairs(a, g) => _,
+                                rbytes = in(reg) a.lhs_pairs_stride,
                                 out = in(reg) out.as_mut_ptr().wrapping_add(4 * half),
                                 cc = out(reg) _,
                             )
@@ -214,14 +215,14 @@ macro_rules! tile_fn {
 tile_fn!(
     /// Row groups `g`, `g + 1`: 8 int32 accumulators (v0–v7), 8 f32 sums (v12–v19), 32 SMMLA per 32 K.
     tile_8x8, 2, [a0 = 0, a1 = 1],
-    0 [0 1 2 3] [12 13 14 15] 0 64 0;
-    1 [4 5 6 7] [16 17 18 19] 32 96 128
+    0 [0 1 2 3] [12 13 14 15] 0 32 0;
+    1 [4 5 6 7] [16 17 18 19] 64 96 128
 );
 
 tile_fn!(
     /// Row groups `g` .. `g + 3`: 12 int32 accumulators (v0–v11), 12 f32 sums (v12–v23), 48 SMMLA per 32 K.
     tile_12x8, 3, [a0 = 0, a1 = 1, a2 = 2],
-    0 [0 1 2 3] [12 13 14 15] 0 96 0;
-    1 [4 5 6 7] [16 17 18 19] 32 128 128;
-    2 [8 9 10 11] [20 21 22 23] 64 160 256
+    0 [0 1 2 3] [12 13 14 15] 0 32 0;
+    1 [4 5 6 7] [16 17 18 19] 64 96 128;
+    2 [8 9 10 11] [20 21 22 23] 128 160 256
 );

@@ -17,7 +17,8 @@
 //! row numerics drop the 8 FMUL and 4 loads: 0.69; zero points add 4 loads and 8 FMLA); loop ~9 (0.28). Total
 //! ~3.2 per SVE SMMLA = ~1.6 per NEON-SMMLA-equivalent (the NEON 4×8 tile measures 3.37). The column scales
 //! (× 2^−4, the field's factor, exact), their zero-point corrections and the rows' activation scales and
-//! sa·Σq are laid out once per call in the lane order of the 2 × 2 tiles (`ColumnScales`, `RowScales`), so the
+//! sa·Σq are laid out in the lane order of the 2 × 2 tiles (`ColumnScales` per panel, the LHS packing's
+//! `PackedLhs::pairs` once per call), so the
 //! asm epilogue is loads and vector arithmetic only.
 //!
 //! LHS: `qsi8dbp4x8`; RHS: `qsnbp8x8_sf16_zpc`. The asm runs 4-bit codes in blocks of whole 32-K chunks over
@@ -27,7 +28,7 @@
 
 use super::ops::{Sums, sve_vl_bytes};
 use super::qsnbp8x8_int8::MR;
-use super::qsnbp8x8_tiles::{ColumnScales, PER_BLOCK, run_tiles};
+use super::qsnbp8x8_tiles::{ColumnScales, row_pairs, run_tiles};
 use super::sve_asm::{sve_asm, zero_acc, zero_all};
 use crate::ukernel::RunArgs;
 
@@ -102,16 +103,17 @@ macro_rules! smmla_8x8 {
 /// # Safety
 /// The CPU has SVE and SVE i8mm with a vector length of at least 32 bytes; `a` satisfies the `RunArgs` contract
 /// for a `qsi8dbp4x8` LHS and a 4-bit `qsnbp8x8` RHS with blocks of whole 32-K chunks; groups `g`, `g + 1` and
-/// `panel` are the tile's; `cols` is filled for `panel` and `rows` is the pair's.
+/// `panel` are the tile's (and so are their row pairs, `a.lhs_pairs`); `cols` is filled for `panel`.
 #[target_feature(enable = "neon,i8mm,sve")]
-unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, rows: &[f32], out: &mut Sums) {
+unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, out: &mut Sums) {
     debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
-    debug_assert!(cols.holds(a.blocks) && rows.len() == a.blocks * PER_BLOCK);
+    debug_assert!(cols.holds(a.blocks) && !a.lhs_pairs.is_null());
     let rec = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
     let act0 = a.lhs.wrapping_add(g * MR * a.lhs_stride);
     let act1 = a.lhs.wrapping_add((g + 1) * MR * a.lhs_stride);
     // SAFETY: reads: per block, the record's codes (chunks × 128 bytes from the record's start), each group's
-    // 128 bytes per chunk (4 runs of 8 K × 4 rows) and 128 bytes of each buffer, for a.blocks blocks: all inside
+    // 128 bytes per chunk (4 runs of 8 K × 4 rows), 128 bytes of the column scales and the two groups' 128 bytes of
+    // row pairs, for a.blocks blocks: all inside
     // the tile's buffers (the caller's guarantee). Writes: the 64 f32 of `out`. Every vector, predicate and
     // scratch register the block touches is declared; d8–d15 (callee-saved) are clobbered and saved by the
     // compiler; the flags are clobbered (no preserves_flags).
@@ -182,10 +184,10 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, row
             "ld1rqw {{z27.s}}, p1/z, [{rowp}, #16]",
             "fmul z28.s, z25.s, z27.s", "fmul z29.s, z26.s, z27.s",
             "fmla z10.s, p1/m, z2.s, z28.s", "fmla z11.s, p1/m, z3.s, z29.s",
-            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #32]",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #64]",
             "fmul z28.s, z25.s, z27.s", "fmul z29.s, z26.s, z27.s",
             "fmla z12.s, p1/m, z4.s, z28.s", "fmla z13.s, p1/m, z5.s, z29.s",
-            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #48]",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #80]",
             "fmul z28.s, z25.s, z27.s", "fmul z29.s, z26.s, z27.s",
             "fmla z14.s, p1/m, z6.s, z28.s", "fmla z15.s, p1/m, z7.s, z29.s",
             "b 5f",
@@ -198,9 +200,9 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, row
             "cbz {zp}, 6f",
             "ld1w {{z30.s}}, p1/z, [{col}, {e16}, lsl #2]",
             "ld1w {{z31.s}}, p1/z, [{col}, {e24}, lsl #2]",
-            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #64]",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #32]",
             "fmla z8.s, p1/m, z30.s, z27.s", "fmla z9.s, p1/m, z31.s, z27.s",
-            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #80]",
+            "ld1rqw {{z27.s}}, p1/z, [{rowp}, #48]",
             "fmla z10.s, p1/m, z30.s, z27.s", "fmla z11.s, p1/m, z31.s, z27.s",
             "ld1rqw {{z27.s}}, p1/z, [{rowp}, #96]",
             "fmla z12.s, p1/m, z30.s, z27.s", "fmla z13.s, p1/m, z31.s, z27.s",
@@ -209,7 +211,7 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, row
             "6:",
             zero_acc!(),
             "add {col}, {col}, #128",
-            "add {rowp}, {rowp}, #128",
+            "add {rowp}, {rowp}, {rbytes}",
             "subs {nb}, {nb}, #1",
             "b.ne 2b",
             // The sums by rows: row 2p + h's 8 columns (its 64-bit halves of the four 2 × 2 tiles of row pair p:
@@ -225,7 +227,8 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, row
             a0 = inout(reg) act0 => _,
             a1 = inout(reg) act1 => _,
             col = inout(reg) cols.as_ptr() => _,
-            rowp = inout(reg) rows.as_ptr() => _,
+            rowp = inout(reg) row_pairs(a, g) => _,
+            rbytes = in(reg) a.lhs_pairs_stride,
             out = inout(reg) out.as_mut_ptr() => _,
             row = in(reg) a.row,
             zp = in(reg) a.has_zp,

@@ -1,7 +1,8 @@
 //! What the whole-loop `asm!` GEMMs over `qsi8dbp4x8` × `qsnbp8x8` share (the NEON i8mm and the SVE i8mm
 //! kernels): the walk of a tile in asm tiles of three or two row groups with the NEON i8mm body for what the
-//! asm does not take ([`run_tiles`]), the per-block scales laid out once per call in the lane order of SMMLA's
-//! 2 × 2 tiles ([`ColumnScales`], [`RowScales`]); a tile's sums are stored by `super::ops::store_groups`.
+//! asm does not take ([`run_tiles`]), the per-block column scales laid out per panel in the lane order of SMMLA's
+//! 2 × 2 tiles ([`ColumnScales`]; the rows' are laid out once per call by the LHS packing, `PackedLhs::pairs`,
+//! read through `RunArgs::lhs_pairs`); a tile's sums are stored by `super::ops::store_groups`.
 //!
 //! Lane order of a 2 × 2 SMMLA tile: (r0 c0, r0 c1, r1 c0, r1 c1). A tile's sums leave the asm by rows: row r's
 //! 8 columns at 8·r f32 (`super::ops::Sums`).
@@ -11,12 +12,19 @@ use super::qsnbp8x8_int8::{MR, NR, dup_pair, gemm_pairs};
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
 
-/// f32 per block in [`ColumnScales`] (128 bytes: the asm's stride), and in a two-group tile's [`RowScales`].
+/// f32 per block in [`ColumnScales`] (128 bytes: the asm's stride).
 pub(crate) const PER_BLOCK: usize = 32;
 
-/// An asm tile: the tile's row groups from `g` × `panel` over all K into the sums, from the call's laid-out
-/// scales (`&[f32]`: the tile's [`RowScales`]).
-pub(crate) type Tile = unsafe fn(&RunArgs, usize, usize, &ColumnScales, &[f32], &mut Sums);
+/// An asm tile: the tile's row groups from `g` × `panel` over all K into the sums, from the laid-out column
+/// scales and the call's row pairs (`RunArgs::lhs_pairs`: group g's at [`row_pairs`]).
+pub(crate) type Tile = unsafe fn(&RunArgs, usize, usize, &ColumnScales, &mut Sums);
+
+/// Block 0's record of the tile's row group `g` in the call's row pairs (`PackedLhs::pairs`: per block, per
+/// group, 16 f32: [sa0 sa0 sa1 sa1 sa2 sa2 sa3 sa3] at 0 and sa·Σq the same way at 32 bytes; the next block's
+/// `a.lhs_pairs_stride` bytes on).
+pub(crate) fn row_pairs(a: &RunArgs, g: usize) -> *const f32 {
+    a.lhs_pairs.wrapping_add(g * crate::pack::PAIR_ROW_F32)
+}
 
 /// Runs a tile of `a`: with `asm` (4-bit codes in blocks of whole 32-K chunks, and whatever the caller's asm
 /// needs), the row groups in threes through `tile3` (when there is one), what is left in twos through `tile2`
@@ -48,7 +56,7 @@ pub(crate) unsafe fn run_tiles(a: &RunArgs, asm: bool, col_scales: bool, tile2: 
         }
     }
     let single = units.last().map_or(0, |&(g, n, _)| g + n);
-    let rows = RowScales::new(a, &units);
+    assert!(units.is_empty() || !a.lhs_pairs.is_null(), "the asm tiles read the row pairs of a qsi8dbp4x8 pack");
     // Laid out per panel only for the asm tiles (none: the NEON body reads the records itself).
     let fill = col_scales && !units.is_empty();
     let mut cols = ColumnScales::new(if fill { a.blocks } else { 0 });
@@ -57,11 +65,11 @@ pub(crate) unsafe fn run_tiles(a: &RunArgs, asm: bool, col_scales: bool, tile2: 
             // SAFETY: panel is one of the tile's (RunArgs contract).
             unsafe { cols.fill(a, panel) };
         }
-        for (u, &(g, n, tile)) in units.iter().enumerate() {
+        for &(g, n, tile) in &units {
             let mut out = [0f32; 96];
-            // SAFETY: groups g..g + n are the tile's, panel is the tile's, the buffers hold every block; the CPU
-            // runs `tile` (the caller's guarantee).
-            unsafe { tile(a, panel, g, &cols, rows.unit(u), &mut out) };
+            // SAFETY: groups g..g + n are the tile's, panel is the tile's, the buffers hold every block (the row
+            // pairs: the call's, RunArgs contract); the CPU runs `tile` (the caller's guarantee).
+            unsafe { tile(a, panel, g, &cols, &mut out) };
             // SAFETY: the tile's output rows and columns (store_groups stores only real rows and columns).
             unsafe { store_groups(a, panel, g, n, &out) };
         }
@@ -128,70 +136,5 @@ impl ColumnScales {
             }
             rec = rec.wrapping_add(a.rhs_record);
         }
-    }
-}
-
-/// Per asm tile of n row groups and block: for its 2n row pairs (r0, r1) [sa0 sa0 sa1 sa1] (activation scales;
-/// 1 in the row numerics), then for the same row pairs [q0 q0 q1 q1] (sa·Σq, the zero-point correction's row
-/// factor): 16-byte quadwords at 16·p and 32·n + 16·p bytes, 16·n f32 per block.
-pub(crate) struct RowScales {
-    v: Vec<f32>,
-    /// Where each tile's blocks start in `v`.
-    at: Vec<usize>,
-}
-
-impl RowScales {
-    /// f32 per block of a tile of `n` row groups.
-    pub(crate) const fn per_block(n: usize) -> usize {
-        16 * n
-    }
-
-    /// One group's 4 rows × block at a time: their 4 scales (and Σq) are adjacent in the LHS (group-major), so
-    /// each pair of quadwords is one load, a ZIP1 / ZIP2 with itself and two stores (~10 instructions per
-    /// group and block, against ~30 for the scalar lane-by-lane copy: the layout is redone by every tile of the
-    /// call, which is what small-K shapes noticed: 11% of a 64 × 576 × 192 Run on max,sve=off).
-    #[target_feature(enable = "neon")]
-    fn new(a: &RunArgs, units: &[(usize, usize, Tile)]) -> RowScales {
-        let mut at = Vec::with_capacity(units.len() + 1);
-        at.push(0);
-        for &(_, n, _) in units {
-            at.push(at[at.len() - 1] + a.blocks * Self::per_block(n));
-        }
-        let mut v = vec![0f32; at[units.len()]];
-        let (row, zp) = (a.row != 0, a.has_zp != 0);
-        for (u, &(g0, n, _)) in units.iter().enumerate() {
-            let per = Self::per_block(n);
-            assert!(at[u] + a.blocks * per <= v.len());
-            for b in 0..a.blocks {
-                for g in 0..n {
-                    // Rows 0..4 of group g0 + g, block b (group-major scales and sums; padding rows hold 0); the
-                    // quadwords of row pairs p = 2g, 2g + 1 at 4p f32, their sums at 8n + 4p.
-                    let i = (g0 + g) * MR * a.blocks + b * MR;
-                    let o = at[u] + b * per + 8 * g;
-                    // SAFETY: the 4 rows' scales and sums of block b, inside the tile's (RunArgs contract);
-                    // o + 8n + 8 <= at[u] + (b + 1)·per, inside v (asserted per tile).
-                    unsafe {
-                        let s = if row { vdupq_n_f32(1.0) } else { vld1q_f32(a.lhs_scale.add(i)) };
-                        let d = v.as_mut_ptr().add(o);
-                        vst1q_f32(d, vzip1q_f32(s, s));
-                        vst1q_f32(d.add(4), vzip2q_f32(s, s));
-                        if zp {
-                            let q = vcvtq_f32_s32(vld1q_s32(a.lhs_sum.add(i)));
-                            let q = if row { q } else { vmulq_f32(s, q) };
-                            vst1q_f32(d.add(8 * n), vzip1q_f32(q, q));
-                            vst1q_f32(d.add(8 * n + 4), vzip2q_f32(q, q));
-                        }
-                    }
-                }
-            }
-        }
-        at.pop();
-        RowScales { v, at }
-    }
-
-    /// Asm tile `u`'s blocks.
-    fn unit(&self, u: usize) -> &[f32] {
-        let end = self.at.get(u + 1).copied().unwrap_or(self.v.len());
-        &self.v[self.at[u]..end]
     }
 }

@@ -1,4 +1,4 @@
-//! Activation quantization with NEON: `pack::quantize_block` bit for bit (amax, scale = amax/127,
+//! Activation quantization with NEON: `pack::quantize_block` bit for bit, a row's blocks per call (amax, scale = amax/127,
 //! q = round-half-even(x · 127/amax) clamped to ±127, Σq; a block with a NaN or an infinity gets that scale and
 //! all-zero codes, as the scalar version's arithmetic gives), and the row numerics' `pack::min_max` and
 //! `pack::quantize_block_row` (q = round-half-even(x · inv) + z clamped to −128..127) bit for bit. Block lengths
@@ -46,20 +46,33 @@ pub(crate) fn quantize_block_row(a: &[f32], dst: &mut [u8], runs: Runs, rq: RowQ
     unsafe { write_codes::<true>(a, dst, runs, rq.inv, rq.zero, -128, 127) }
 }
 
-/// Writes the codes straight to their packed places (`runs`: one 8-byte store per 8 values for runs of 8·n, two
-/// 4-byte stores for runs of 4, a byte scatter otherwise).
+/// `pack::QuantizeBlocks`: a row's blocks, the codes written straight to their packed places (`runs`: one 8-byte
+/// store per 8 values for runs of 8·n, two 4-byte stores for runs of 4, a byte scatter otherwise).
 ///
 /// # Panics
-/// If the length of `a` is not a multiple of 16, or as [`Runs::check`].
-pub(crate) fn quantize_block(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
-    assert!(a.len().is_multiple_of(16), "blocks of 16·n values");
-    runs.check(a.len(), dst.len());
-    // SAFETY: NEON is in every aarch64 CPU; every place `runs.at(i)` for i < a.len() is inside `dst` (checked just
-    // above), and the stores below write places of values i < a.len() only.
-    unsafe { run(a, dst, runs) }
+/// If the block length is not a multiple of 16, or as `pack::for_each_block`.
+pub(crate) fn quantize_blocks(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, out: &mut [(f32, i32)]) {
+    assert!(bl.is_multiple_of(16), "blocks of 16·n values");
+    // SAFETY: NEON is in every aarch64 CPU; as in `blocks`.
+    unsafe { blocks(a, bl, dst, runs, out) }
+}
+
+/// The row's walk and every block's body in one function (no call per block).
+///
+/// # Safety
+/// NEON; `bl` is a multiple of 16.
+#[target_feature(enable = "neon")]
+unsafe fn blocks(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, out: &mut [(f32, i32)]) {
+    crate::pack::for_each_block(a, bl, dst, runs, out, |a, dst| {
+        // SAFETY: NEON; `a` is one block of bl (a multiple of 16) values, and every place `runs.at(i)` for
+        // i < a.len() is inside `dst` (for_each_block checked the row's places and gives `dst` from the block's
+        // first place); the stores below write places of values i < a.len() only.
+        unsafe { run(a, dst, runs) }
+    });
 }
 
 #[target_feature(enable = "neon")]
+#[inline]
 unsafe fn run(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
     let n = a.len();
     let p = a.as_ptr();
@@ -209,7 +222,7 @@ unsafe fn write_codes<const CLAMP: bool>(
 mod tests {
     #[test]
     fn bit_identical_to_the_scalar_quantizer() {
-        crate::pack::assert_quantizer_matches_scalar(super::quantize_block);
+        crate::pack::assert_quantizer_matches_scalar(super::quantize_blocks);
     }
 
     #[test]

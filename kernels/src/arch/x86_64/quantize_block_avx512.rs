@@ -5,26 +5,39 @@
 use crate::pack::Runs;
 use std::arch::x86_64::*;
 
-/// Writes the codes straight to their packed places (`runs`: one 16-byte store per 16 values for runs of 16·n,
-/// two 8-byte or four 4-byte stores for runs of 8 or 4, a byte scatter otherwise).
+/// `pack::QuantizeBlocks`: a row's blocks, the codes written straight to their packed places (`runs`: one
+/// 16-byte store per 16 values for runs of 16·n, two 8-byte or four 4-byte stores for runs of 8 or 4, a byte
+/// scatter otherwise).
 ///
 /// # Panics
-/// If the length of `a` is not a multiple of 16, or as [`Runs::check`].
-pub(crate) fn quantize_block(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
-    assert!(a.len().is_multiple_of(16), "blocks of 16·n values");
-    runs.check(a.len(), dst.len());
-    // SAFETY: only handed out (arch::quantize_block_for) for CPUs with avx512f and avx512bw; every place
-    // `runs.at(i)` for i < a.len() is inside `dst` (checked just above), and `run` stores at places of values
-    // i < a.len() only; RUN is what `runs.run` is (one small function per kind of run, chosen here).
+/// If the block length is not a multiple of 16, or as `pack::for_each_block`.
+pub(crate) fn quantize_blocks(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, out: &mut [(f32, i32)]) {
+    assert!(bl.is_multiple_of(16), "blocks of 16·n values");
+    // SAFETY: only handed out (arch::quantize_block_for) for CPUs with avx512f and avx512bw; RUN is what
+    // `runs.run` is (one walk per kind of run, chosen here once per row).
     unsafe {
         match runs.run {
-            _ if runs.run == runs.stride => run::<0>(a, dst, runs),
-            r if r.is_multiple_of(16) => run::<16>(a, dst, runs),
-            8 => run::<8>(a, dst, runs),
-            4 => run::<4>(a, dst, runs),
-            _ => run::<1>(a, dst, runs),
+            _ if runs.run == runs.stride => blocks::<0>(a, bl, dst, runs, out),
+            r if r.is_multiple_of(16) => blocks::<16>(a, bl, dst, runs, out),
+            8 => blocks::<8>(a, bl, dst, runs, out),
+            4 => blocks::<4>(a, bl, dst, runs, out),
+            _ => blocks::<1>(a, bl, dst, runs, out),
         }
     }
+}
+
+/// The row's walk and every block's body in one function (no call per block).
+///
+/// # Safety
+/// avx512f and avx512bw; `bl` is a multiple of 16; RUN is what `runs.run` is (as `run`).
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn blocks<const RUN: usize>(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, out: &mut [(f32, i32)]) {
+    crate::pack::for_each_block(a, bl, dst, runs, out, |a, dst| {
+        // SAFETY: the CPU features and RUN are the caller's guarantee; `a` is one block (a multiple of 16 values)
+        // and every place `runs.at(i)` for i < a.len() is inside `dst` (for_each_block checked the row's places
+        // and gives `dst` from the block's first place); `run` stores at places of values i < a.len() only.
+        unsafe { run::<RUN>(a, dst, runs) }
+    });
 }
 
 /// One block's (scale, Σq), its codes to their places for runs of RUN bytes (0: contiguous; 16: any multiple of
@@ -34,6 +47,7 @@ pub(crate) fn quantize_block(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32
 /// avx512f and avx512bw; `runs` lays out `a.len()` values (a multiple of 16) inside `dst`, and its run is what
 /// RUN says.
 #[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
 unsafe fn run<const RUN: usize>(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
     let n = a.len();
     let p = a.as_ptr();
@@ -124,6 +138,6 @@ mod tests {
             eprintln!("SKIP: needs avx512f+avx512bw");
             return;
         }
-        crate::pack::assert_quantizer_matches_scalar(super::quantize_block);
+        crate::pack::assert_quantizer_matches_scalar(super::quantize_blocks);
     }
 }
