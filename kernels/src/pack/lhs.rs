@@ -227,10 +227,15 @@ pub fn min_max(a: &[f32]) -> (f32, f32) {
     )
 }
 
-/// One block of a row quantized with the row's [`RowQuant`], each code written to its packed place (see
-/// [`Runs`]); returns Σq. Panics as [`Runs::check`].
-pub fn quantize_block_row(a: &[f32], dst: &mut [u8], runs: Runs, rq: RowQuant) -> i32 {
-    runs.check(a.len(), dst.len());
+/// The blocks of `bl` values of a row (or part of one) quantized with the row's [`RowQuant`], each code written to
+/// its packed place (see [`Runs`]), block b's Σq to `out[b]`: the portable [`QuantizeRow`]. Panics as
+/// [`for_each_block`].
+pub fn quantize_block_row(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, rq: RowQuant, out: &mut [i32]) {
+    for_each_block(a, bl, dst, runs, out, |a, dst| block_row(a, dst, runs, rq));
+}
+
+/// One block of [`quantize_block_row`] (`dst` from its first place).
+fn block_row(a: &[f32], dst: &mut [u8], runs: Runs, rq: RowQuant) -> i32 {
     let zero = rq.zero as f32;
     let mut sum = 0i32;
     for (r, vals) in a.chunks(runs.run).enumerate() {
@@ -321,18 +326,18 @@ pub type QuantizeBlocks = fn(&[f32], usize, &mut [u8], Runs, &mut [(f32, i32)]);
 /// The walk every [`QuantizeBlocks`] shares: checks the row's contract (`bl` > 0 and a multiple of `runs.run`,
 /// `a.len()` = bl · `out.len()`, the row's places inside `dst`: [`Runs::check`]), then gives `f` each block's
 /// values with `dst` from the block's first place (block b's: `runs.at(b · bl)`, laid out by `runs` from there)
-/// and stores its result in `out[b]`.
+/// and stores its result in `out[b]` (also the walk of the `Row` numerics' [`QuantizeRow`]).
 ///
 /// # Panics
 /// If the contract does not hold.
 #[inline]
-pub fn for_each_block(
+pub fn for_each_block<T>(
     a: &[f32],
     bl: usize,
     dst: &mut [u8],
     runs: Runs,
-    out: &mut [(f32, i32)],
-    mut f: impl FnMut(&[f32], &mut [u8]) -> (f32, i32),
+    out: &mut [T],
+    mut f: impl FnMut(&[f32], &mut [u8]) -> T,
 ) {
     assert!(
         bl > 0 && bl.is_multiple_of(runs.run) && a.len() == bl * out.len(),
@@ -347,9 +352,9 @@ pub fn for_each_block(
     }
 }
 
-/// One block of a row quantized with the row's [`RowQuant`] as [`quantize_block_row`] does, bit for bit (arch
+/// A row's blocks quantized with the row's [`RowQuant`] as [`quantize_block_row`] does, bit for bit (arch
 /// versions are tested against it); returns Σq.
-pub type QuantizeRow = fn(&[f32], &mut [u8], Runs, RowQuant) -> i32;
+pub type QuantizeRow = fn(&[f32], usize, &mut [u8], Runs, RowQuant, &mut [i32]);
 
 /// [`min_max`], bit for bit as far as [`row_quant`] sees it (arch versions are tested against it).
 pub type MinMax = fn(&[f32]) -> (f32, f32);
@@ -390,10 +395,11 @@ impl Job<'_> {
         let mut blk: Vec<f32> = Vec::new();
         // Blocks read straight from A (K values in order, f32, whole blocks): one quantizer call per row.
         let direct = match self.a {
-            LhsSource::F32(_) if self.k_map.is_none() && self.act == ActQuant::Block => k / bl,
+            LhsSource::F32(_) if self.k_map.is_none() => k / bl,
             _ => 0,
         };
         let mut res = vec![(0f32, 0i32); self.blocks];
+        let mut sums = vec![0i32; if self.act == ActQuant::Row { self.blocks } else { 0 }];
         for j in 0..(bytes.len() / kp).min(self.m.saturating_sub(r0)) {
             let i = r0 + j;
             // Row j's first code and scale, and the steps from one block to the next (no division per block).
@@ -423,25 +429,30 @@ impl Job<'_> {
             if let LhsSource::F32(a) = self.a
                 && direct > 0
             {
-                (self.quant)(&a[i * k..][..direct * bl], bl, &mut bytes[off0..], runs, &mut res[..direct]);
+                let (src, dst) = (&a[i * k..][..direct * bl], &mut bytes[off0..]);
+                match rq {
+                    None => (self.quant)(src, bl, dst, runs, &mut res[..direct]),
+                    Some(rq) => {
+                        (self.quant_row)(src, bl, dst, runs, rq, &mut sums[..direct]);
+                        res[..direct].iter_mut().zip(&sums).for_each(|(r, &t)| *r = (1.0, t));
+                    }
+                }
             }
             for b in direct..self.blocks {
-                // Gathered (g_idx map, f16, zero tail), or straight from A in the `Row` numerics.
-                let src: &[f32] = match self.a {
-                    LhsSource::F32(a) if self.k_map.is_none() && (b + 1) * bl <= k => &a[i * k + b * bl..][..bl],
-                    _ => {
-                        self.gather_block(i, b, &mut blk);
-                        &blk
-                    }
-                };
+                // Gathered: a g_idx map, f16 values or the zero tail past K.
+                self.gather_block(i, b, &mut blk);
                 let dst = &mut bytes[off0 + b * off_step..];
                 res[b] = match rq {
                     None => {
                         let mut r = [(0f32, 0i32)];
-                        (self.quant)(src, bl, dst, runs, &mut r);
+                        (self.quant)(&blk, bl, dst, runs, &mut r);
                         r[0]
                     }
-                    Some(rq) => (1.0, (self.quant_row)(src, dst, runs, rq)),
+                    Some(rq) => {
+                        let mut t = [0i32];
+                        (self.quant_row)(&blk, bl, dst, runs, rq, &mut t);
+                        (1.0, t[0])
+                    }
                 };
             }
             for (b, &(s, t)) in res.iter().enumerate() {
@@ -817,13 +828,20 @@ pub(crate) fn assert_row_quantizer_matches_scalar(q: QuantizeRow, mm: MinMax) {
             let r = &a[..len - tail];
             assert_eq!(bits(quant(mm(r))), bits(quant(min_max(r))), "len {len} trial {trial} tail {tail}");
         }
-        let rq = quant(min_max(a));
-        for runs in test_runs(len) {
-            let (mut want, mut got) = (test_span(len, runs), test_span(len, runs));
-            let s1 = quantize_block_row(a, &mut want, runs, rq);
-            let s2 = q(a, &mut got, runs, rq);
-            assert_eq!(want, got, "len {len} trial {trial} {runs:?} {rq:?}");
-            assert_eq!(s1, s2, "len {len} trial {trial}");
+        // Rows of 1 block and (up to 128 values) of 3: the block repeated, with its middle copy negated.
+        let three: Vec<f32> = [a, &a.iter().map(|x| -x).collect::<Vec<_>>(), a].concat();
+        let rows: &[&[f32]] = if len <= 128 { &[a, &three] } else { &[a] };
+        for &row in rows {
+            let (n, nb) = (row.len(), row.len() / len);
+            let rq = quant(min_max(row));
+            for runs in test_runs(len) {
+                let (mut want, mut got) = (test_span(n, runs), test_span(n, runs));
+                let (mut s1, mut s2) = (vec![0i32; nb], vec![-1i32; nb]);
+                quantize_block_row(row, len, &mut want, runs, rq, &mut s1);
+                q(row, len, &mut got, runs, rq, &mut s2);
+                assert_eq!(want, got, "len {len} × {nb} trial {trial} {runs:?} {rq:?}");
+                assert_eq!(s1, s2, "len {len} × {nb} trial {trial}");
+            }
         }
     });
 }

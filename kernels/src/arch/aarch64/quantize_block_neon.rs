@@ -35,15 +35,28 @@ unsafe fn min_max_neon(a: &[f32]) -> (f32, f32) {
     if l.is_nan() || h.is_nan() { (f32::NAN, f32::NAN) } else { (l, h) }
 }
 
-/// `pack::quantize_block_row` with NEON (the same store paths as [`quantize_block`]).
+/// `pack::quantize_block_row` with NEON (the same store paths as [`quantize_blocks`]), a row's blocks per call.
 ///
 /// # Panics
-/// If the length of `a` is not a multiple of 16, or as [`Runs::check`].
-pub(crate) fn quantize_block_row(a: &[f32], dst: &mut [u8], runs: Runs, rq: RowQuant) -> i32 {
-    assert!(a.len().is_multiple_of(16), "blocks of 16·n values");
-    runs.check(a.len(), dst.len());
-    // SAFETY: as in `quantize_block`.
-    unsafe { write_codes::<true>(a, dst, runs, rq.inv, rq.zero, -128, 127) }
+/// If the block length is not a multiple of 16, or as `pack::for_each_block`.
+pub(crate) fn quantize_block_row(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, rq: RowQuant, out: &mut [i32]) {
+    assert!(bl.is_multiple_of(16), "blocks of 16·n values");
+    // SAFETY: NEON is in every aarch64 CPU; as in `row_blocks`.
+    unsafe { row_blocks(a, bl, dst, runs, rq, out) }
+}
+
+/// The row's walk and every block's body in one function (no call per block).
+///
+/// # Safety
+/// NEON; `bl` is a multiple of 16.
+#[target_feature(enable = "neon")]
+unsafe fn row_blocks(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, rq: RowQuant, out: &mut [i32]) {
+    crate::pack::for_each_block(a, bl, dst, runs, out, |a, dst| {
+        // SAFETY: NEON; `a` is one block of bl (a multiple of 16) values, and every place `runs.at(i)` for
+        // i < a.len() is inside `dst` (for_each_block checked the row's places and gives `dst` from the block's
+        // first place).
+        unsafe { write_codes::<true>(a, dst, runs, rq.inv, rq.zero, -128, 127) }
+    });
 }
 
 /// `pack::QuantizeBlocks`: a row's blocks, the codes written straight to their packed places (`runs`: one 8-byte
@@ -108,6 +121,7 @@ unsafe fn run(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
 /// # Safety
 /// NEON; `a.len()` is a multiple of 8 and every place `runs.at(i)`, i < `a.len()`, is inside `dst`.
 #[target_feature(enable = "neon")]
+#[inline]
 unsafe fn write_codes<const CLAMP: bool>(
     a: &[f32],
     dst: &mut [u8],
