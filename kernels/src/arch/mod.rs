@@ -123,6 +123,9 @@ pub(crate) fn quantize_block_for(cpu: &Cpu) -> crate::pack::QuantizeBlocks {
         if cpu.has(Feature::Avx512f) && cpu.has(Feature::Avx512bw) {
             return x86_64::quantize_block_avx512::quantize_blocks;
         }
+        if cpu.has(Feature::Avx2) {
+            return x86_64::quantize_block_avx2::quantize_blocks;
+        }
     }
     #[cfg(target_arch = "aarch64")]
     {

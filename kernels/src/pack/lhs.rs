@@ -690,7 +690,8 @@ fn pair_rows(scale: &[f32], sum: &[i32], blocks: usize) -> Vec<f32> {
 
 /// Symmetric int8 quantization of one block: returns (scale, Σq). scale = amax/127. A block holding a NaN gets a
 /// NaN scale (and an infinite value an infinite one), so non-finite activations reach the output as they would in
-/// f32 arithmetic instead of vanishing in the rounding.
+/// f32 arithmetic instead of vanishing in the rounding. A block whose amax is below 127/f32::MAX (127/amax
+/// overflows) gets all-zero codes.
 pub fn quantize_block(a: &[f32], q: &mut [i8]) -> (f32, i32) {
     let (scale, inv) = block_scale(a);
     let mut sum = 0i32;
@@ -722,10 +723,13 @@ fn block_runs(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
     (scale, sum)
 }
 
-/// (scale, 1/scale or 0 for a zero or non-finite block).
+/// (scale, 1/scale; 0 for a zero or non-finite block, and for a block of a few subnormals whose 127/amax
+/// overflows: amax < 127/f32::MAX ≈ 3.7e-37, quantized to 0, an error of at most amax per value, as
+/// [`row_quant`] does with such a range).
 fn block_scale(a: &[f32]) -> (f32, f32) {
     let amax = a.iter().fold(0f32, |m, &x| if x.is_nan() || m.is_nan() { f32::NAN } else { m.max(x.abs()) });
-    (amax / 127.0, if amax > 0.0 && amax.is_finite() { 127.0 / amax } else { 0.0 })
+    let inv = 127.0 / amax;
+    (amax / 127.0, if amax > 0.0 && amax.is_finite() && inv.is_finite() { inv } else { 0.0 })
 }
 
 fn code(x: f32, inv: f32) -> i8 {
@@ -733,7 +737,8 @@ fn code(x: f32, inv: f32) -> i8 {
 }
 
 /// The blocks the quantizer tests run on, each with its length and trial number: random values of 16 … 4096, zero
-/// blocks, NaN and ±infinity, tiny values, exact ties, and one-signed blocks (all ≥ 0, all ≤ 0).
+/// blocks, NaN and ±infinity, tiny values (down to subnormals), exact ties, and one-signed blocks (all ≥ 0,
+/// all ≤ 0).
 #[cfg(test)]
 fn for_each_test_block(mut seed: u64, mut f: impl FnMut(usize, usize, &[f32])) {
     let mut next = || {
@@ -754,6 +759,11 @@ fn for_each_test_block(mut seed: u64, mut f: impl FnMut(usize, usize, &[f32])) {
                 5 => a.iter_mut().enumerate().for_each(|(i, x)| *x = (i as f32 - 8.0) * 0.5), // ties
                 6 => a.iter_mut().for_each(|x| *x = x.abs()),
                 7 => a.iter_mut().for_each(|x| *x = -x.abs()),
+                // Around the smallest amax whose 127/amax is finite (127/f32::MAX ≈ 3.7e-37), and subnormals.
+                8 => {
+                    let s = [1e-45, 1e-40, 1e-38, 3.6e-38, 3.8e-38, 1e-37][trial / 10 % 6];
+                    a.iter_mut().for_each(|x| *x *= s);
+                }
                 _ => {}
             }
             f(len, trial, &a);

@@ -1,8 +1,8 @@
-//! Activation quantization with NEON: `pack::quantize_block` bit for bit, a row's blocks per call (amax, scale = amax/127,
-//! q = round-half-even(x · 127/amax) clamped to ±127, Σq; a block with a NaN or an infinity gets that scale and
-//! all-zero codes, as the scalar version's arithmetic gives), and the row numerics' `pack::min_max` and
-//! `pack::quantize_block_row` (q = round-half-even(x · inv) + z clamped to −128..127) bit for bit. Block lengths
-//! are multiples of 16.
+//! Activation quantization with NEON, a row's blocks per call: `pack::quantize_block` bit for bit (amax, scale =
+//! amax/127, q = round-half-even(x · 127/amax) clamped to ±127, Σq; a block with a NaN or an infinity gets that
+//! scale and all-zero codes, as the scalar version's arithmetic gives, and so does one whose 127/amax overflows),
+//! and the row numerics' `pack::min_max` and `pack::quantize_block_row` (q = round-half-even(x · inv) + z clamped
+//! to −128..127) bit for bit. Block lengths are multiples of 16.
 
 use crate::pack::{RowQuant, Runs};
 use core::arch::aarch64::*;
@@ -104,14 +104,15 @@ unsafe fn run(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
     let amax = vmaxvq_f32(vmaxq_f32(vmaxq_f32(m[0], m[1]), vmaxq_f32(m[2], m[3])));
     let nan = amax.is_nan();
     let scale = if nan { f32::NAN } else { amax / 127.0 };
-    if nan || !(amax > 0.0 && amax.is_finite()) {
+    let inv = 127.0 / amax;
+    if nan || !(amax > 0.0 && amax.is_finite() && inv.is_finite()) {
         for r in 0..n / runs.run {
             dst[r * runs.stride..][..runs.run].fill(runs.flip);
         }
         return (scale, 0);
     }
     // SAFETY: forwarded (the caller's guarantee).
-    (scale, unsafe { write_codes::<false>(a, dst, runs, 127.0 / amax, 0, -127, 127) })
+    (scale, unsafe { write_codes::<false>(a, dst, runs, inv, 0, -127, 127) })
 }
 
 /// Writes q = clamp(round-half-even(x · inv) + zero, lo, hi) of every value to its packed place and returns Σq.

@@ -1,6 +1,7 @@
 //! Activation quantization with AVX-512: `pack::quantize_block` bit for bit (amax, scale = amax/127,
 //! q = round-half-even(x · 127/amax) clamped to ±127, Σq; a block with a NaN or an infinity gets that scale and
-//! all-zero codes, as the scalar version's arithmetic gives). Block lengths are multiples of 16.
+//! all-zero codes, as the scalar version's arithmetic gives, and so does one whose 127/amax overflows). Block
+//! lengths are multiples of 16.
 
 use crate::pack::Runs;
 use std::arch::x86_64::*;
@@ -68,13 +69,14 @@ unsafe fn run<const RUN: usize>(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, 
     }
     let amax = _mm512_reduce_max_ps(amax);
     let scale = amax / 127.0;
-    if !(amax > 0.0 && amax.is_finite()) {
+    let inv = 127.0 / amax;
+    if !(amax > 0.0 && amax.is_finite() && inv.is_finite()) {
         for r in 0..n / run {
             dst[r * stride..][..run].fill(runs.flip);
         }
         return (scale, 0);
     }
-    let inv = _mm512_set1_ps(127.0 / amax);
+    let inv = _mm512_set1_ps(inv);
     let d = dst.as_mut_ptr();
     let (lo, hi) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127));
     let flip = _mm_set1_epi8(runs.flip as i8);
