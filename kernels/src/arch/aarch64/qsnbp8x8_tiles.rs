@@ -40,37 +40,33 @@ pub(crate) fn row_pairs(a: &RunArgs, g: usize) -> *const f32 {
 pub(crate) unsafe fn run_tiles(a: &RunArgs, asm: bool, col_scales: bool, tile2: Tile, tile3: Option<Tile>) {
     debug_assert!(!asm || (a.bits == 4 && a.bl.is_multiple_of(32)));
     let groups = a.rows.div_ceil(MR);
-    // The asm tiles: (first group, groups, tile).
-    let mut units: Vec<(usize, usize, Tile)> = Vec::new();
-    if asm {
-        let mut g = 0;
-        if let Some(t3) = tile3 {
-            while groups - g >= 3 {
-                units.push((g, 3, t3));
-                g += 3;
-            }
-        }
-        while groups - g >= 2 {
-            units.push((g, 2, tile2));
-            g += 2;
-        }
-    }
-    let single = units.last().map_or(0, |&(g, n, _)| g + n);
-    assert!(units.is_empty() || !a.lhs_pairs.is_null(), "the asm tiles read the row pairs of a qsi8dbp4x8 pack");
+    // The asm tiles: threes (with `tile3`), then twos; groups from `single` on run the NEON body.
+    let (threes, twos) = match (asm, tile3) {
+        (false, _) => (0, 0),
+        (true, Some(_)) => (groups / 3, groups % 3 / 2),
+        (true, None) => (0, groups / 2),
+    };
+    let single = 3 * threes + 2 * twos;
+    assert!(single == 0 || !a.lhs_pairs.is_null(), "the asm tiles read the row pairs of a qsi8dbp4x8 pack");
     // Laid out per panel only for the asm tiles (none: the NEON body reads the records itself).
-    let fill = col_scales && !units.is_empty();
+    let fill = col_scales && single > 0;
     let mut cols = ColumnScales::new(if fill { a.blocks } else { 0 });
+    // One buffer for every asm tile: each writes its groups' rows before `store_groups` reads them.
+    let mut out = [0f32; 96];
     for panel in 0..a.cols.div_ceil(NR) {
         if fill {
             // SAFETY: panel is one of the tile's (RunArgs contract).
             unsafe { cols.fill(a, panel) };
         }
-        for &(g, n, tile) in &units {
-            let mut out = [0f32; 96];
+        let units = (0..threes).map(|u| (3 * u, 3)).chain((0..twos).map(|u| (3 * threes + 2 * u, 2)));
+        for (g, n) in units {
+            let tile = if n == 3 { tile3.unwrap_or(tile2) } else { tile2 };
             // SAFETY: groups g..g + n are the tile's, panel is the tile's, the buffers hold every block (the row
-            // pairs: the call's, RunArgs contract); the CPU runs `tile` (the caller's guarantee).
+            // pairs: the call's, RunArgs contract); the CPU runs `tile` (the caller's guarantee), which writes
+            // the sums of its n groups' rows.
             unsafe { tile(a, panel, g, &cols, &mut out) };
-            // SAFETY: the tile's output rows and columns (store_groups stores only real rows and columns).
+            // SAFETY: the tile's output rows and columns (store_groups stores only real rows and columns, of the
+            // n groups the tile just wrote).
             unsafe { store_groups(a, panel, g, n, &out) };
         }
         for g in single..groups {
