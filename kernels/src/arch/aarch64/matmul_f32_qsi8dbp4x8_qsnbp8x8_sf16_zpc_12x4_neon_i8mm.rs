@@ -20,9 +20,10 @@
 //! SUBS + B.NE (0.10). Total 127 = 2.65 per SMMLA (the 8 × 4 tile: 90 = 2.81). The numerics, the zero points and
 //! blocks of one chunk are compile-time modes of the text (eight asm blocks per tile), so the loop has no
 //! branches on them. Measured (`scripts/aarch64/icount-kernel.sh`, 2048 × 2048, qemu -cpu max,sve=off, the
-//! whole kernel: laying out the row scales and storing the sums included): 2.83 per SMMLA at M = 128 (ten 12-row
-//! tiles and one 8-row tile per panel), 2.95 at M = 32, 3.42 with zero points (M = 32); the row numerics 2.54
-//! and 2.68. The intrinsic 4 × 8 tile it replaces: 3.37 (block, M = 32).
+//! whole kernel: storing the sums included): 2.79 per SMMLA at M = 32 and at M = 128 (2.95 and 2.83 while each
+//! tile laid out its own row scales, before the row pairs moved to the LHS packing), 2.94 at M = 64 on SmolLM2's
+//! 576 × 192 (18 blocks); earlier, before that move: 3.42 with zero points (M = 32), the row numerics 2.54 and
+//! 2.68. The intrinsic 4 × 8 tile it replaces: 3.37 (block, M = 32).
 //!
 //! The rows' activation scales and sa·Σq are laid out once per call in the tiles' lane order by the LHS packing
 //! (`PackedLhs::pairs`, read through `RunArgs::lhs_pairs`, as for the SVE 8 × 8 kernel); the column scales (f16) and corrections
