@@ -305,7 +305,8 @@ impl Runs {
     /// Unless a block of `len` values is whole runs (`stride >= run > 0`) that fit in `dst` bytes.
     #[inline]
     pub fn check(&self, len: usize, dst: usize) {
-        // Called per block: runs are powers of two in every format, so no division there.
+        // Called per row (per block for gathered blocks): runs are powers of two in every format, so no division
+        // there.
         let n = if self.run.is_power_of_two() { len >> self.run.trailing_zeros() } else { len / self.run.max(1) };
         assert!(
             self.run > 0 && self.stride >= self.run && n * self.run == len,
@@ -353,7 +354,7 @@ pub fn for_each_block<T>(
 }
 
 /// A row's blocks quantized with the row's [`RowQuant`] as [`quantize_block_row`] does, bit for bit (arch
-/// versions are tested against it); returns Σq.
+/// versions are tested against it), block b's Σq into `out[b]`.
 pub type QuantizeRow = fn(&[f32], usize, &mut [u8], Runs, RowQuant, &mut [i32]);
 
 /// [`min_max`], bit for bit as far as [`row_quant`] sees it (arch versions are tested against it).

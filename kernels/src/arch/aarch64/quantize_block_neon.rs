@@ -35,7 +35,8 @@ unsafe fn min_max_neon(a: &[f32]) -> (f32, f32) {
     if l.is_nan() || h.is_nan() { (f32::NAN, f32::NAN) } else { (l, h) }
 }
 
-/// `pack::quantize_block_row` with NEON (the same store paths as [`quantize_blocks`]), a row's blocks per call.
+/// `pack::quantize_block_row` with NEON (the store paths of `run`'s `write_codes`, not `run32`'s), a row's blocks
+/// per call.
 ///
 /// # Panics
 /// If the block length is not a multiple of 16, or as `pack::for_each_block`.
