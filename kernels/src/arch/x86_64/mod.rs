@@ -16,6 +16,7 @@ mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_3x16_avx2_vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_6x32_avx512vnni;
 pub(crate) mod quantize_block_avx2;
 pub(crate) mod quantize_block_avx512;
+mod quantize_runs;
 mod qunbp64x4_avx2;
 mod qunbp64x4_fma;
 mod qunbp64x4_panel;

@@ -4,6 +4,7 @@
 //! CPUs without AVX-512. Block lengths are
 //! multiples of 16.
 
+use super::quantize_runs::{Places, by_run, zero_codes};
 use crate::pack::Runs;
 use std::arch::x86_64::*;
 
@@ -17,15 +18,7 @@ pub(crate) fn quantize_blocks(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, 
     assert!(bl.is_multiple_of(16), "blocks of 16·n values");
     // SAFETY: only handed out (arch::quantize_block_for) for CPUs with avx2 (and called directly by the tests
     // only when the CPU has it); RUN is what `runs.run` is (one walk per kind of run, chosen here once per row).
-    unsafe {
-        match runs.run {
-            _ if runs.run == runs.stride => blocks::<0>(a, bl, dst, runs, out),
-            r if r.is_multiple_of(16) => blocks::<16>(a, bl, dst, runs, out),
-            8 => blocks::<8>(a, bl, dst, runs, out),
-            4 => blocks::<4>(a, bl, dst, runs, out),
-            _ => blocks::<1>(a, bl, dst, runs, out),
-        }
-    }
+    unsafe { by_run!(blocks, runs, (a, bl, dst, runs, out)) }
 }
 
 /// The row's walk and every block's body in one function (no call per block).
@@ -83,26 +76,20 @@ unsafe fn run<const RUN: usize>(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, 
         m1 = _mm256_max_epi32(m1, _mm256_and_si256(x1, abs));
     }
     let amax = f32::from_bits(reduce_max_epi32(_mm256_max_epi32(m0, m1)) as u32);
-    let (run, stride) = (runs.run, runs.stride);
     if amax.is_nan() {
-        for r in 0..n / run {
-            dst[r * stride..][..run].fill(runs.flip);
-        }
+        zero_codes(dst, runs, n);
         return (f32::NAN, 0);
     }
     let scale = amax / 127.0;
     let inv = 127.0 / amax;
     if !(amax > 0.0 && amax.is_finite() && inv.is_finite()) {
-        for r in 0..n / run {
-            dst[r * stride..][..run].fill(runs.flip);
-        }
+        zero_codes(dst, runs, n);
         return (scale, 0);
     }
     let inv = _mm256_set1_ps(inv);
     let d = dst.as_mut_ptr();
     let flip = _mm_set1_epi8(runs.flip as i8);
-    // Where value i goes, kept without dividing: `pos` (the chunk's first place) and what is left of its run.
-    let (mut pos, mut left) = (0usize, run);
+    let mut places = Places::new(runs);
     let mut sum = _mm256_setzero_si256();
     for i in (0..n).step_by(16) {
         // SAFETY: i + 16 <= n values of `a`.
@@ -116,41 +103,9 @@ unsafe fn run<const RUN: usize>(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, 
         let w = _mm256_packs_epi32(v0, v1);
         let c = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
         let q = _mm_xor_si128(_mm_shuffle_epi32::<0b11_01_10_00>(c), flip);
-        // SAFETY: `pos` is `runs.at(i)`; each store covers the places of values i .. i + 16 only (whole runs,
-        // or parts of runs that start at those values' places), all inside `dst` (the caller's word).
-        unsafe {
-            match RUN {
-                0 => _mm_storeu_si128(d.add(i).cast(), q),
-                16 => {
-                    _mm_storeu_si128(d.add(pos).cast(), q);
-                    pos += 16;
-                    left -= 16;
-                    if left == 0 {
-                        pos += stride - run;
-                        left = run;
-                    }
-                }
-                8 => {
-                    _mm_storel_epi64(d.add(pos).cast(), q);
-                    _mm_storel_epi64(d.add(pos + stride).cast(), _mm_unpackhi_epi64(q, q));
-                    pos += 2 * stride;
-                }
-                4 => {
-                    d.add(pos).cast::<i32>().write_unaligned(_mm_cvtsi128_si32(q));
-                    d.add(pos + stride).cast::<i32>().write_unaligned(_mm_extract_epi32::<1>(q));
-                    d.add(pos + 2 * stride).cast::<i32>().write_unaligned(_mm_extract_epi32::<2>(q));
-                    d.add(pos + 3 * stride).cast::<i32>().write_unaligned(_mm_extract_epi32::<3>(q));
-                    pos += 4 * stride;
-                }
-                _ => {
-                    let mut bytes = [0u8; 16];
-                    _mm_storeu_si128(bytes.as_mut_ptr().cast(), q);
-                    for (j, &b) in bytes.iter().enumerate() {
-                        *d.add(runs.at(i + j)) = b;
-                    }
-                }
-            }
-        }
+        // SAFETY: SSE4.1 (implied by the caller's features); `runs` lays out the block's values from `d` and RUN is
+        // its kind (the caller's word); i steps by 16 below n, in order.
+        unsafe { places.store::<RUN>(d, runs, i, q) };
     }
     (scale, reduce_add_epi32(sum))
 }

@@ -3,6 +3,7 @@
 //! all-zero codes, as the scalar version's arithmetic gives, and so does one whose 127/amax overflows). Block
 //! lengths are multiples of 16.
 
+use super::quantize_runs::{Places, by_run, zero_codes};
 use crate::pack::Runs;
 use std::arch::x86_64::*;
 
@@ -16,15 +17,7 @@ pub(crate) fn quantize_blocks(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, 
     assert!(bl.is_multiple_of(16), "blocks of 16·n values");
     // SAFETY: only handed out (arch::quantize_block_for) for CPUs with avx512f and avx512bw; RUN is what
     // `runs.run` is (one walk per kind of run, chosen here once per row).
-    unsafe {
-        match runs.run {
-            _ if runs.run == runs.stride => blocks::<0>(a, bl, dst, runs, out),
-            r if r.is_multiple_of(16) => blocks::<16>(a, bl, dst, runs, out),
-            8 => blocks::<8>(a, bl, dst, runs, out),
-            4 => blocks::<4>(a, bl, dst, runs, out),
-            _ => blocks::<1>(a, bl, dst, runs, out),
-        }
-    }
+    unsafe { by_run!(blocks, runs, (a, bl, dst, runs, out)) }
 }
 
 /// The row's walk and every block's body in one function (no call per block).
@@ -60,28 +53,22 @@ unsafe fn run<const RUN: usize>(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, 
         unordered |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
         amax = _mm512_max_ps(amax, _mm512_abs_ps(x));
     }
-    let (run, stride) = (runs.run, runs.stride);
     if unordered != 0 {
-        for r in 0..n / run {
-            dst[r * stride..][..run].fill(runs.flip);
-        }
+        zero_codes(dst, runs, n);
         return (f32::NAN, 0);
     }
     let amax = _mm512_reduce_max_ps(amax);
     let scale = amax / 127.0;
     let inv = 127.0 / amax;
     if !(amax > 0.0 && amax.is_finite() && inv.is_finite()) {
-        for r in 0..n / run {
-            dst[r * stride..][..run].fill(runs.flip);
-        }
+        zero_codes(dst, runs, n);
         return (scale, 0);
     }
     let inv = _mm512_set1_ps(inv);
     let d = dst.as_mut_ptr();
     let (lo, hi) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127));
     let flip = _mm_set1_epi8(runs.flip as i8);
-    // Where value i goes, kept without dividing: `pos` (the chunk's first place) and what is left of its run.
-    let (mut pos, mut left) = (0usize, run);
+    let mut places = Places::new(runs);
     let mut sum = _mm512_setzero_si512();
     for i in (0..n).step_by(16) {
         // SAFETY: i + 16 <= n values of `a`.
@@ -90,41 +77,9 @@ unsafe fn run<const RUN: usize>(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, 
         let v = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x, inv)), lo), hi);
         sum = _mm512_add_epi32(sum, v);
         let q = _mm_xor_si128(_mm512_cvtepi32_epi8(v), flip);
-        // SAFETY: `pos` is `runs.at(i)`; each store covers the places of values i .. i + 16 only (whole runs,
-        // or parts of runs that start at those values' places), all inside `dst` (the caller's word).
-        unsafe {
-            match RUN {
-                0 => _mm_storeu_si128(d.add(i).cast(), q),
-                16 => {
-                    _mm_storeu_si128(d.add(pos).cast(), q);
-                    pos += 16;
-                    left -= 16;
-                    if left == 0 {
-                        pos += stride - run;
-                        left = run;
-                    }
-                }
-                8 => {
-                    _mm_storel_epi64(d.add(pos).cast(), q);
-                    _mm_storel_epi64(d.add(pos + stride).cast(), _mm_unpackhi_epi64(q, q));
-                    pos += 2 * stride;
-                }
-                4 => {
-                    d.add(pos).cast::<i32>().write_unaligned(_mm_cvtsi128_si32(q));
-                    d.add(pos + stride).cast::<i32>().write_unaligned(_mm_extract_epi32::<1>(q));
-                    d.add(pos + 2 * stride).cast::<i32>().write_unaligned(_mm_extract_epi32::<2>(q));
-                    d.add(pos + 3 * stride).cast::<i32>().write_unaligned(_mm_extract_epi32::<3>(q));
-                    pos += 4 * stride;
-                }
-                _ => {
-                    let mut bytes = [0u8; 16];
-                    _mm_storeu_si128(bytes.as_mut_ptr().cast(), q);
-                    for (j, &b) in bytes.iter().enumerate() {
-                        *d.add(runs.at(i + j)) = b;
-                    }
-                }
-            }
-        }
+        // SAFETY: SSE4.1 (implied by the caller's features); `runs` lays out the block's values from `d` and RUN is
+        // its kind (the caller's word); i steps by 16 below n, in order.
+        unsafe { places.store::<RUN>(d, runs, i, q) };
     }
     (scale, _mm512_reduce_add_epi32(sum))
 }
