@@ -13,7 +13,7 @@ mod matmul_f32_f32_qsnbp8x4_sf32_zpc_1x8_neon;
 mod matmul_f32_f32_qsnbp8x4_sf32_zpc_4x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon_dotprod;
-mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_2x8_neon;
+mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_4x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x32_sve;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa;
@@ -109,11 +109,11 @@ pub static INT8_GEMV_NEON: UKernel = UKernel {
     ..INT8_GEMV_DOTPROD
 };
 
-/// int8 GEMM, base NEON: 2 rows × 8 columns per register tile.
+/// int8 GEMM, base NEON: 4 rows × 8 columns per register tile (2 rows for 2- and 8-bit codes).
 pub static INT8_GEMM_NEON: UKernel = UKernel {
-    name: "matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_2x8_neon",
-    geometry: |_, _| Geometry::new(2, qsnbp8x4_int8::NR, usize::MAX),
-    run: matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_2x8_neon::run,
+    name: "matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_4x8_neon",
+    geometry: |_, _| Geometry::new(4, qsnbp8x4_int8::NR, usize::MAX),
+    run: matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_4x8_neon::run,
     ..INT8_GEMV_NEON
 };
 

@@ -389,3 +389,285 @@ unsafe fn group<
         }
     }
 }
+
+/// [`unit`] for [`SMULL`] bodies: 4-bit codes take [`unit_q4`], other widths the paired body above.
+///
+/// # Safety
+/// As [`unit`] with `OP` = [`SMULL`].
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) unsafe fn unit_smull<const OP: u8, const R: usize, const P: usize, const BITS: usize>(
+    args: &RunArgs,
+    panel: usize,
+    lhs: *const i8,
+    lhs_scale: *const f32,
+    lhs_sum: *const i32,
+    dst: *mut f32,
+) {
+    debug_assert_eq!(OP, SMULL);
+    // SAFETY: forwarded.
+    unsafe {
+        if BITS == 4 {
+            crate::arch::dispatch!(unit_q4::<R, P>(args, panel, lhs, lhs_scale, lhs_sum, dst);
+                      chunk_one(args.bl) zp(args.has_zp != 0) row(args.row != 0))
+        } else {
+            unit::<SMULL, R, P, BITS>(args, panel, lhs, lhs_scale, lhs_sum, dst)
+        }
+    }
+}
+
+/// 4-bit codes without dotprod: rows `0..R` × the 8·P columns of panels `panel..panel + P` (P = 2 only for one
+/// row), arguments as [`unit`]. Each field is taken as its code q (SSHR #4 for the high field, SHL #4 + SSHR #4
+/// for the low one) and meets 4 activations loaded to every 32-bit lane at once (LD1R: no DUP); SMULL / SMLAL
+/// and SMULL2 / SMLAL2 sum a chunk's products in int16 lanes (per lane CHUNK/4 products of |q·v| ≤ 8·128 =
+/// 1024: ≤ 8192, and ≤ 16384 after the pairwise fold), which one ADDP per (row, column quad) folds to 4 columns
+/// and SADDLP (one chunk per block) or SADALP (into the block's int32 sums) widens. So 2 instructions per 16
+/// multiply-adds where the paired body takes 3 and a DUP, and no per-step widening; the sums are the codes' own
+/// (factor 1: the epilogue's 8-bit convention), exactly the paired body's sums / 16.
+///
+/// # Safety
+/// As [`unit`] with `OP` = [`SMULL`] and `BITS` = 4.
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn unit_q4<
+    const R: usize,
+    const P: usize,
+    const CHUNK: usize,
+    const ONE: bool,
+    const ZP: bool,
+    const ROW: bool,
+>(
+    a: &RunArgs,
+    panel: usize,
+    lhs: *const i8,
+    lhs_scale: *const f32,
+    lhs_sum: *const i32,
+    dst: *mut f32,
+) {
+    let chunk_bytes = CHUNK * NR / 2;
+    let chunks = if ONE { 1 } else { a.bl / CHUNK };
+    debug_assert!(a.bits == 4 && a.bl.min(32) == CHUNK && (!ONE || a.bl == CHUNK));
+    debug_assert!(R <= 4 && (P == 1 || R == 1) && panel + P <= a.cols.div_ceil(NR));
+    debug_assert!(ZP == (a.has_zp != 0) && ROW == (a.row != 0));
+    // SAFETY: panels panel..panel + P are the tile's, inside the packed weights (RunArgs contract).
+    let mut rec: [*const u8; P] = core::array::from_fn(|p| unsafe { a.rhs.add((panel + p) * a.rhs_panel_stride) });
+    let mut codes = rec;
+    let mut act = lhs;
+    let mut y = [[[vdupq_n_f32(0.0); 2]; R]; P];
+    // The block's int32 sums (blocks of several chunks only).
+    let mut blk = [[[vdupq_n_s32(0); 2]; R]; P];
+    walk_chunks::<ONE>(a.blocks, chunks, |b, last| {
+        let mut s = [[[[vdupq_n_s16(0); 2]; 2]; R]; P];
+        if R == 4 && P == 1 && CHUNK == 32 {
+            // SAFETY: the current chunk of panel 0's record and of rows 0..4.
+            let c = unsafe { q4_chunk_4x8(act, a.lhs_stride, codes[0]) };
+            s[0].copy_from_slice(&c[..R]);
+        } else {
+            // SAFETY: the current chunk of each panel's record and of rows 0..R (groups past the chunk's: no-ops).
+            unsafe {
+                q4_group::<R, P, CHUNK, 0>(&mut s, act, a.lhs_stride, &codes);
+                q4_group::<R, P, CHUNK, 1>(&mut s, act, a.lhs_stride, &codes);
+                q4_group::<R, P, CHUNK, 2>(&mut s, act, a.lhs_stride, &codes);
+                q4_group::<R, P, CHUNK, 3>(&mut s, act, a.lhs_stride, &codes);
+            }
+        }
+        let mut sums = [[[vdupq_n_s32(0); 2]; R]; P];
+        for p in 0..P {
+            for r in 0..R {
+                for q in 0..2 {
+                    let pairs = vpaddq_s16(s[p][r][q][0], s[p][r][q][1]);
+                    if ONE {
+                        sums[p][r][q] = vpaddlq_s16(pairs);
+                    } else {
+                        blk[p][r][q] = vpadalq_s16(blk[p][r][q], pairs);
+                    }
+                }
+            }
+        }
+        // The next chunk of the rows and of each record (past the last block: never read).
+        act = act.wrapping_add(CHUNK);
+        for p in 0..P {
+            codes[p] = codes[p].wrapping_add(chunk_bytes);
+        }
+        if last {
+            let sums = if ONE { sums } else { core::mem::replace(&mut blk, [[[vdupq_n_s32(0); 2]; R]; P]) };
+            for p in 0..P {
+                // SAFETY: block b's record of panel p; rows 0..R of the tile's scales and sums. The sums are the
+                // codes' own: the 8-bit (factor 1) conversion.
+                unsafe { accumulate_block::<R, 8, ZP, ROW>(&mut y[p], &sums[p], a, rec[p], lhs_scale, lhs_sum, b) };
+                rec[p] = rec[p].wrapping_add(a.rhs_record);
+                codes[p] = rec[p];
+            }
+        }
+    });
+    for p in 0..P {
+        // SAFETY: rows 0..R of the tile's output.
+        unsafe { store_rows(y[p], a, panel + p, dst) };
+    }
+}
+
+/// Group `GRP` (32 bytes per panel: 4 K of both fields for the 8 columns) of the current chunk of 4-bit codes into
+/// the int16 sums `s` [panel][row][column quad][columns 0, 1 | 2, 3], a no-op past the chunk's `CHUNK / 8`
+/// groups; group 0's low field starts the sums (SMULL), the rest accumulate (SMLAL). One function per group, as
+/// [`group`].
+///
+/// # Safety
+/// `codes[p]` is the current chunk of panel p's record; `act` is the chunk's first value in row 0 of the tile,
+/// whose rows 0..R are `stride` bytes apart.
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn q4_group<const R: usize, const P: usize, const CHUNK: usize, const GRP: usize>(
+    s: &mut [[[[int16x8_t; 2]; 2]; R]; P],
+    act: *const i8,
+    stride: usize,
+    codes: &[*const u8; P],
+) {
+    if GRP >= CHUNK / 8 {
+        return;
+    }
+    // SAFETY: group GRP of each panel's chunk: 32 bytes inside it.
+    let w: [[int8x16_t; 2]; P] = core::array::from_fn(|p| unsafe {
+        [vld1q_s8(codes[p].add(32 * GRP).cast()), vld1q_s8(codes[p].add(32 * GRP + 16).cast())]
+    });
+    for l in 0..2 {
+        // Field l as the codes themselves (two's-complement nibbles): high by SSHR, low by SHL then SSHR.
+        let x: [[int8x16_t; 2]; P] = core::array::from_fn(|p| {
+            core::array::from_fn(|q| {
+                if l == 0 { vshrq_n_s8::<4>(vshlq_n_s8::<4>(w[p][q])) } else { vshrq_n_s8::<4>(w[p][q]) }
+            })
+        });
+        // The field's 4 K in this group: K offset l·CHUNK/2 + 4·GRP of the chunk.
+        let off = l * CHUNK / 2 + 4 * GRP;
+        for r in 0..R {
+            // SAFETY: 4 activations of row r inside the chunk (off + 4 ≤ CHUNK).
+            let d = unsafe { ld1r4(act.add(r * stride + off)) };
+            for p in 0..P {
+                for q in 0..2 {
+                    let t = &mut s[p][r][q];
+                    if GRP == 0 && l == 0 {
+                        *t = [vmull_s8(vget_low_s8(x[p][q]), vget_low_s8(d)), vmull_high_s8(x[p][q], d)];
+                    } else {
+                        *t = [vmlal_s8(t[0], vget_low_s8(x[p][q]), vget_low_s8(d)), vmlal_high_s8(t[1], x[p][q], d)];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The 4 bytes at `p` in every 32-bit lane (LD1R). In asm: as a splat LLVM would turn each SMULL2 / SMLAL2 on it
+/// into an EXT of the other operand and a SMULL / SMLAL.
+///
+/// # Safety
+/// `p..p + 4` is readable.
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn ld1r4(p: *const i8) -> int8x16_t {
+    let d: int8x16_t;
+    // SAFETY: reads the 4 bytes at p (the caller's guarantee; LD1R has no alignment requirement); no stack use.
+    unsafe {
+        core::arch::asm!("ld1r {{{d:v}.4s}}, [{p}]", d = out(vreg) d, p = in(reg) p, options(pure, readonly, nostack, preserves_flags))
+    };
+    d
+}
+
+/// One 32-K chunk of 4-bit codes, 4 rows × 8 columns, in one asm block ([`q4_group`]'s sums for R = 4, P = 1:
+/// LLVM hoisted that body's field extractions and spilled). The low field (K 0..15 of the chunk) first, then the
+/// high one (K 16..31), so each row's activations are read in order, 4 at a time by a post-indexed LD1R; the codes
+/// are loaded once per field (two 16-byte vectors per group). Per chunk: 128 SMULL(2) / SMLAL(2), 32 LD1R, 8 LDP,
+/// 24 field extractions.
+///
+/// # Safety
+/// The CPU has neon; `codes` is a 128-byte chunk of a `qsnbp8x4` record of 4-bit codes; `act` is the chunk's first
+/// value in row 0, whose rows 0..4 are `stride` bytes apart and hold 32 values each from there.
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn q4_chunk_4x8(act: *const i8, stride: usize, codes: *const u8) -> [[[int16x8_t; 2]; 2]; 4] {
+    let mut s = [[[vdupq_n_s16(0); 2]; 2]; 4];
+    /// The 16 products of one field vector pair (v18: columns 0..3, v19: 4..7) with 4 activations of each row,
+    /// `$lo` / `$hi` the low- and high-half instructions (SMULL or SMLAL).
+    macro_rules! rows4 {
+        ($lo:literal $hi:literal) => {
+            concat!(
+                "ld1r {{v20.4s}}, [{a0}], #4\n",
+                $lo,
+                " v0.8h, v18.8b, v20.8b\n",
+                $hi,
+                " v1.8h, v18.16b, v20.16b\n",
+                $lo,
+                " v2.8h, v19.8b, v20.8b\n",
+                $hi,
+                " v3.8h, v19.16b, v20.16b\n",
+                "ld1r {{v20.4s}}, [{a1}], #4\n",
+                $lo,
+                " v4.8h, v18.8b, v20.8b\n",
+                $hi,
+                " v5.8h, v18.16b, v20.16b\n",
+                $lo,
+                " v6.8h, v19.8b, v20.8b\n",
+                $hi,
+                " v7.8h, v19.16b, v20.16b\n",
+                "ld1r {{v20.4s}}, [{a2}], #4\n",
+                $lo,
+                " v8.8h, v18.8b, v20.8b\n",
+                $hi,
+                " v9.8h, v18.16b, v20.16b\n",
+                $lo,
+                " v10.8h, v19.8b, v20.8b\n",
+                $hi,
+                " v11.8h, v19.16b, v20.16b\n",
+                "ld1r {{v20.4s}}, [{a3}], #4\n",
+                $lo,
+                " v12.8h, v18.8b, v20.8b\n",
+                $hi,
+                " v13.8h, v18.16b, v20.16b\n",
+                $lo,
+                " v14.8h, v19.8b, v20.8b\n",
+                $hi,
+                " v15.8h, v19.16b, v20.16b\n",
+            )
+        };
+    }
+    /// Group `$o` (byte offset) of the chunk, low field: each code's low nibble sign-extended (SHL, SSHR).
+    macro_rules! low {
+        ($o:literal $lo:literal $hi:literal) => {
+            concat!(
+                "ldp q16, q17, [{c}, #", $o, "]\n",
+                "shl v18.16b, v16.16b, #4\n", "sshr v18.16b, v18.16b, #4\n",
+                "shl v19.16b, v17.16b, #4\n", "sshr v19.16b, v19.16b, #4\n",
+                rows4!($lo $hi),
+            )
+        };
+    }
+    /// The next group of the chunk (post-indexed), high field: each code's high nibble (SSHR).
+    macro_rules! high {
+        () => {
+            concat!(
+                "ldp q16, q17, [{c}], #32\n",
+                "sshr v18.16b, v16.16b, #4\n", "sshr v19.16b, v17.16b, #4\n",
+                rows4!("smlal" "smlal2"),
+            )
+        };
+    }
+    // SAFETY: reads the chunk's 128 code bytes and 32 activations of each of the 4 rows (the caller's guarantee);
+    // writes only the declared registers; no stack use, flags untouched.
+    unsafe {
+        core::arch::asm!(
+            low!("0" "smull" "smull2"), low!("32" "smlal" "smlal2"), low!("64" "smlal" "smlal2"),
+            low!("96" "smlal" "smlal2"),
+            high!(), high!(), high!(), high!(),
+            c = inout(reg) codes => _,
+            a0 = inout(reg) act => _,
+            a1 = inout(reg) act.wrapping_add(stride) => _,
+            a2 = inout(reg) act.wrapping_add(2 * stride) => _,
+            a3 = inout(reg) act.wrapping_add(3 * stride) => _,
+            out("v0") s[0][0][0], out("v1") s[0][0][1], out("v2") s[0][1][0], out("v3") s[0][1][1],
+            out("v4") s[1][0][0], out("v5") s[1][0][1], out("v6") s[1][1][0], out("v7") s[1][1][1],
+            out("v8") s[2][0][0], out("v9") s[2][0][1], out("v10") s[2][1][0], out("v11") s[2][1][1],
+            out("v12") s[3][0][0], out("v13") s[3][0][1], out("v14") s[3][1][0], out("v15") s[3][1][1],
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
+            options(pure, readonly, nostack, preserves_flags),
+        )
+    };
+    s
+}

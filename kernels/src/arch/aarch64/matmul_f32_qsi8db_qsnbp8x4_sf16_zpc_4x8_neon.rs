@@ -19,7 +19,7 @@
 //! never stored). Features: neon. The body is `super::qsnbp8x4_int8`. No over-reads: every load is inside a
 //! record or an LHS block.
 
-use super::qsnbp8x4_int8::{NR, SMULL, unit};
+use super::qsnbp8x4_int8::{NR, SMULL, unit_smull};
 use super::walk_panels;
 use crate::ukernel::RunArgs;
 
@@ -28,5 +28,9 @@ use crate::ukernel::RunArgs;
 /// (f16 scales) of `args.bits` ∈ {2, 4, 8}.
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn run(args: &RunArgs) {
-    walk_panels!(args, unit, SMULL, nr = NR, rows = [2, 1], panels = [2]);
+    if args.bits == 4 {
+        walk_panels!(args, unit_smull, SMULL, nr = NR, rows = [4, 3, 2, 1], panels = [2]);
+    } else {
+        walk_panels!(args, unit_smull, SMULL, nr = NR, rows = [2, 1], panels = [2]);
+    }
 }
