@@ -98,7 +98,7 @@ pub static INT8_GEMM_DOTPROD: UKernel = UKernel {
     ..INT8_GEMV_DOTPROD
 };
 
-/// int8 GEMV, base NEON (SMULL + SADALP): up to 2 rows × 8 columns per pass over a panel.
+/// int8 GEMV, base NEON (SMULL / SMLAL into int16): up to 2 rows × 8 columns per pass over a panel.
 pub static INT8_GEMV_NEON: UKernel = UKernel {
     name: "matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon",
     isa: Isa::Neon,

@@ -1,6 +1,6 @@
 //! The bodies of the aarch64 int8 kernels on `qsnbp8x4_sf16_zpc` weights (signed n-bit codes, panels of 8
 //! columns × 4 K, zero points as a per-block correction c = s·(m − z)): [`unit`] on row-major `qsi8db`
-//! activations (the GEMVs and the NEON GEMM), [`gemm_group`] on `qsi8dbp4x16` row groups (the dotprod GEMM's
+//! activations (the GEMVs and the NEON GEMM; [`unit_q4`] its 4-bit codes), [`gemm_group`] on `qsi8dbp4x16` row groups (the dotprod GEMM's
 //! last single group, 2- and 8-bit codes and blocks of 16; its asm 8 × 4 tiles take the rest).
 //!
 //! Per (panel, block) record, one chunk (C = min(bl, 32) K values) is `C/4/cpb` groups of 32 bytes: two 16-byte
@@ -11,7 +11,9 @@
 //!   columns;
 //! - [`SMULL`] (any NEON, Cortex-A72 class): the element duplicated (`dup .4s`), `smull`/`smull2` to int16
 //!   (|2^(8−bits)·v·q| ≤ 16256 fits), two fields' products summed in int16 (`smlal`/`smlal2`: ≤ 32512 fits)
-//!   and `sadalp` into int32 pairs, two accumulators per 4 columns, folded with `addp` once per block.
+//!   and `sadalp` into int32 pairs, two accumulators per 4 columns, folded with `addp` once per block; for 4-bit
+//!   codes [`unit_q4`] instead (via [`unit_smull`]): fields as the codes themselves, activations broadcast by LD1R,
+//!   a whole chunk's products summed in int16 (≤ 8 per lane), one ADDP + SADDLP per (row, column quad) per chunk.
 //!
 //! Per (row, column, block): `y += sa·(s·Σ q·v + c·Σ q)` (no correction without zero points: the signed field is
 //! exactly q − m). int32 sums stay exact: 2^(8−bits)·127·2^(bits−1)·65536 < 2^31 at the largest block.
