@@ -49,7 +49,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     let a = args;
     let asm = a.bits == 4 && a.bl.is_multiple_of(32);
     // SAFETY: the caller's guarantee; the asm tiles need only neon and i8mm.
-    unsafe { run_tiles(a, asm, false, tile_8x8, Some(tile_12x8)) }
+    unsafe { run_tiles(a, asm, false, Some(tile_4x8), tile_8x8, Some(tile_12x8)) }
 }
 
 /// The asm text of one tile of G row groups (`$g`: the group's activation operand `{a$g}`, its 4 int32
@@ -227,3 +227,155 @@ tile_fn!(
     1 [4 5 6 7] [16 17 18 19] 64 96 128;
     2 [8 9 10 11] [20 21 22 23] 128 160 256
 );
+
+/// The asm text of the one-group tile (`tile_4x8`): one row group (two row pairs) × the whole 8-column panel (four
+/// column pairs) over all blocks, for one mode (`$act`, `$zp`, `$chunks` as in `tile_text!`). Registers: int32
+/// accumulators v0–v7 (row pair p, column pair c: v[4p + c]), f32 sums v8–v15 (the same order), one 64-byte group
+/// of the chunk's codes v16–v19 (column pairs 0..3), one field of it v20–v23, a run's two row pairs v24, v25, the
+/// field mask v26. The activations of a run serve all 8 columns (the two-group tiles read them once per half).
+/// In the epilogue v20–v23 hold the column pairs' scales (then corrections), v16–v19 products, v24, v25 the row
+/// pairs' factors.
+#[rustfmt::skip]
+macro_rules! tile1_text {
+    ($act:ident $zp:ident $chunks:ident) => {
+        concat!(
+            ".arch_extension i8mm\n",
+            "movi v26.16b, #0xf0\n",
+            "movi v0.4s, #0\n", "movi v1.4s, #0\n", "movi v2.4s, #0\n", "movi v3.4s, #0\n",
+            "movi v4.4s, #0\n", "movi v5.4s, #0\n", "movi v6.4s, #0\n", "movi v7.4s, #0\n",
+            "movi v8.4s, #0\n", "movi v9.4s, #0\n", "movi v10.4s, #0\n", "movi v11.4s, #0\n",
+            "movi v12.4s, #0\n", "movi v13.4s, #0\n", "movi v14.4s, #0\n", "movi v15.4s, #0\n",
+            // Block loop.
+            "2:\n",
+            tile_text!(@chunk_head $chunks),
+            // Group h of the chunk (64 bytes: 8 columns × 8 K × 2 fields), field l: run 2l + h (activations at
+            // 32·run bytes of the group's chunk).
+            "ld1 {{v16.16b, v17.16b, v18.16b, v19.16b}}, [{rec}], #64\n",
+            "shl v20.16b, v16.16b, #4\n", "shl v21.16b, v17.16b, #4\n",
+            "shl v22.16b, v18.16b, #4\n", "shl v23.16b, v19.16b, #4\n",
+            tile1_text!(@run "], #128"),
+            "and v20.16b, v16.16b, v26.16b\n", "and v21.16b, v17.16b, v26.16b\n",
+            "and v22.16b, v18.16b, v26.16b\n", "and v23.16b, v19.16b, v26.16b\n",
+            tile1_text!(@run ", #-64]"),
+            "ld1 {{v16.16b, v17.16b, v18.16b, v19.16b}}, [{rec}], #64\n",
+            "shl v20.16b, v16.16b, #4\n", "shl v21.16b, v17.16b, #4\n",
+            "shl v22.16b, v18.16b, #4\n", "shl v23.16b, v19.16b, #4\n",
+            tile1_text!(@run ", #-96]"),
+            "and v20.16b, v16.16b, v26.16b\n", "and v21.16b, v17.16b, v26.16b\n",
+            "and v22.16b, v18.16b, v26.16b\n", "and v23.16b, v19.16b, v26.16b\n",
+            tile1_text!(@run ", #-32]"),
+            tile_text!(@chunk_tail $chunks),
+            // Block epilogue (as `tile_text!`'s): the 8 column scales (f16, at `{soff}` from `{rec}` here) as
+            // [s0 s1 s0 s1], [s2 s3 s2 s3], [s4 s5 s4 s5], [s6 s7 s6 s7]; the int32 sums converted with 4 fraction bits.
+            "ldr q16, [{rec}, {soff}]\n",
+            "fcvtl v17.4s, v16.4h\n", "fcvtl2 v18.4s, v16.8h\n",
+            "dup v20.2d, v17.d[0]\n", "dup v21.2d, v17.d[1]\n", "dup v22.2d, v18.d[0]\n", "dup v23.2d, v18.d[1]\n",
+            "scvtf v0.4s, v0.4s, #4\n", "scvtf v1.4s, v1.4s, #4\n", "scvtf v2.4s, v2.4s, #4\n", "scvtf v3.4s, v3.4s, #4\n",
+            "scvtf v4.4s, v4.4s, #4\n", "scvtf v5.4s, v5.4s, #4\n", "scvtf v6.4s, v6.4s, #4\n", "scvtf v7.4s, v7.4s, #4\n",
+            tile1_text!(@scale $act),
+            tile1_text!(@zp $zp),
+            "movi v0.4s, #0\n", "movi v1.4s, #0\n", "movi v2.4s, #0\n", "movi v3.4s, #0\n",
+            "movi v4.4s, #0\n", "movi v5.4s, #0\n", "movi v6.4s, #0\n", "movi v7.4s, #0\n",
+            "add {rec}, {rec}, {rskip}\n",
+            "add {rowp}, {rowp}, {rbytes}\n",
+            "subs {nb}, {nb}, #1\n",
+            "b.ne 2b\n",
+            // The sums by rows: row 2p + i's 8 columns are half i of the four 2 × 2 tiles of row pair p.
+            "zip1 v16.2d, v8.2d, v9.2d\n", "zip1 v17.2d, v10.2d, v11.2d\n",
+            "zip2 v18.2d, v8.2d, v9.2d\n", "zip2 v19.2d, v10.2d, v11.2d\n",
+            "stp q16, q17, [{out}]\n", "stp q18, q19, [{out}, #32]\n",
+            "zip1 v16.2d, v12.2d, v13.2d\n", "zip1 v17.2d, v14.2d, v15.2d\n",
+            "zip2 v18.2d, v12.2d, v13.2d\n", "zip2 v19.2d, v14.2d, v15.2d\n",
+            "stp q16, q17, [{out}, #64]\n", "stp q18, q19, [{out}, #96]\n",
+        )
+    };
+    // One run of 8 K (`$at`: how its activations are addressed after `[{a0}`): both row pairs × the 4 column pairs.
+    (@run $at:literal) => {
+        concat!(
+            "ldp q24, q25, [{a0}", $at, "\n",
+            "smmla v0.4s, v24.16b, v20.16b\n", "smmla v1.4s, v24.16b, v21.16b\n",
+            "smmla v2.4s, v24.16b, v22.16b\n", "smmla v3.4s, v24.16b, v23.16b\n",
+            "smmla v4.4s, v25.16b, v20.16b\n", "smmla v5.4s, v25.16b, v21.16b\n",
+            "smmla v6.4s, v25.16b, v22.16b\n", "smmla v7.4s, v25.16b, v23.16b\n",
+        )
+    };
+    // y += f32(acc)·(s·sa): the row pairs' scales [sa0 sa0 sa1 sa1], [sa2 sa2 sa3 sa3] times the column pairs'.
+    (@scale block) => {
+        concat!(
+            "ldp q24, q25, [{rowp}]\n",
+            "fmul v16.4s, v20.4s, v24.4s\n", "fmul v17.4s, v21.4s, v24.4s\n",
+            "fmul v18.4s, v22.4s, v24.4s\n", "fmul v19.4s, v23.4s, v24.4s\n",
+            "fmla v8.4s, v0.4s, v16.4s\n", "fmla v9.4s, v1.4s, v17.4s\n",
+            "fmla v10.4s, v2.4s, v18.4s\n", "fmla v11.4s, v3.4s, v19.4s\n",
+            "fmul v16.4s, v20.4s, v25.4s\n", "fmul v17.4s, v21.4s, v25.4s\n",
+            "fmul v18.4s, v22.4s, v25.4s\n", "fmul v19.4s, v23.4s, v25.4s\n",
+            "fmla v12.4s, v4.4s, v16.4s\n", "fmla v13.4s, v5.4s, v17.4s\n",
+            "fmla v14.4s, v6.4s, v18.4s\n", "fmla v15.4s, v7.4s, v19.4s\n",
+        )
+    };
+    // y += f32(acc)·s (the rows' scale applies after the sums).
+    (@scale row) => {
+        concat!(
+            "fmla v8.4s, v0.4s, v20.4s\n", "fmla v9.4s, v1.4s, v21.4s\n",
+            "fmla v10.4s, v2.4s, v22.4s\n", "fmla v11.4s, v3.4s, v23.4s\n",
+            "fmla v12.4s, v4.4s, v20.4s\n", "fmla v13.4s, v5.4s, v21.4s\n",
+            "fmla v14.4s, v6.4s, v22.4s\n", "fmla v15.4s, v7.4s, v23.4s\n",
+        )
+    };
+    // + c·sq: the 8 corrections (f32, at `{zoff}` from `{rec}`; `{cc}` free as the address) by column pairs, the
+    // row pairs' sa·Σq at 32 bytes.
+    (@zp zp) => {
+        concat!(
+            "add {cc}, {rec}, {zoff}\n", "ldp q16, q17, [{cc}]\n",
+            "dup v20.2d, v16.d[0]\n", "dup v21.2d, v16.d[1]\n", "dup v22.2d, v17.d[0]\n", "dup v23.2d, v17.d[1]\n",
+            "ldp q24, q25, [{rowp}, #32]\n",
+            "fmla v8.4s, v20.4s, v24.4s\n", "fmla v9.4s, v21.4s, v24.4s\n",
+            "fmla v10.4s, v22.4s, v24.4s\n", "fmla v11.4s, v23.4s, v24.4s\n",
+            "fmla v12.4s, v20.4s, v25.4s\n", "fmla v13.4s, v21.4s, v25.4s\n",
+            "fmla v14.4s, v22.4s, v25.4s\n", "fmla v15.4s, v23.4s, v25.4s\n",
+        )
+    };
+    (@zp nozp) => { "// {zoff}\n" };
+}
+
+/// Row group `g` × the 8 columns of `panel` in one pass (`tile1_text!`): 8 int32 accumulators (v0–v7), 8 f32 sums
+/// (v8–v15), 32 SMMLA per 32 K; the one-group tile (M = 4 … 7 and a tile's last group), whose activations serve
+/// the whole panel. Usable by any kernel on this layout (the SVE i8mm GEMM's last group too).
+///
+/// # Safety
+/// The CPU has neon and i8mm; `a` satisfies the `RunArgs` contract for a `qsi8dbp4x8` LHS and a 4-bit `qsnbp8x8`
+/// RHS with blocks of whole 32-K chunks; group `g` and `panel` are the tile's (and so are its row pairs,
+/// `a.lhs_pairs`).
+#[target_feature(enable = "neon,i8mm")]
+pub(crate) unsafe fn tile_4x8(a: &RunArgs, panel: usize, g: usize, _cols: &ColumnScales, out: &mut Sums) {
+    debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0 && !a.lhs_pairs.is_null());
+    let chunks = a.bl / 32;
+    let rec = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
+    macro_rules! tile_asm {
+        ($act:ident $zp:ident $chunks:ident) => {
+            // SAFETY: reads: per block, the record's codes (128 bytes per chunk), scales and corrections, the group's
+            // 128 bytes per chunk (4 runs of 8 K × 4 rows) and its row pairs per block, for a.blocks blocks: all
+            // inside the tile's buffers (the caller's guarantee); the pointers step past the last block without
+            // reading there. Writes: the group's 4 rows × 8 columns of `out`. Every vector register the block
+            // touches is declared; d8–d15 (callee-saved) are clobbered and saved by the compiler; the flags are
+            // clobbered; no stack use.
+            unsafe {
+                vector_asm!(
+                    [] tile1_text!($act $zp $chunks),
+                    rec = inout(reg) rec => _,
+                    rskip = in(reg) a.rhs_record - 128 * chunks,
+                    chunks = in(reg) chunks,
+                    nb = inout(reg) a.blocks => _,
+                    a0 = inout(reg) a.lhs.wrapping_add(g * MR * a.lhs_stride) => _,
+                    soff = in(reg) a.rhs_scales as isize - 128 * chunks as isize,
+                    zoff = in(reg) a.rhs_zp as isize - 128 * chunks as isize,
+                    rowp = inout(reg) row_pairs(a, g) => _,
+                    rbytes = in(reg) a.lhs_pairs_stride,
+                    out = in(reg) out.as_mut_ptr(),
+                    cc = out(reg) _,
+                )
+            }
+        };
+    }
+    asm_modes!(tile_asm; a.row != 0, a.has_zp != 0, chunks == 1)
+}

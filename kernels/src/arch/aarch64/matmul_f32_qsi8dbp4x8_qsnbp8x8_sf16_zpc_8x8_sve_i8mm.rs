@@ -42,7 +42,16 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     // The asm needs 256-bit vectors: this thread's may have been shortened since selection (see `sve_vl_bytes`).
     let asm = a.bits == 4 && a.bl.is_multiple_of(32) && sve_vl_bytes() >= 32;
     // SAFETY: the CPU has SVE i8mm at ≥ 256 bits when `asm` is set (checked just now); the rest is the caller's.
-    unsafe { run_tiles(a, asm, true, tile_8x8, None) }
+    unsafe {
+        run_tiles(
+            a,
+            asm,
+            true,
+            Some(super::matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_12x4_neon_i8mm::tile_4x8),
+            tile_8x8,
+            None,
+        )
+    }
 }
 
 /// Row pair p's sums (column halves `$j0`, `$j1`: z registers) as its two rows of 8 f32 at `$at` bytes of

@@ -28,7 +28,7 @@ pub(crate) fn row_pairs(a: &RunArgs, g: usize) -> *const f32 {
 
 /// Runs a tile of `a`: with `asm` (4-bit codes in blocks of whole 32-K chunks, and whatever the caller's asm
 /// needs), the row groups in threes through `tile3` (when there is one), what is left in twos through `tile2`
-/// and a last single group through the NEON i8mm body, with the panel's [`ColumnScales`] laid out for the tiles
+/// and a last single group through `tile1` (when there is one; else the NEON i8mm body), with the panel's [`ColumnScales`] laid out for the tiles
 /// when `col_scales` (else they read the records' scales themselves and get an empty one); without, every group through the NEON i8mm body (2- and
 /// 8-bit codes, blocks of 16).
 ///
@@ -37,17 +37,25 @@ pub(crate) fn row_pairs(a: &RunArgs, g: usize) -> *const f32 {
 /// contract with a `qsi8dbp4x8` LHS (the tile starts at a row group) and a `qsnbp8x8` RHS (f16 scales) of
 /// `a.bits` ∈ {2, 4, 8}; with `asm`, `a.bits` = 4 and `a.bl` is a multiple of 32.
 #[target_feature(enable = "neon,i8mm")]
-pub(crate) unsafe fn run_tiles(a: &RunArgs, asm: bool, col_scales: bool, tile2: Tile, tile3: Option<Tile>) {
+pub(crate) unsafe fn run_tiles(
+    a: &RunArgs,
+    asm: bool,
+    col_scales: bool,
+    tile1: Option<Tile>,
+    tile2: Tile,
+    tile3: Option<Tile>,
+) {
     debug_assert!(!asm || (a.bits == 4 && a.bl.is_multiple_of(32)));
     let groups = a.rows.div_ceil(MR);
-    // The asm tiles: threes (with `tile3`), then twos; groups from `single` on run the NEON body.
+    // The asm tiles: threes (with `tile3`), then twos; groups from `single` on run `tile1` (with asm) or the
+    // NEON body.
     let (threes, twos) = match (asm, tile3) {
         (false, _) => (0, 0),
         (true, Some(_)) => (groups / 3, groups % 3 / 2),
         (true, None) => (0, groups / 2),
     };
     let single = 3 * threes + 2 * twos;
-    assert!(single == 0 || !a.lhs_pairs.is_null(), "the asm tiles read the row pairs of a qsi8dbp4x8 pack");
+    assert!(!asm || !a.lhs_pairs.is_null(), "the asm tiles read the row pairs of a qsi8dbp4x8 pack");
     // Laid out per panel only for the asm tiles (none: the NEON body reads the records itself).
     let fill = col_scales && single > 0;
     let mut cols = ColumnScales::new(if fill { a.blocks } else { 0 });
@@ -70,6 +78,13 @@ pub(crate) unsafe fn run_tiles(a: &RunArgs, asm: bool, col_scales: bool, tile2: 
             unsafe { store_groups(a, panel, g, n, &out) };
         }
         for g in single..groups {
+            if let (true, Some(tile)) = (asm, tile1) {
+                // SAFETY: as for the tiles above, for group g alone.
+                unsafe { tile(a, panel, g, &cols, &mut out) };
+                // SAFETY: the group's output rows and columns, which the tile just wrote.
+                unsafe { store_groups(a, panel, g, 1, &out) };
+                continue;
+            }
             let real = (a.rows - g * MR).min(MR);
             // SAFETY: row group g is the tile's (whole, padding rows zero), so are its scales, sums and the output
             // rows of its `real` rows (RunArgs contract); panel is the tile's; the CPU has i8mm.
