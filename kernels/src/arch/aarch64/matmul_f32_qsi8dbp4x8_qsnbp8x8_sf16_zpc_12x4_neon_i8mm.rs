@@ -3,9 +3,10 @@
 //! of groups; the whole block loop of a tile is one `asm!` block, so nothing leaves the registers: 12 int32 2 × 2
 //! tiles for the block (v0–v11), 12 f32 2 × 2 sums (v12–v23), one 64-byte group of the chunk's codes (v24, v25),
 //! one field at a time (v26, v27), a row-pair pair of activations (v28, v29), the field mask (v30). A panel is
-//! two such tiles (column halves); a tile's activations are read once per half. A last single row group (and
-//! 2- and 8-bit codes, blocks of 16) runs the intrinsic 4 × 8 body of the same layout
-//! (`super::qsnbp8x8_int8::gemm_pairs`).
+//! two such tiles (column halves); a tile's activations are read once per half. A last single row group (M ≤ 7,
+//! and the last group of a tile of 3k + 1 groups) runs the one-group asm tile `tile_4x8`: 4 rows × the whole
+//! 8-column panel, each run's activations shared by all 4 column pairs (8 + 8 accumulators). 2- and 8-bit codes
+//! and blocks of 16 run the intrinsic 4 × 8 body of the same layout (`super::qsnbp8x8_int8::gemm_pairs`).
 //!
 //! Why 12 × 4: per 32 K the codes of 4 columns (2 loads, 8 field extractions) serve 6 row pairs, and the
 //! per-block bookkeeping (loops, scale loads, branches) is shared by 48 SMMLA. 12 + 12 accumulators are what
@@ -24,6 +25,12 @@
 //! tile laid out its own row scales, before the row pairs moved to the LHS packing), 2.94 at M = 64 on SmolLM2's
 //! 576 × 192 (18 blocks); earlier, before that move: 3.42 with zero points (M = 32), the row numerics 2.54 and
 //! 2.68. The intrinsic 4 × 8 tile it replaces: 3.37 (block, M = 32).
+//!
+//! The one-group tile per 32 K × 8 columns × 4 rows: 32 SMMLA; 2 LD1 of 64 code bytes and 4 LDP of activations,
+//! post-indexed (0.19); 16 field extractions (0.5: each field serves one row pair less than in the 12-row tile);
+//! per block 8 SCVTF, 8 FMUL, 8 FMLA, 8 MOVI, the 8 column scales LDR + FCVTL + FCVTL2 + 4 DUP, the row pairs'
+//! LDP, 4 for pointers and loop (1.34). Total 98 = 3.06 per SMMLA; measured at M = 4 (2048 × 2048, max,sve=off,
+//! the whole kernel): 3.15 per SMMLA, against 3.54 for the intrinsic body it replaces there.
 //!
 //! The rows' activation scales and sa·Σq are laid out once per call in the tiles' lane order by the LHS packing
 //! (`PackedLhs::pairs`, read through `RunArgs::lhs_pairs`, as for the SVE 8 × 8 kernel); the column scales (f16) and corrections

@@ -22,9 +22,9 @@
 //! asm epilogue is loads and vector arithmetic only.
 //!
 //! LHS: `qsi8dbp4x8`; RHS: `qsnbp8x8_sf16_zpc`. The asm runs 4-bit codes in blocks of whole 32-K chunks over
-//! pairs of row groups; everything else (2- and 8-bit codes, blocks of 16, a last single row group) runs the
-//! NEON i8mm body of the same layout (`super::qsnbp8x8_int8::gemm_pairs`). Features: neon, i8mm, sve (SVE
-//! i8mm). No over-reads (a pair's second group is always a group of the tile).
+//! pairs of row groups, a last single row group the NEON i8mm kernel's one-group asm tile (`tile_4x8`: 4 rows ×
+//! 8 columns, M = 4 … 7 included); everything else (2- and 8-bit codes, blocks of 16) runs the NEON i8mm body of
+//! the same layout (`super::qsnbp8x8_int8::gemm_pairs`). Features: neon, i8mm, sve (SVE i8mm). No over-reads (a pair's second group is always a group of the tile).
 
 use super::ops::{Sums, sve_vl_bytes};
 use super::qsnbp8x8_int8::MR;

@@ -127,7 +127,8 @@ pub static INT8_GEMV_DOTPROD_P8X8: UKernel = UKernel {
     ..INT8_GEMV_DOTPROD
 };
 
-/// int8 GEMM, i8mm (SMMLA): 12 (or 8) rows × 4 columns per register tile, the block loop one asm block.
+/// int8 GEMM, i8mm (SMMLA): 12 (or 8) rows × 4 columns per register tile, or 4 rows × 8 columns for a single row
+/// group, the block loop one asm block.
 pub static INT8_GEMM_I8MM: UKernel = UKernel {
     name: "matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_12x4_neon_i8mm",
     isa: Isa::I8mm,

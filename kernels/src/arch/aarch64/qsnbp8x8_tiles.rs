@@ -1,6 +1,6 @@
 //! What the whole-loop `asm!` GEMMs over `qsi8dbp4x8` × `qsnbp8x8` share (the NEON i8mm and the SVE i8mm
-//! kernels): the walk of a tile in asm tiles of three or two row groups with the NEON i8mm body for what the
-//! asm does not take ([`run_tiles`]), the per-block column scales laid out per panel in the lane order of SMMLA's
+//! kernels): the walk of a tile in asm tiles of three, two or one row groups with the NEON i8mm body for what
+//! the asm does not take ([`run_tiles`]), the per-block column scales laid out per panel in the lane order of SMMLA's
 //! 2 × 2 tiles ([`ColumnScales`]; the rows' are laid out once per call by the LHS packing, `PackedLhs::pairs`,
 //! read through `RunArgs::lhs_pairs`); a tile's sums are stored by `super::ops::store_groups`.
 //!
