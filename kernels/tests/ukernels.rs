@@ -186,10 +186,12 @@ fn every_family_tiles_correctly() {
 }
 
 /// The SIMD GEMM kernels over tiles of many rows, where the x86 fp32 GEMM switches from codes in registers to a
-/// dequantized weight piece (at 32 rows, in pieces of 256 K values, 12-row register blocks): M across the switch
-/// and the row blocks (tiles of up to 66 rows: M = 67 leaves a 1-row tile, M = 98 a 32-row one), K across whole
-/// pieces, inside one block and over many blocks, with tails; N tails inside a panel and past one; every block size the pieces meet
-/// (16: 16 blocks per piece, 512: two pieces per block), every zero-point kind, bias on and off; and f16 A.
+/// dequantized weight piece (at 32 rows, in pieces of up to 512 K values spread evenly over whole blocks, row
+/// blocks of up to 12 rows as equal as the tile's rows allow): M across the switch and the row blocks (tiles of
+/// up to 66 rows: M = 67 leaves a 1-row tile, M = 98 a 32-row one), K across whole pieces, inside one block and
+/// over many blocks, with tails; N tails inside a panel and past one; every block size the pieces meet (16: 17
+/// blocks in one piece; 32 at K = 519: pieces of 9 and 8 blocks; 1024: two pieces per block), every zero-point
+/// kind, bias on and off; and f16 A.
 ///
 /// x86_64 only: the sweep is for the x86 GEMMs (the dequantizing one above all); the aarch64 GEMMs get the
 /// edge-case taxonomy and `every_family_tiles_correctly`, and under qemu this sweep alone took ~6 min per CPU model.

@@ -1,21 +1,30 @@
 //! The body shared by the AVX-512 fp32-path GEMM that dequantizes B (see `qunbp64x4_vnni` for the layout):
 //! per K piece of up to [`KC`] values and per 64-column panel, the codes are turned into f32 weights
-//! `w = s·q + c` (c = −s·z; without zero points c = −s·2^(bits−1)) once, into a `KC × 64` f32 buffer (64 KiB,
-//! L2-resident), and a register-blocked FMA microkernel (`R` ≤ [`MR`] = 12 rows × 32 columns: 24 accumulators,
-//! two weight loads and `R` broadcasts of A per K value) runs every row of the tile over each half of it. The
-//! tile's rows of A for the piece are copied once (row by row, one cache line of padding between rows: in
-//! place, the rows of a 4096-wide A share L1 sets and the GEMM ran 20% slower at K = 4096; interleaving the
-//! 12 rows per K value measured slower than this copy).
+//! `w = s·q + c` (c = −s·z; without zero points c = −s·2^(bits−1)) once, into a buffer of two 32-column
+//! halves, each `len × 32` f32 and contiguous (up to 64 KiB each, L2-resident), and a register-blocked FMA
+//! microkernel (`R` ≤ [`MR`] = 12 rows × 32 columns: 24 accumulators, two weight loads and `R` broadcasts of A
+//! per K value) runs every row block of the tile over each half. The tile's rows of A for the piece are copied
+//! once (row by row, one cache line of padding between rows: in place, the rows of a 4096-wide A share L1 sets
+//! and the GEMM ran 20% slower at K = 4096; interleaving the 12 rows per K value measured slower than this
+//! copy). The tile's rows are cut into ⌈rows/12⌉ blocks of as equal a size as they allow (66 rows: 6 × 11,
+//! not 5 × 12 + 6), so no block runs with too few accumulators to cover the FMA latency.
 //! Output rows hold the partial sums between pieces (stored after the first piece, loaded and added after the
-//! others); the bias is added after the last.
+//! others); the bias is added after the last. The buffers are per thread and kept between calls.
+//!
+//! Pieces are as even as whole blocks allow (K = 576 in blocks of 32: two pieces of 288, not 512 + 64). Piece
+//! length, measured on an Intel Xeon (Cascade Lake, 2 cores, KVM guest, AVX-512 VNNI, another job on the
+//! machine) timing the tiles alone with the lengths interleaved in one process, M = 128, 4096×4096,
+//! 2048→8192, 576→1536: KC = 256 → 512 took the kernel from ~47–50 to ~50–54 GMAC/s (every micro call ends
+//! with a load-add-store of its 24 accumulators; 512 halves them); 128 and 64 were slower (42–46 and 34–41
+//! GMAC/s, though the 32-column half then fits L1), 1024 no faster than 512.
 //!
 //! ```text
-//! for piece (k0 .. k0+KC):        // whole blocks, or KC values of one block
-//!     ap[r][0..KC] = a[r][k0..k0+KC]
+//! for piece (k0 .. k0+len):       // whole blocks, or KC values of one block; len ≤ KC
+//!     ap[r][0..len] = a[r][k0..k0+len]
 //!     for panel:                  // 64 columns
-//!         buf[k][0..64] = s·q + c // dequantize once
-//!         for rows r0 .. r0+12, half h: // every row of the tile
-//!             y[r][32h..32h+32] (+)= Σ_k ap[r][k]·buf[k][32h..32h+32]
+//!         buf[h][k][0..32] = s·q + c of columns 32h..32h+32   // dequantize once
+//!         for row block r0 .. r1 (≤ 12 rows), half h:        // every row of the tile
+//!             y[r][32h..32h+32] (+)= Σ_k ap[r][k]·buf[h][k][0..32]
 //! ```
 
 // Register tiles are indexed [row][column group]: index loops read like the algebra.
@@ -23,9 +32,10 @@
 use super::qunbp64x4_vnni::{KR, NR};
 use crate::ukernel::RunArgs;
 use std::arch::x86_64::*;
+use std::cell::RefCell;
 
-/// K values per dequantized piece: 256 × 64 f32 = 64 KiB, resident in L2 while the rows walk it.
-pub(crate) const KC: usize = 256;
+/// Most K values per dequantized piece: 512 × 64 f32 = 128 KiB, resident in L2 while the rows walk it.
+pub(crate) const KC: usize = 512;
 /// Column groups of 16 in a panel.
 const G: usize = NR / 16;
 
@@ -49,18 +59,29 @@ use rows;
 /// share L1 sets (rows of a 4096-wide A are 16 KiB apart: 12 of them in one 8-way set thrash it).
 const A_STRIDE: usize = KC + 16;
 
-/// Scratch of one tile: the dequantized piece (`KC × 64` f32, 64-byte aligned) and the tile's rows of A for the
-/// piece (`A_STRIDE` apart).
+/// Scratch of one tile: the dequantized piece (two halves of `KC × 32` f32, 64-byte aligned) and the tile's
+/// rows of A for the piece (`A_STRIDE` apart). One per thread, kept between calls.
 pub(crate) struct Scratch {
     piece: Vec<__m512>,
     a: Vec<f32>,
 }
 
 impl Scratch {
-    pub(crate) fn new(rows: usize) -> Self {
-        // SAFETY: all-zero bits are a valid __m512.
-        let piece = vec![unsafe { std::mem::zeroed::<__m512>() }; KC * G];
-        Scratch { piece, a: vec![0.0; rows * A_STRIDE] }
+    /// Runs `f` on this thread's scratch, grown to hold `rows` rows of A.
+    pub(crate) fn with<T>(rows: usize, f: impl FnOnce(&mut Scratch) -> T) -> T {
+        thread_local! {
+            static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch { piece: Vec::new(), a: Vec::new() }) };
+        }
+        SCRATCH.with_borrow_mut(|s| {
+            if s.piece.is_empty() {
+                // SAFETY: all-zero bits are a valid __m512.
+                s.piece = vec![unsafe { std::mem::zeroed::<__m512>() }; KC * G];
+            }
+            if s.a.len() < rows * A_STRIDE {
+                s.a = vec![0.0; rows * A_STRIDE];
+            }
+            f(s)
+        })
     }
 }
 
@@ -75,9 +96,12 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
     let total = a.blocks * a.bl;
     assert!(s.a.len() >= a.rows * A_STRIDE, "scratch for {} rows", a.rows);
     let buf = s.piece.as_mut_ptr().cast::<f32>();
+    // Row blocks of at most MR rows, as equal as the rows allow.
+    let blocks = a.rows.div_ceil(MR);
+    let bounds = |blk: usize| (a.rows * blk / blocks, a.rows * (blk + 1) / blocks);
     let mut k0 = 0;
     while k0 < total {
-        let len = (total - k0).min(KC);
+        let len = piece_len(total, a.bl, k0);
         let (first, last) = (k0 == 0, k0 + len == total);
         for r in 0..a.rows {
             // SAFETY: row r of the tile holds `total` values (padded to whole blocks), k0 + len ≤ total.
@@ -89,40 +113,50 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
             let ncols = (a.cols - c0).min(NR);
             // SAFETY: forwarded; buf holds KC·NR f32 and len ≤ KC.
             unsafe { crate::arch::dispatch!(dequant::<>(a, panel, k0, len, buf); bits(a.bits) chunk(a.bl)) };
-            let mut r0 = 0;
-            while r0 < a.rows {
-                let rows = (a.rows - r0).min(MR);
+            // SAFETY: the bias, if any, holds the tile's columns.
+            let bias = if a.bias.is_null() || !last { std::ptr::null() } else { unsafe { a.bias.add(c0) } };
+            for blk in 0..blocks {
+                let (r0, r1) = bounds(blk);
                 let ap = s.a[r0 * A_STRIDE..].as_ptr();
-                // SAFETY: rows r0..r0+rows of the copy hold `len` values, `A_STRIDE` apart; columns c0..c0+ncols
-                // of those output rows are the tile's.
-                unsafe {
-                    let dst = a.dst.add(r0 * a.dst_stride + c0);
-                    let bias = if a.bias.is_null() || !last { std::ptr::null() } else { a.bias.add(c0) };
-                    let m = Store { dst, dst_stride: a.dst_stride, ncols, first, bias };
-                    for h in 0..G / GM {
-                        let (c, ncols) = (16 * GM * h, ncols.saturating_sub(16 * GM * h));
-                        let bias = if m.bias.is_null() { m.bias } else { m.bias.add(c) };
-                        let m = Store { dst: dst.add(c), ncols, bias, ..m };
-                        if m.ncols == 0 {
-                            break;
-                        }
-                        let b = buf.add(16 * GM * h);
-                        crate::arch::x86_64::qunbp64x4_panel::rows!(rows, ap, A_STRIDE, b, len, m; 12 11 10 9 8 7 6 5 4 3 2 1);
+                for h in 0..G / GM {
+                    let c = 16 * GM * h;
+                    if c >= ncols {
+                        break;
+                    }
+                    // SAFETY: rows r0..r1 of the copy hold `len` values, `A_STRIDE` apart; half h of the buffer
+                    // holds `len` rows of 16·GM values; columns c0+c..c0+ncols of those output rows are the tile's.
+                    unsafe {
+                        let dst = a.dst.add(r0 * a.dst_stride + c0 + c);
+                        let bias = if bias.is_null() { bias } else { bias.add(c) };
+                        let m = Store { dst, dst_stride: a.dst_stride, ncols: ncols - c, first, bias };
+                        let b = buf.add(KC * 16 * GM * h);
+                        crate::arch::x86_64::qunbp64x4_panel::rows!(r1 - r0, ap, A_STRIDE, b, len, m; 12 11 10 9 8 7 6 5 4 3 2 1);
                     }
                 }
-                r0 += rows;
             }
         }
         k0 += len;
     }
 }
 
-/// Writes `buf[k][0..64] = s·q + c` for K values `k0 .. k0+len` of `panel` (`k0` a multiple of the piece
-/// length; a piece is whole blocks or part of one block, in whole chunks of `CHUNK` = min(bl, 32) values).
+/// The length of the K piece from `k0` of `total` values in blocks of `bl`: at most [`KC`] values, whole
+/// blocks spread as evenly as they allow, or (blocks longer than KC, a multiple of it) KC values of one block.
+fn piece_len(total: usize, bl: usize, k0: usize) -> usize {
+    if bl >= KC {
+        return (total - k0).min(KC);
+    }
+    let blocks = total / bl;
+    let per_piece = blocks.div_ceil(blocks.div_ceil(KC / bl));
+    (total - k0).min(per_piece * bl)
+}
+
+/// Writes `buf[h][k][0..32] = s·q + c` (columns 32h .. 32h+32, halves [`KC`]·32 values apart) for K values
+/// `k0 .. k0+len` of `panel` (`k0` a multiple of the piece length; a piece is whole blocks or part of one
+/// block, in whole chunks of `CHUNK` = min(bl, 32) values).
 ///
 /// # Safety
-/// The CPU has avx512f; `args` as for [`tile`]; `panel` inside the tile; `k0 + len ≤ blocks·bl`; `buf` holds
-/// `len·64` f32.
+/// The CPU has avx512f; `args` as for [`tile`]; `panel` inside the tile; `k0 + len ≤ blocks·bl`, `len ≤ KC`;
+/// `buf` holds `KC·64` f32.
 #[target_feature(enable = "avx512f")]
 #[inline]
 unsafe fn dequant<const BITS: usize, const CHUNK: usize>(
@@ -170,7 +204,12 @@ unsafe fn dequant<const BITS: usize, const CHUNK: usize>(
                             let q = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srl_epi32(v, sh), field));
                             let kk = b * bl + c * CHUNK + l * lane_len + KR * grp + i - k0;
                             // SAFETY: kk < len: row kk of the buffer, columns 16g..16g+16.
-                            unsafe { _mm512_store_ps(buf.add(kk * NR + 16 * g), _mm512_fmadd_ps(q, sc[g], zc[g])) };
+                            unsafe {
+                                _mm512_store_ps(
+                                    buf.add((g / GM) * KC * 16 * GM + kk * 16 * GM + 16 * (g % GM)),
+                                    _mm512_fmadd_ps(q, sc[g], zc[g]),
+                                )
+                            };
                         }
                     }
                 }
@@ -197,8 +236,8 @@ struct Store {
 /// `R` rows × `16·GM` columns over `len` K values of the buffer.
 ///
 /// # Safety
-/// The CPU has avx512f; rows `0..R` of `ap` (stride `rs`) hold `len` values; `buf` rows of 64 f32 (stride
-/// [`NR`]) hold `len` rows of `16·GM` values; `s.dst` rows `0..R` hold `s.ncols` values (and, unless `s.first`, the partial sums); `s.bias`, if not
+/// The CPU has avx512f; rows `0..R` of `ap` (stride `rs`) hold `len` values; `buf` holds `len` rows of
+/// `16·GM` f32, contiguous; `s.dst` rows `0..R` hold `s.ncols` values (and, unless `s.first`, the partial sums); `s.bias`, if not
 /// null, `s.ncols` values.
 #[target_feature(enable = "avx512f")]
 #[inline]
@@ -206,7 +245,7 @@ unsafe fn micro<const R: usize>(ap: *const f32, rs: usize, buf: *const f32, len:
     let mut acc = [[_mm512_setzero_ps(); GM]; R];
     for k in 0..len {
         // SAFETY: row k of the buffer.
-        let w: [__m512; GM] = std::array::from_fn(|g| unsafe { _mm512_load_ps(buf.add(k * NR + 16 * g)) });
+        let w: [__m512; GM] = std::array::from_fn(|g| unsafe { _mm512_load_ps(buf.add(k * 16 * GM + 16 * g)) });
         for r in 0..R {
             // SAFETY: value k of row r, k < len.
             let x = _mm512_set1_ps(unsafe { *ap.add(k + r * rs) });
