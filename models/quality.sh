@@ -9,6 +9,9 @@
 #        native-acc{1,4}                        the GGUF's own Q4_1 blocks (--gguf-native: float zero points,
 #                                               bit-exact, so accuracy_level 1 computes what fp32 computes; ORT's
 #                                               kernel runs float zero points on its fp32 path even at level 4)
+#        <scheme>-qhead-acc{1,4}                the same with the LM head a 4-bit MatMulNBits too (--lm-head
+#                                               quantized, as scripts/convert-smollm2.sh makes the demo's model);
+#                                               without -qhead the LM head is the fp32 Gemm
 #      (a directory is rebuilt only when the converter sources or its options change: .nibble-stamp inside)
 #   2. perplexity (models/perplexity.py: ctx 512, no BOS, --max-tokens predicted tokens of exllamav2's wiki.utf8
 #      and tiny.utf8) of fp32, and of every 4-bit graph with ORT's kernel and with nibble's — at accuracy_level 4
@@ -20,7 +23,7 @@
 #   4. writes $OUT/report.md (and ppl-*.json, greedy.json) and prints it. Exit status 1 if any row FAILs.
 #
 # Usage: models/quality.sh [--max-tokens N] [--ctx N] [--threads N] [--greedy-tokens N] [--out DIR] [--lib PATH]
-#                          [--schemes "sym-bs32 asym-bs32 sym-bs128 native"] [--levels "1 4"] [--no-greedy]
+#                          [--schemes "sym-bs32 asym-bs32 sym-bs128 native asym-bs32-qhead"] [--levels "1 4"] [--no-greedy]
 #                          [--acts "block row"] [--reuse]   (keep an existing ppl-<variant>.json instead of measuring it
 #                                                            again)
 # Defaults: --max-tokens 4096 (per text), --ctx 512, --greedy-tokens 32, --out target/llama/quality,
@@ -76,18 +79,21 @@ convert() {  # NAME OPTION...: scripts/convert-smollm2.sh rebuilds $OUT/NAME onl
 VARIANTS=(fp32)
 convert fp32 --bits 0
 for scheme in $SCHEMES; do
-    case $scheme in
-        sym-bs*) sym=--symmetric; bs=${scheme#sym-bs} ;;
-        asym-bs*) sym=--asymmetric; bs=${scheme#asym-bs} ;;
+    head=()
+    base=$scheme
+    if [[ $scheme == *-qhead ]]; then head=(--lm-head quantized); base=${scheme%-qhead}; fi
+    case $base in
+        sym-bs*) sym=--symmetric; bs=${base#sym-bs} ;;
+        asym-bs*) sym=--asymmetric; bs=${base#asym-bs} ;;
         native) ;;
-        *) echo "quality.sh: scheme $scheme is not sym-bsN, asym-bsN or native" >&2; exit 2 ;;
+        *) echo "quality.sh: scheme $scheme is not sym-bsN, asym-bsN or native (each optionally -qhead)" >&2; exit 2 ;;
     esac
     for level in $LEVELS; do
         name=$scheme-acc$level
-        if [ "$scheme" = native ]; then
-            convert "$name" --gguf-native --accuracy-level "$level" --domain com.microsoft
+        if [ "$base" = native ]; then
+            convert "$name" --gguf-native --accuracy-level "$level" --domain com.microsoft "${head[@]}"
         else
-            convert "$name" --bits 4 --block-size "$bs" $sym --accuracy-level "$level" --domain com.microsoft
+            convert "$name" --bits 4 --block-size "$bs" $sym --accuracy-level "$level" --domain com.microsoft "${head[@]}"
         fi
         VARIANTS+=("$name")
     done

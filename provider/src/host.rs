@@ -85,7 +85,8 @@ pub fn supports_ep(version: &str) -> bool {
     crate::runtime_minor(version) >= crate::ep::abi::EP_API_VERSION
 }
 
-/// Registers `lib` as execution-provider library `name` in `env` (once per environment and name).
+/// Registers `lib` as execution-provider library `name` in `env` (once per environment and name). A relative `lib`
+/// is taken from the current directory, as a user means it (ORT itself would look for it beside its own library).
 ///
 /// # Safety
 /// `api` is the table of the ORT that owns `env`, a live environment, and that ORT's version is `version`
@@ -105,6 +106,7 @@ pub unsafe fn register_ep_library(
             crate::ep::abi::EP_API_VERSION
         ));
     }
+    let lib = ep_library_path(lib)?;
     let (cname, cpath) = (
         CString::new(name).map_err(|e| e.to_string())?,
         CString::new(lib.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?,
@@ -113,6 +115,12 @@ pub unsafe fn register_ep_library(
     let f: RegisterFn = unsafe { api_entry(api, index::REGISTER_EP_LIBRARY) };
     // SAFETY: `env` is live (contract); both strings are NUL-terminated and outlive the call.
     check(api, unsafe { f(env, cname.as_ptr(), cpath.as_ptr()) }, &format!("registering {}", lib.display()))
+}
+
+/// The path `register_ep_library` gives ORT: `lib` from the current directory when relative (ORT would resolve it
+/// against its own library's directory, never what a user typing `--lib target/...` means).
+fn ep_library_path(lib: &Path) -> Result<std::path::PathBuf, String> {
+    std::path::absolute(lib).map_err(|e| format!("registering {}: {e}", lib.display()))
 }
 
 /// nibble's EP devices in `env` (one, for the host CPU), after `register_ep_library`.
@@ -165,4 +173,19 @@ pub unsafe fn append_ep(
         unsafe { f(so, env, devices.as_ptr(), devices.len(), kp.as_ptr(), vp.as_ptr(), options.len()) },
         "SessionOptionsAppendExecutionProvider_V2",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_ep_library_paths_are_taken_from_the_current_directory() {
+        let cwd = std::env::current_dir().unwrap();
+        let got = ep_library_path(Path::new("target/release/libnibble_ort.so")).unwrap();
+        assert_eq!(got, cwd.join("target/release/libnibble_ort.so"));
+        assert!(got.is_absolute());
+        let abs = Path::new("/opt/nibble/libnibble_ort.so");
+        assert_eq!(ep_library_path(abs).unwrap(), abs);
+    }
 }

@@ -45,7 +45,7 @@ import reference_llama  # noqa: E402
 PY = sys.executable
 FP32_CMD = f"{PY} models/gguf_to_onnx.py --out {{dir}} --bits 0"
 Q4_CMD = (f"{PY} models/gguf_to_onnx.py --out {{dir}} --bits 4 --block-size 32 --asymmetric --accuracy-level 4 "
-          f"--domain com.microsoft")
+          f"--domain com.microsoft --lm-head quantized")
 
 PROMPT_8 = "The quick brown fox jumps over the lazy"  # 8 tokens
 PROMPT_8_IDS = [504, 2365, 6354, 16438, 27003, 690, 260, 23790]

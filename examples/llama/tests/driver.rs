@@ -42,7 +42,11 @@ fn model_dir(var: &str, default: &str, how: &str) -> PathBuf {
 }
 
 fn q4_dir() -> PathBuf {
-    model_dir("NIBBLE_LLAMA_Q4_DIR", "smollm2-q4", "--bits 4 --block-size 32 --asymmetric --accuracy-level 4")
+    model_dir(
+        "NIBBLE_LLAMA_Q4_DIR",
+        "smollm2-q4",
+        "--bits 4 --block-size 32 --asymmetric --accuracy-level 4 --lm-head quantized",
+    )
 }
 
 fn fp32_dir() -> PathBuf {
