@@ -32,7 +32,9 @@ use crate::ukernel::RunArgs;
 /// (f16 scales) of `args.bits` ∈ {2, 4, 8}.
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn run(args: &RunArgs) {
-    if args.bits == 4 {
+    // 4-row tiles only where the 4-bit chunk is one asm block (whole 32-K chunks): blocks of 16 take the
+    // intrinsic body, which would spill at 4 rows.
+    if args.bits == 4 && args.bl.is_multiple_of(32) {
         walk_panels!(args, unit_smull, SMULL, nr = NR, rows = [4, 3, 2, 1], panels = [2]);
     } else {
         walk_panels!(args, unit_smull, SMULL, nr = NR, rows = [2, 1], panels = [2]);

@@ -43,14 +43,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     let asm = a.bits == 4 && a.bl.is_multiple_of(32) && sve_vl_bytes() >= 32;
     // SAFETY: the CPU has SVE i8mm at ≥ 256 bits when `asm` is set (checked just now); the rest is the caller's.
     unsafe {
-        run_tiles(
-            a,
-            asm,
-            true,
-            Some(super::matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_12x4_neon_i8mm::tile_4x8),
-            tile_8x8,
-            None,
-        )
+        run_tiles(a, asm, true, super::matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_12x4_neon_i8mm::tile_4x8, tile_8x8, None)
     }
 }
 

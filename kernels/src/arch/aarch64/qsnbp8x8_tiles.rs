@@ -28,9 +28,9 @@ pub(crate) fn row_pairs(a: &RunArgs, g: usize) -> *const f32 {
 
 /// Runs a tile of `a`: with `asm` (4-bit codes in blocks of whole 32-K chunks, and whatever the caller's asm
 /// needs), the row groups in threes through `tile3` (when there is one), what is left in twos through `tile2`
-/// and a last single group through `tile1` (when there is one; else the NEON i8mm body), with the panel's [`ColumnScales`] laid out for the tiles
-/// when `col_scales` (else they read the records' scales themselves and get an empty one); without, every group through the NEON i8mm body (2- and
-/// 8-bit codes, blocks of 16).
+/// and a last single group through `tile1`, with the panel's [`ColumnScales`] laid out for the tiles when
+/// `col_scales` (else they read the records' scales themselves and get an empty one); without, every group
+/// through the NEON i8mm body (2- and 8-bit codes, blocks of 16).
 ///
 /// # Safety
 /// The CPU has neon and i8mm, and whatever the tiles need when `asm` is set; `a` satisfies the `RunArgs`
@@ -41,14 +41,14 @@ pub(crate) unsafe fn run_tiles(
     a: &RunArgs,
     asm: bool,
     col_scales: bool,
-    tile1: Option<Tile>,
+    tile1: Tile,
     tile2: Tile,
     tile3: Option<Tile>,
 ) {
     debug_assert!(!asm || (a.bits == 4 && a.bl.is_multiple_of(32)));
     let groups = a.rows.div_ceil(MR);
     // The asm tiles: threes (with `tile3`), then twos; groups from `single` on run `tile1` (with asm) or the
-    // NEON body.
+    // NEON body (without).
     let (threes, twos) = match (asm, tile3) {
         (false, _) => (0, 0),
         (true, Some(_)) => (groups / 3, groups % 3 / 2),
@@ -78,9 +78,9 @@ pub(crate) unsafe fn run_tiles(
             unsafe { store_groups(a, panel, g, n, &out) };
         }
         for g in single..groups {
-            if let (true, Some(tile)) = (asm, tile1) {
+            if asm {
                 // SAFETY: as for the tiles above, for group g alone.
-                unsafe { tile(a, panel, g, &cols, &mut out) };
+                unsafe { tile1(a, panel, g, &cols, &mut out) };
                 // SAFETY: the group's output rows and columns, which the tile just wrote.
                 unsafe { store_groups(a, panel, g, 1, &out) };
                 continue;
