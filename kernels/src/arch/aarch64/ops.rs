@@ -195,6 +195,78 @@ pub(crate) fn walk_chunks<const ONE: bool>(blocks: usize, chunks: usize, mut ste
         }
     }
 }
+/// The panel walk of the row-major (`qsi8db` LHS) int8 bodies, GEMV and GEMM: rows `0..R` × the 8·P columns of
+/// panels `panel..panel + P` over all K, in chunks of `CHUNK` values ([`walk_chunks`]). The body is two
+/// functions on its own accumulators `acc` (started from `init`): `step(acc, act, codes)` adds one chunk, the rows'
+/// activations from `act` (row r at `act + r·a.lhs_stride`) against each panel p's codes of the chunk at
+/// `codes[p]`; `fold(acc)` ends a block: it returns the block's int32 sums [panel][row][columns 0..3 | 4..7], in
+/// the epilogue's convention for `SUM_BITS` (see [`block_epilogue`]), and resets `acc`. The walk holds the rest:
+/// the record and code pointers (a chunk is `CHUNK` activations and `chunk_bytes` of codes; a block ends at the
+/// next record), the block epilogue ([`accumulate_block`]) into the f32 sums, and the store.
+///
+/// # Safety
+/// As the bodies': `a` satisfies the `RunArgs` contract for a `qsi8db` LHS and an RHS with 8-column panels and f16
+/// scales; `lhs`, `lhs_scale`, `lhs_sum` and `dst` are at a row of the tile with at least `R` rows from there;
+/// panels `panel..panel + P` are the tile's; `CHUNK` = min(`a.bl`, 32) (`ONE`: `a.bl` = `CHUNK`); `step` reads
+/// only the chunk it is given.
+#[target_feature(enable = "neon")]
+#[inline]
+#[allow(clippy::too_many_arguments)] // the body's six arguments, its chunk step and its two accumulator functions
+pub(crate) unsafe fn walk_rows<
+    const R: usize,
+    const P: usize,
+    const SUM_BITS: usize,
+    const CHUNK: usize,
+    const ONE: bool,
+    const ZP: bool,
+    const ROW: bool,
+    S,
+>(
+    a: &RunArgs,
+    panel: usize,
+    lhs: *const i8,
+    lhs_scale: *const f32,
+    lhs_sum: *const i32,
+    dst: *mut f32,
+    chunk_bytes: usize,
+    init: S,
+    mut step: impl FnMut(&mut S, *const i8, &[*const u8; P]),
+    mut fold: impl FnMut(&mut S) -> [[[int32x4_t; 2]; R]; P],
+) {
+    debug_assert!(a.bl.min(32) == CHUNK && (!ONE || a.bl == CHUNK));
+    debug_assert!(ZP == (a.has_zp != 0) && ROW == (a.row != 0));
+    let chunks = if ONE { 1 } else { a.bl / CHUNK };
+    // SAFETY: panels panel..panel + P are the tile's, inside the packed weights (RunArgs contract).
+    let mut rec: [*const u8; P] = core::array::from_fn(|p| unsafe { a.rhs.add((panel + p) * a.rhs_panel_stride) });
+    let mut codes = rec;
+    let mut act = lhs;
+    let mut acc = init;
+    let mut y = [[[vdupq_n_f32(0.0); 2]; R]; P];
+    walk_chunks::<ONE>(a.blocks, chunks, |b, last| {
+        step(&mut acc, act, &codes);
+        // The next chunk of the rows and of each record (past the last block: never read).
+        act = act.wrapping_add(CHUNK);
+        for p in 0..P {
+            codes[p] = codes[p].wrapping_add(chunk_bytes);
+        }
+        if last {
+            let sums = fold(&mut acc);
+            for p in 0..P {
+                // SAFETY: block b's record of panel p; rows 0..R of the tile's scales and sums.
+                unsafe {
+                    accumulate_block::<R, SUM_BITS, ZP, ROW>(&mut y[p], &sums[p], a, rec[p], lhs_scale, lhs_sum, b)
+                };
+                rec[p] = rec[p].wrapping_add(a.rhs_record);
+                codes[p] = rec[p];
+            }
+        }
+    });
+    for p in 0..P {
+        // SAFETY: rows 0..R of the tile's output.
+        unsafe { store_rows(y[p], a, panel + p, dst) };
+    }
+}
+
 /// The block epilogue of the int8 numerics, one vector of 4 outputs (every int8 body, GEMV and GEMM, ends each
 /// block with it): lane-wise `y + f(acc)·(s·sa) [+ c·sq]`, where `acc` holds the block's int32 sums (times
 /// 2^(8−BITS): `f` divides that out exactly), `s` / `c` the weight scale / zero-point correction of each lane's

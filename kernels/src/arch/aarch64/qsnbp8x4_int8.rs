@@ -20,7 +20,7 @@
 
 // Register tiles are indexed [row][column quad]: index loops read like the algebra.
 #![allow(clippy::needless_range_loop)]
-use super::ops::{accumulate_block, block_epilogue, field, scales8, sdot_elem, store_rows, store4, walk_chunks};
+use super::ops::{block_epilogue, field, scales8, sdot_elem, store4, walk_chunks, walk_rows};
 use crate::pack::ScaleType;
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
@@ -124,7 +124,8 @@ pub(crate) unsafe fn unit<const OP: u8, const R: usize, const P: usize, const BI
 
 /// [`unit`] with the chunk length (16 or 32), whether a block is one chunk (`ONE`) and the presence of zero
 /// points as constants, so that every loop inside a chunk unrolls and the block epilogue has no branch. The shared
-/// walk ([`walk_chunks`]) goes over all chunks of K, the epilogue after each block's last chunk.
+/// panel walk ([`walk_rows`]) goes over all chunks of K, the epilogue after each block's last chunk; this body gives
+/// it the chunk step and the block fold.
 #[target_feature(enable = "neon")]
 #[inline]
 unsafe fn unit_c<
@@ -144,20 +145,10 @@ unsafe fn unit_c<
     lhs_sum: *const i32,
     dst: *mut f32,
 ) {
-    let chunk_bytes = CHUNK * NR * BITS / 8;
-    let chunks = if ONE { 1 } else { a.bl / CHUNK };
-    debug_assert!(!ONE || a.bl == CHUNK);
-    debug_assert!(a.bl.min(32) == CHUNK && R <= 4 && (P == 1 || R == 1) && panel + P <= a.cols.div_ceil(NR));
-    debug_assert_eq!(ZP, a.has_zp != 0);
-    // SAFETY: panels panel..panel + P are the tile's, inside the packed weights (RunArgs contract).
-    let mut rec: [*const u8; P] = core::array::from_fn(|p| unsafe { a.rhs.add((panel + p) * a.rhs_panel_stride) });
-    let mut codes = rec;
-    let mut act = lhs;
+    debug_assert!(R <= 4 && (P == 1 || R == 1) && panel + P <= a.cols.div_ceil(NR));
     let zero = vdupq_n_s32(0);
-    let mut y = [[[vdupq_n_f32(0.0); 2]; R]; P];
-    let mut acc = [[[[zero; 2]; 2]; R]; P];
-    walk_chunks::<ONE>(a.blocks, chunks, |b, last| {
-        // Row r's activations of this chunk (block b, K from `act`): CHUNK/16 vectors.
+    let step = |acc: &mut [[[[int32x4_t; 2]; 2]; R]; P], act: *const i8, codes: &[*const u8; P]| {
+        // Row r's activations of this chunk (K from `act`): CHUNK/16 vectors.
         let av: [[int8x16_t; 2]; R] = core::array::from_fn(|r| {
             core::array::from_fn(|j| {
                 if 16 * j < CHUNK {
@@ -170,35 +161,36 @@ unsafe fn unit_c<
         });
         // SAFETY: the current chunk of each panel's record (groups past the chunk's are no-ops).
         unsafe {
-            group::<OP, R, P, BITS, CHUNK, ROW, 0>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, ROW, 1>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, ROW, 2>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, ROW, 3>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, ROW, 4>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, ROW, 5>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, ROW, 6>(&mut acc, &av, &codes);
-            group::<OP, R, P, BITS, CHUNK, ROW, 7>(&mut acc, &av, &codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 0>(acc, &av, codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 1>(acc, &av, codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 2>(acc, &av, codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 3>(acc, &av, codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 4>(acc, &av, codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 5>(acc, &av, codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 6>(acc, &av, codes);
+            group::<OP, R, P, BITS, CHUNK, ROW, 7>(acc, &av, codes);
         }
-        // The next chunk of the row and of each record (past the last block: never read).
-        act = act.wrapping_add(CHUNK);
-        for p in 0..P {
-            codes[p] = codes[p].wrapping_add(chunk_bytes);
-        }
-        if last {
-            for p in 0..P {
-                let folded: [[int32x4_t; 2]; R] =
-                    core::array::from_fn(|r| [fold::<OP>(acc[p][r][0]), fold::<OP>(acc[p][r][1])]);
-                // SAFETY: block b's record of panel p; rows 0..R of the tile's scales and sums.
-                unsafe { accumulate_block::<R, BITS, ZP, ROW>(&mut y[p], &folded, a, rec[p], lhs_scale, lhs_sum, b) };
-                rec[p] = rec[p].wrapping_add(a.rhs_record);
-                codes[p] = rec[p];
-            }
-            acc = [[[[zero; 2]; 2]; R]; P];
-        }
-    });
-    for p in 0..P {
-        // SAFETY: rows 0..R of the tile's output.
-        unsafe { store_rows(y[p], a, panel + p, dst) };
+    };
+    let fold_block = |acc: &mut [[[[int32x4_t; 2]; 2]; R]; P]| {
+        let sums =
+            core::array::from_fn(|p| core::array::from_fn(|r| [fold::<OP>(acc[p][r][0]), fold::<OP>(acc[p][r][1])]));
+        *acc = [[[[zero; 2]; 2]; R]; P];
+        sums
+    };
+    // SAFETY: forwarded (this body's contract is the walk's); `step` reads the chunk it is given.
+    unsafe {
+        walk_rows::<R, P, BITS, CHUNK, ONE, ZP, ROW, _>(
+            a,
+            panel,
+            lhs,
+            lhs_scale,
+            lhs_sum,
+            dst,
+            CHUNK * NR * BITS / 8,
+            [[[[zero; 2]; 2]; R]; P],
+            step,
+            fold_block,
+        )
     }
 }
 
@@ -446,19 +438,10 @@ unsafe fn unit_q4<
     lhs_sum: *const i32,
     dst: *mut f32,
 ) {
-    let chunk_bytes = CHUNK * NR / 2;
-    let chunks = if ONE { 1 } else { a.bl / CHUNK };
-    debug_assert!(a.bits == 4 && a.bl.min(32) == CHUNK && (!ONE || a.bl == CHUNK));
-    debug_assert!(R <= 4 && (P == 1 || R == 1) && panel + P <= a.cols.div_ceil(NR));
-    debug_assert!(ZP == (a.has_zp != 0) && ROW == (a.row != 0));
-    // SAFETY: panels panel..panel + P are the tile's, inside the packed weights (RunArgs contract).
-    let mut rec: [*const u8; P] = core::array::from_fn(|p| unsafe { a.rhs.add((panel + p) * a.rhs_panel_stride) });
-    let mut codes = rec;
-    let mut act = lhs;
-    let mut y = [[[vdupq_n_f32(0.0); 2]; R]; P];
-    // The block's int32 sums (blocks of several chunks only).
-    let mut blk = [[[vdupq_n_s32(0); 2]; R]; P];
-    walk_chunks::<ONE>(a.blocks, chunks, |b, last| {
+    debug_assert!(a.bits == 4 && R <= 4 && (P == 1 || R == 1) && panel + P <= a.cols.div_ceil(NR));
+    let zero = vdupq_n_s32(0);
+    // The block's int32 sums: a block of one chunk sets them, longer blocks add each chunk's.
+    let step = |blk: &mut [[[int32x4_t; 2]; R]; P], act: *const i8, codes: &[*const u8; P]| {
         let mut s = [[[[vdupq_n_s16(0); 2]; 2]; R]; P];
         if R == 4 && P == 1 && CHUNK == 32 {
             // SAFETY: the current chunk of panel 0's record and of rows 0..4.
@@ -467,44 +450,37 @@ unsafe fn unit_q4<
         } else {
             // SAFETY: the current chunk of each panel's record and of rows 0..R (groups past the chunk's: no-ops).
             unsafe {
-                q4_group::<R, P, CHUNK, 0>(&mut s, act, a.lhs_stride, &codes);
-                q4_group::<R, P, CHUNK, 1>(&mut s, act, a.lhs_stride, &codes);
-                q4_group::<R, P, CHUNK, 2>(&mut s, act, a.lhs_stride, &codes);
-                q4_group::<R, P, CHUNK, 3>(&mut s, act, a.lhs_stride, &codes);
+                q4_group::<R, P, CHUNK, 0>(&mut s, act, a.lhs_stride, codes);
+                q4_group::<R, P, CHUNK, 1>(&mut s, act, a.lhs_stride, codes);
+                q4_group::<R, P, CHUNK, 2>(&mut s, act, a.lhs_stride, codes);
+                q4_group::<R, P, CHUNK, 3>(&mut s, act, a.lhs_stride, codes);
             }
         }
-        let mut sums = [[[vdupq_n_s32(0); 2]; R]; P];
         for p in 0..P {
             for r in 0..R {
                 for q in 0..2 {
                     let pairs = vpaddq_s16(s[p][r][q][0], s[p][r][q][1]);
-                    if ONE {
-                        sums[p][r][q] = vpaddlq_s16(pairs);
-                    } else {
-                        blk[p][r][q] = vpadalq_s16(blk[p][r][q], pairs);
-                    }
+                    blk[p][r][q] = if ONE { vpaddlq_s16(pairs) } else { vpadalq_s16(blk[p][r][q], pairs) };
                 }
             }
         }
-        // The next chunk of the rows and of each record (past the last block: never read).
-        act = act.wrapping_add(CHUNK);
-        for p in 0..P {
-            codes[p] = codes[p].wrapping_add(chunk_bytes);
-        }
-        if last {
-            let sums = if ONE { sums } else { core::mem::replace(&mut blk, [[[vdupq_n_s32(0); 2]; R]; P]) };
-            for p in 0..P {
-                // SAFETY: block b's record of panel p; rows 0..R of the tile's scales and sums. The sums are the
-                // codes' own: the 8-bit (factor 1) conversion.
-                unsafe { accumulate_block::<R, 8, ZP, ROW>(&mut y[p], &sums[p], a, rec[p], lhs_scale, lhs_sum, b) };
-                rec[p] = rec[p].wrapping_add(a.rhs_record);
-                codes[p] = rec[p];
-            }
-        }
-    });
-    for p in 0..P {
-        // SAFETY: rows 0..R of the tile's output.
-        unsafe { store_rows(y[p], a, panel + p, dst) };
+    };
+    let fold_block = |blk: &mut [[[int32x4_t; 2]; R]; P]| core::mem::replace(blk, [[[zero; 2]; R]; P]);
+    // SAFETY: forwarded (this body's contract is the walk's); `step` reads the chunk it is given. The sums are
+    // the codes' own: the 8-bit (factor 1) conversion.
+    unsafe {
+        walk_rows::<R, P, 8, CHUNK, ONE, ZP, ROW, _>(
+            a,
+            panel,
+            lhs,
+            lhs_scale,
+            lhs_sum,
+            dst,
+            CHUNK * NR / 2,
+            [[[zero; 2]; R]; P],
+            step,
+            fold_block,
+        )
     }
 }
 

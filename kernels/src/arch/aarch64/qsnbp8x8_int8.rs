@@ -17,7 +17,7 @@
 
 // Register tiles are indexed [row pair][column pair]: index loops read like the algebra.
 #![allow(clippy::needless_range_loop)]
-use super::ops::{accumulate_block, block_epilogue, field, scales8, sdot, smmla, store_rows, store4, walk_chunks};
+use super::ops::{block_epilogue, field, scales8, sdot, smmla, store4, walk_chunks, walk_rows};
 use crate::pack::ScaleType;
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
@@ -54,8 +54,8 @@ pub(crate) unsafe fn gemv_unit<const R: usize, const P: usize, const BITS: usize
 }
 
 /// [`gemv_unit`] with the chunk length, whether a block is one chunk (`ONE`) and the presence of zero points as
-/// constants; one loop walks all chunks of K, running the epilogue after each block's last chunk (with `ONE`:
-/// every iteration).
+/// constants; the shared panel walk (`ops::walk_rows`) goes over all chunks of K, running the epilogue after each
+/// block's last chunk (with `ONE`: every iteration); this body gives it the chunk step and the block fold.
 #[target_feature(enable = "neon")]
 #[inline]
 unsafe fn gemv_c<
@@ -77,18 +77,9 @@ unsafe fn gemv_c<
     let cpb = 8 / BITS;
     let lane_len = CHUNK / cpb;
     let groups = lane_len / KR;
-    let chunk_bytes = CHUNK * NR * BITS / 8;
-    let chunks = if ONE { 1 } else { a.bl / CHUNK };
-    debug_assert!(!ONE || a.bl == CHUNK);
-    debug_assert!(a.bl.min(32) == CHUNK && R <= 2 && P <= 2 && groups >= 1 && panel + P <= a.cols.div_ceil(NR));
-    // SAFETY: panels panel..panel + P are the tile's, inside the packed weights (RunArgs contract).
-    let mut rec: [*const u8; P] = core::array::from_fn(|p| unsafe { a.rhs.add((panel + p) * a.rhs_panel_stride) });
-    let mut codes = rec;
-    let mut act = lhs;
+    debug_assert!(R <= 2 && P <= 2 && groups >= 1 && panel + P <= a.cols.div_ceil(NR));
     let zero = vdupq_n_s32(0);
-    let mut y = [[[vdupq_n_f32(0.0); 2]; R]; P];
-    let mut acc = [[[zero; 4]; R]; P];
-    walk_chunks::<ONE>(a.blocks, chunks, |b, last| {
+    let step = |acc: &mut [[[int32x4_t; 4]; R]; P], act: *const i8, codes: &[*const u8; P]| {
         let av: [[int64x2_t; 2]; R] = core::array::from_fn(|r| {
             core::array::from_fn(|j| {
                 if 16 * j < CHUNK {
@@ -122,27 +113,28 @@ unsafe fn gemv_c<
                 }
             }
         }
-        // The next chunk of the row and of each record (past the last block: never read).
-        act = act.wrapping_add(CHUNK);
-        for p in 0..P {
-            codes[p] = codes[p].wrapping_add(chunk_bytes);
-        }
-        if last {
-            for p in 0..P {
-                let folded: [[int32x4_t; 2]; R] = core::array::from_fn(|r| {
-                    [vpaddq_s32(acc[p][r][0], acc[p][r][1]), vpaddq_s32(acc[p][r][2], acc[p][r][3])]
-                });
-                // SAFETY: block b's record of panel p; rows 0..R of the tile's scales and sums.
-                unsafe { accumulate_block::<R, BITS, ZP, ROW>(&mut y[p], &folded, a, rec[p], lhs_scale, lhs_sum, b) };
-                rec[p] = rec[p].wrapping_add(a.rhs_record);
-                codes[p] = rec[p];
-            }
-            acc = [[[zero; 4]; R]; P];
-        }
-    });
-    for p in 0..P {
-        // SAFETY: rows 0..R of the tile's output.
-        unsafe { store_rows(y[p], a, panel + p, dst) };
+    };
+    let fold_block = |acc: &mut [[[int32x4_t; 4]; R]; P]| {
+        let sums = core::array::from_fn(|p| {
+            core::array::from_fn(|r| [vpaddq_s32(acc[p][r][0], acc[p][r][1]), vpaddq_s32(acc[p][r][2], acc[p][r][3])])
+        });
+        *acc = [[[zero; 4]; R]; P];
+        sums
+    };
+    // SAFETY: forwarded (this body's contract is the walk's); `step` reads the chunk it is given.
+    unsafe {
+        walk_rows::<R, P, BITS, CHUNK, ONE, ZP, ROW, _>(
+            a,
+            panel,
+            lhs,
+            lhs_scale,
+            lhs_sum,
+            dst,
+            CHUNK * NR * BITS / 8,
+            [[[zero; 4]; R]; P],
+            step,
+            fold_block,
+        )
     }
 }
 
