@@ -23,9 +23,10 @@
 #   4. writes $OUT/report.md (and ppl-*.json, greedy.json) and prints it. Exit status 1 if any row FAILs.
 #
 # Usage: models/quality.sh [--max-tokens N] [--ctx N] [--threads N] [--greedy-tokens N] [--out DIR] [--lib PATH]
-#                          [--schemes "sym-bs32 asym-bs32 sym-bs128 native asym-bs32-qhead"] [--levels "1 4"] [--no-greedy]
+#                          [--schemes "sym-bs32 asym-bs32 sym-bs128 native"] [--levels "1 4"] [--no-greedy]
 #                          [--acts "block row"] [--reuse]   (keep an existing ppl-<variant>.json instead of measuring it
 #                                                            again)
+# Any scheme may end in -qhead (e.g. --schemes "asym-bs32 asym-bs32-qhead": the LM head's cost).
 # Defaults: --max-tokens 4096 (per text), --ctx 512, --greedy-tokens 32, --out target/llama/quality,
 # --lib target/release/libnibble_ort.so. With the defaults it takes ~40 min on a 2-core x86 box, almost all of it
 # nibble's portable kernels (about 35 ms per token at ctx 512); --max-tokens 1024 gives a rougher table in ~12 min.

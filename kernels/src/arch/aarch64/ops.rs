@@ -197,10 +197,10 @@ pub(crate) fn walk_chunks<const ONE: bool>(blocks: usize, chunks: usize, mut ste
 }
 /// The panel walk of the row-major (`qsi8db` LHS) int8 bodies, GEMV and GEMM: rows `0..R` × the 8·P columns of
 /// panels `panel..panel + P` over all K, in chunks of `CHUNK` values ([`walk_chunks`]). The body is two
-/// functions on its own accumulators `acc` (started from `init`): `step(acc, act, codes)` adds one chunk, the rows'
-/// activations from `act` (row r at `act + r·a.lhs_stride`) against each panel p's codes of the chunk at
-/// `codes[p]`; `fold(acc)` ends a block: it returns the block's int32 sums [panel][row][columns 0..3 | 4..7], in
-/// the epilogue's convention for `SUM_BITS` (see [`block_epilogue`]), and resets `acc`. The walk holds the rest:
+/// functions on its own accumulators `acc` (`init` at the start of every block): `step(acc, act, codes)` adds one
+/// chunk, the rows' activations from `act` (row r at `act + r·a.lhs_stride`) against each panel p's codes of the
+/// chunk at `codes[p]`; `fold(acc)` ends a block: it returns the block's int32 sums [panel][row][columns 0..3 |
+/// 4..7], in the epilogue's convention for `SUM_BITS` (see [`block_epilogue`]). The walk holds the rest:
 /// the record and code pointers (a chunk is `CHUNK` activations and `chunk_bytes` of codes; a block ends at the
 /// next record), the block epilogue ([`accumulate_block`]) into the f32 sums, and the store.
 ///
@@ -220,7 +220,7 @@ pub(crate) unsafe fn walk_rows<
     const ONE: bool,
     const ZP: bool,
     const ROW: bool,
-    S,
+    S: Copy,
 >(
     a: &RunArgs,
     panel: usize,
@@ -231,7 +231,7 @@ pub(crate) unsafe fn walk_rows<
     chunk_bytes: usize,
     init: S,
     mut step: impl FnMut(&mut S, *const i8, &[*const u8; P]),
-    mut fold: impl FnMut(&mut S) -> [[[int32x4_t; 2]; R]; P],
+    fold: impl Fn(&S) -> [[[int32x4_t; 2]; R]; P],
 ) {
     debug_assert!(a.bl.min(32) == CHUNK && (!ONE || a.bl == CHUNK));
     debug_assert!(ZP == (a.has_zp != 0) && ROW == (a.row != 0));
@@ -250,7 +250,8 @@ pub(crate) unsafe fn walk_rows<
             codes[p] = codes[p].wrapping_add(chunk_bytes);
         }
         if last {
-            let sums = fold(&mut acc);
+            let sums = fold(&acc);
+            acc = init;
             for p in 0..P {
                 // SAFETY: block b's record of panel p; rows 0..R of the tile's scales and sums.
                 unsafe {

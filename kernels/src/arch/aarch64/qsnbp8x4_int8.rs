@@ -171,11 +171,8 @@ unsafe fn unit_c<
             group::<OP, R, P, BITS, CHUNK, ROW, 7>(acc, &av, codes);
         }
     };
-    let fold_block = |acc: &mut [[[[int32x4_t; 2]; 2]; R]; P]| {
-        let sums =
-            core::array::from_fn(|p| core::array::from_fn(|r| [fold::<OP>(acc[p][r][0]), fold::<OP>(acc[p][r][1])]));
-        *acc = [[[[zero; 2]; 2]; R]; P];
-        sums
+    let fold_block = |acc: &[[[[int32x4_t; 2]; 2]; R]; P]| {
+        core::array::from_fn(|p| core::array::from_fn(|r| [fold::<OP>(acc[p][r][0]), fold::<OP>(acc[p][r][1])]))
     };
     // SAFETY: forwarded (this body's contract is the walk's); `step` reads the chunk it is given.
     unsafe {
@@ -440,7 +437,8 @@ unsafe fn unit_q4<
 ) {
     debug_assert!(a.bits == 4 && R <= 4 && (P == 1 || R == 1) && panel + P <= a.cols.div_ceil(NR));
     let zero = vdupq_n_s32(0);
-    // The block's int32 sums: a block of one chunk sets them, longer blocks add each chunk's.
+    // The block's int32 sums: a block of one chunk sets them, longer blocks add each chunk's (from zero: the walk
+    // starts every block from `init`).
     let step = |blk: &mut [[[int32x4_t; 2]; R]; P], act: *const i8, codes: &[*const u8; P]| {
         let mut s = [[[[vdupq_n_s16(0); 2]; 2]; R]; P];
         if R == 4 && P == 1 && CHUNK == 32 {
@@ -465,7 +463,7 @@ unsafe fn unit_q4<
             }
         }
     };
-    let fold_block = |blk: &mut [[[int32x4_t; 2]; R]; P]| core::mem::replace(blk, [[[zero; 2]; R]; P]);
+    let fold_block = |blk: &[[[int32x4_t; 2]; R]; P]| *blk;
     // SAFETY: forwarded (this body's contract is the walk's); `step` reads the chunk it is given. The sums are
     // the codes' own: the 8-bit (factor 1) conversion.
     unsafe {

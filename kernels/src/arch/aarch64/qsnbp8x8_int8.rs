@@ -114,12 +114,10 @@ unsafe fn gemv_c<
             }
         }
     };
-    let fold_block = |acc: &mut [[[int32x4_t; 4]; R]; P]| {
-        let sums = core::array::from_fn(|p| {
+    let fold_block = |acc: &[[[int32x4_t; 4]; R]; P]| {
+        core::array::from_fn(|p| {
             core::array::from_fn(|r| [vpaddq_s32(acc[p][r][0], acc[p][r][1]), vpaddq_s32(acc[p][r][2], acc[p][r][3])])
-        });
-        *acc = [[[zero; 4]; R]; P];
-        sums
+        })
     };
     // SAFETY: forwarded (this body's contract is the walk's); `step` reads the chunk it is given.
     unsafe {
