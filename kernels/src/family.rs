@@ -10,7 +10,9 @@
 
 use crate::cpu::Cpu;
 use crate::format::{FormatError, Weights};
-use crate::pack::{ActQuant, LhsSource, PAIR_ROW_F32, PackedLhs, PackedRhs, QuantizeBlocks, RhsLayout, Runs};
+use crate::pack::{
+    ActQuant, LhsSource, PAIR_ROW_F32, PackedLhs, PackedRhs, QuantizeBlocks, RhsLayout, Runs, f32_row_stride,
+};
 use crate::plan::{OutTiles, TilePlan};
 use crate::problem::{ComputePath, Problem};
 use crate::ukernel::{Geometry, RunArgs, UKernel};
@@ -351,15 +353,16 @@ impl Selected {
         );
         let (m0, rows, n0, cols) = plan.tile(t);
         // The LHS must hold the plan's rows (int8 formats: rounded up to whole row groups).
+        let f32_stride = f32_row_stride(kp);
         let (lhs_ptr, lhs_scale, lhs_sum): (*const u8, *const f32, *const i32) = if lhs.format.is_f32() {
             assert_eq!(
                 lhs.f32s.len(),
-                plan.m * kp,
-                "activations hold {} values, plan needs {}x{kp}",
+                plan.m * f32_stride,
+                "activations hold {} values, plan needs {}x{f32_stride}",
                 lhs.f32s.len(),
                 plan.m
             );
-            (lhs.f32s[m0 * kp..].as_ptr().cast(), std::ptr::null(), std::ptr::null())
+            (lhs.f32s[m0 * f32_stride..].as_ptr().cast(), std::ptr::null(), std::ptr::null())
         } else {
             let padded = plan.m.next_multiple_of(lhs.format.mr());
             assert_eq!(
@@ -392,7 +395,7 @@ impl Selected {
             lhs: lhs_ptr,
             lhs_scale,
             lhs_sum,
-            lhs_stride: kp,
+            lhs_stride: if lhs.format.is_f32() { f32_stride } else { kp },
             rhs: rhs_bytes[(n0 / self.layout.nr) * rhs.panel_bytes()..].as_ptr(),
             rhs_panel_stride: rhs.panel_bytes(),
             rhs_record: rec.bytes,

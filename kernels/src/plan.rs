@@ -22,13 +22,21 @@ impl TilePlan {
     /// worth scheduling.
     pub const TARGET_TILES: usize = 32;
 
+    /// Fewest tasks a call is cut into where the rows allow: tiles of 128 rows or more are halved (not below 64)
+    /// until there are this many, so that a pool of a few threads gets an even share (9 column tiles of one
+    /// 128-row tile leave 2 threads 5 and 4 tasks).
+    pub const MIN_TILES: usize = 16;
+
     /// Tiles of whole register tiles (`m_step × n_step`), at most `max_task_rows` rows (rounded up to m_step),
     /// at least `min_task_macs` multiply-adds where the matrix allows, and up to [`Self::TARGET_TILES`] of them.
     pub fn new(m: usize, n: usize, k: usize, g: &Geometry) -> Self {
         let (m_step, n_step) = (g.m_step.max(1), g.n_step.max(1));
-        let m_tile = m.clamp(1, g.max_task_rows.max(1)).next_multiple_of(m_step);
-        let m_tiles = m.div_ceil(m_tile).max(1);
         let units = n.div_ceil(n_step);
+        let mut m_tile = m.clamp(1, g.max_task_rows.max(1)).next_multiple_of(m_step);
+        while m_tile >= 128 && m.div_ceil(m_tile) * units < Self::MIN_TILES {
+            m_tile = (m_tile / 2).next_multiple_of(m_step);
+        }
+        let m_tiles = m.div_ceil(m_tile).max(1);
         let want_n_tiles = (Self::TARGET_TILES / m_tiles).max(1);
         let min_units = g.min_task_macs.div_ceil(m_tile.min(m.max(1)) * n_step * k.max(1));
         let units_per_tile = units.div_ceil(want_n_tiles).max(min_units).clamp(1, units.max(1));
@@ -123,6 +131,12 @@ mod tests {
                 assert!(covered.iter().all(|&c| c == 1));
             }
         }
+        // Tall tiles are halved until the call has MIN_TILES tasks: 128 rows × 9 column steps → 2 × 9.
+        let tall = Geometry { max_task_rows: 256, ..Geometry::new(6, 64, usize::MAX) };
+        assert_eq!(TilePlan::new(128, 576, 576, &tall).tile_shape().0, 66);
+        assert_eq!(TilePlan::new(128, 576, 576, &tall).count(), 18);
+        assert_eq!(TilePlan::new(512, 576, 576, &tall).tile_shape().0, 258);
+        assert_eq!(TilePlan::new(512, 1536, 576, &tall).count(), 2 * 12);
         // Decode shapes are split along N into many tasks; a tiny matrix stays one task.
         assert!(TilePlan::new(1, 4096, 4096, &Geometry::new(1, 8, 1)).count() >= 16);
         assert_eq!(TilePlan::new(1, 5, 93, &Geometry::new(1, 8, 1)).count(), 1);

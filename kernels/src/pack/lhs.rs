@@ -256,7 +256,7 @@ pub struct PackedLhs {
     pub(crate) m: usize,
     pub(crate) k_packed: usize,
     pub(crate) blocks: usize,
-    /// F32: the values.
+    /// F32: the values, row r at `r ·` [`f32_row_stride`]`(k_packed)`.
     pub(crate) f32s: Vec<f32>,
     /// int8 formats: the values (i8 or u8 bytes), `m` rows rounded up to `mr`.
     pub(crate) bytes: Vec<u8>,
@@ -277,6 +277,46 @@ pub struct PackedLhs {
 
 /// f32 per (block, row group) in [`PackedLhs::pairs`].
 pub const PAIR_ROW_F32: usize = 16;
+
+/// Most f32 values of packed activations a thread keeps for its next call (16 MiB): a prefill's rows are
+/// written straight into the last call's buffer instead of a fresh one that is zeroed (or faulted in) first,
+/// which cost as much as a tenth of an fp32 GEMM at M = 512, K = 576.
+const KEEP_F32: usize = 4 << 20;
+
+thread_local! {
+    static SPARE_F32: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// A buffer of `n` f32 for packed rows, whose values are all overwritten by the packing: this thread's spare
+/// buffer if it has one (stale values), else zeros.
+fn f32_buffer(n: usize) -> Vec<f32> {
+    let mut v = SPARE_F32.take();
+    if v.len() >= n {
+        v.truncate(n);
+    } else {
+        v.clear();
+        v.resize(n, 0.0);
+    }
+    v
+}
+
+impl Drop for PackedLhs {
+    /// Hands the f32 rows back to this thread as its spare buffer (up to [`KEEP_F32`] values).
+    fn drop(&mut self) {
+        let v = std::mem::take(&mut self.f32s);
+        if v.capacity() > 0 && v.capacity() <= KEEP_F32 {
+            SPARE_F32.set(v);
+        }
+    }
+}
+
+/// The distance between f32 rows of `k_packed` values: `k_packed` padded to an odd number of 64-byte lines, so
+/// that the rows a GEMM register block reads together fall in different L1 sets (rows of 2048, 4096 or 8192
+/// f32 are a multiple of 4 KiB apart: all in one set, which 8 or 12 rows thrash).
+pub fn f32_row_stride(k_packed: usize) -> usize {
+    let lines = k_packed.div_ceil(16);
+    (lines | 1) * 16
+}
 
 /// Where a block's int8 codes go in the packed bytes: value i at `(i / run)·stride + i % run` of the destination,
 /// as the byte `(q as u8) ^ flip` (flip 0x80 stores q + 128). Row-major formats write a block as one run;
@@ -384,8 +424,10 @@ struct Job<'a> {
 impl Job<'_> {
     /// F32: rows r0.. into `out` (whole rows of kp).
     fn fill_f32(&self, r0: usize, out: &mut [f32]) {
-        for (j, row) in out.chunks_exact_mut(self.kp).enumerate().take(self.m.saturating_sub(r0)) {
-            self.a.gather_row(r0 + j, self.k, self.k_map, row);
+        for (j, row) in out.chunks_exact_mut(f32_row_stride(self.kp)).enumerate().take(self.m.saturating_sub(r0)) {
+            let (values, pad) = row.split_at_mut(self.kp);
+            self.a.gather_row(r0 + j, self.k, self.k_map, values);
+            pad.fill(0.0);
         }
     }
 
@@ -588,11 +630,12 @@ impl PackedLhs {
         let per_task = groups.div_ceil(tasks.clamp(1, groups)) * mr;
         let tasks = m.div_ceil(per_task);
         if format.is_f32() {
-            out.f32s = vec![0f32; m * kp];
+            out.f32s = f32_buffer(m * f32_row_stride(kp));
             if tasks == 1 {
                 job.fill_f32(0, &mut out.f32s);
             } else {
-                let chunks: Vec<Mutex<&mut [f32]>> = out.f32s.chunks_mut(per_task * kp).map(Mutex::new).collect();
+                let chunks: Vec<Mutex<&mut [f32]>> =
+                    out.f32s.chunks_mut(per_task * f32_row_stride(kp)).map(Mutex::new).collect();
                 par(tasks, &|t| job.fill_f32(t * per_task, &mut lock(&chunks[t])))?;
             }
             return Ok(out);
@@ -883,9 +926,9 @@ mod tests {
             pairs: Vec::new(),
         };
         if format.is_f32() {
-            out.f32s = vec![0f32; m * kp];
-            for (i, row) in out.f32s.chunks_exact_mut(kp.max(1)).enumerate().take(m) {
-                a.gather_row(i, k, k_map, row);
+            out.f32s = vec![0f32; m * f32_row_stride(kp)];
+            for (i, row) in out.f32s.chunks_exact_mut(f32_row_stride(kp).max(1)).enumerate().take(m) {
+                a.gather_row(i, k, k_map, &mut row[..kp]);
             }
             return out;
         }

@@ -44,7 +44,7 @@ pub(crate) const MIN_ROWS: usize = 32;
 pub(crate) unsafe fn run(args: &RunArgs) {
     if args.rows >= MIN_ROWS {
         // SAFETY: the caller's guarantee, forwarded.
-        Scratch::with(args.rows, |s| unsafe { tile(args, s) })
+        Scratch::with(|s| unsafe { tile(args, s) })
     } else {
         run_units!(gemm, f32, args, unit, g = 2, mr = [6, 5, 4, 3, 2, 1], unit_cols = 32);
     }

@@ -3,11 +3,12 @@
 //! `w = s·q + c` (c = −s·z; without zero points c = −s·2^(bits−1)) once, into a buffer of two 32-column
 //! halves, each `len × 32` f32 and contiguous (up to 64 KiB each, L2-resident), and a register-blocked FMA
 //! microkernel (`R` ≤ [`MR`] = 12 rows × 32 columns: 24 accumulators, two weight loads and `R` broadcasts of A
-//! per K value) runs every row block of the tile over each half. The tile's rows of A for the piece are copied
-//! once (row by row, one cache line of padding between rows: in place, the rows of a 4096-wide A share L1 sets
-//! and the GEMM ran 20% slower at K = 4096; interleaving the 12 rows per K value measured slower than this
-//! copy). The tile's rows are cut into ⌈rows/12⌉ blocks of as equal a size as they allow (66 rows: 6 × 11,
-//! not 5 × 12 + 6), so no block runs with too few accumulators to cover the FMA latency.
+//! per K value) runs every row block of the tile over each half. A is read in place: the packed f32 rows are an
+//! odd number of cache lines apart (`pack::f32_row_stride`), so the 12 rows of a block fall in different L1
+//! sets (rows of a 4096-wide A 16 KiB apart shared one set and the GEMM ran 20% slower at K = 4096; a per-tile
+//! copy of the rows into a padded buffer, which this replaces, cost ~10% at M = 512). The tile's rows are cut
+//! into ⌈rows/12⌉ blocks of as equal a size as they allow (66 rows: 6 × 11, not 5 × 12 + 6), so no block runs
+//! with too few accumulators to cover the FMA latency.
 //! Output rows hold the partial sums between pieces (stored after the first piece, loaded and added after the
 //! others); the bias is added after the last. The buffers are per thread and kept between calls.
 //!
@@ -18,13 +19,19 @@
 //! with a load-add-store of its 24 accumulators; 512 halves them); 128 and 64 were slower (42–46 and 34–41
 //! GMAC/s, though the 32-column half then fits L1), 1024 no faster than 512.
 //!
+//! Reading A in place, the 4-pointer addressing of the microkernel (12 address computations per K value left the
+//! loop at 53 µops per 24 FMAs, front-end bound) and tiles of up to 256 rows (a dequantized piece shared by
+//! more rows) took the tiles alone from 100–106 to 121–125 GFLOP/s at M = 512 and from 101–106 to 119–130 at
+//! M = 128 on 1536×576, 576×1536 and 576×576 (Intel Xeon Cascade Lake, KVM guest, 1 thread, peak ~150 GFLOP/s
+//! measured with 24 independent FMA chains; `cargo run --release -p nibble-kernels --example gemm_time`, variants
+//! in turns, best of 4–6).
+//!
 //! ```text
 //! for piece (k0 .. k0+len):       // whole blocks, or KC values of one block; len ≤ KC
-//!     ap[r][0..len] = a[r][k0..k0+len]
 //!     for panel:                  // 64 columns
 //!         buf[h][k][0..32] = s·q + c of columns 32h..32h+32   // dequantize once
 //!         for row block r0 .. r1 (≤ 12 rows), half h:        // every row of the tile
-//!             y[r][32h..32h+32] (+)= Σ_k ap[r][k]·buf[h][k][0..32]
+//!             y[r][32h..32h+32] (+)= Σ_k a[r][k0+k]·buf[h][k][0..32]
 //! ```
 
 // Register tiles are indexed [row][column group]: index loops read like the algebra.
@@ -43,6 +50,8 @@ const G: usize = NR / 16;
 pub(crate) const MR: usize = 12;
 /// Column groups of 16 per microkernel call.
 const GM: usize = 2;
+/// K values per microkernel loop step (pieces are whole blocks of at least 16 values, or KC).
+const U: usize = 4;
 
 /// Calls `micro::<R>` for the run-time row count `$rows` (one of the listed constants, the first = MR).
 macro_rules! rows {
@@ -55,30 +64,22 @@ macro_rules! rows {
 }
 use rows;
 
-/// Values per row of the copied A piece: KC plus one cache line, so that the rows of a register block do not
-/// share L1 sets (rows of a 4096-wide A are 16 KiB apart: 12 of them in one 8-way set thrash it).
-const A_STRIDE: usize = KC + 16;
-
-/// Scratch of one tile: the dequantized piece (two halves of `KC × 32` f32, 64-byte aligned) and the tile's
-/// rows of A for the piece (`A_STRIDE` apart). One per thread, kept between calls.
+/// Scratch of one thread: the dequantized piece (two halves of `KC × 32` f32, 64-byte aligned), kept between
+/// calls.
 pub(crate) struct Scratch {
     piece: Vec<__m512>,
-    a: Vec<f32>,
 }
 
 impl Scratch {
-    /// Runs `f` on this thread's scratch, grown to hold `rows` rows of A.
-    pub(crate) fn with<T>(rows: usize, f: impl FnOnce(&mut Scratch) -> T) -> T {
+    /// Runs `f` on this thread's scratch.
+    pub(crate) fn with<T>(f: impl FnOnce(&mut Scratch) -> T) -> T {
         thread_local! {
-            static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch { piece: Vec::new(), a: Vec::new() }) };
+            static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch { piece: Vec::new() }) };
         }
         SCRATCH.with_borrow_mut(|s| {
             if s.piece.is_empty() {
                 // SAFETY: all-zero bits are a valid __m512.
                 s.piece = vec![unsafe { std::mem::zeroed::<__m512>() }; KC * G];
-            }
-            if s.a.len() < rows * A_STRIDE {
-                s.a = vec![0.0; rows * A_STRIDE];
             }
             f(s)
         })
@@ -94,7 +95,6 @@ impl Scratch {
 pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
     let a = args;
     let total = a.blocks * a.bl;
-    assert!(s.a.len() >= a.rows * A_STRIDE, "scratch for {} rows", a.rows);
     let buf = s.piece.as_mut_ptr().cast::<f32>();
     // Row blocks of at most MR rows, as equal as the rows allow.
     let blocks = a.rows.div_ceil(MR);
@@ -103,11 +103,6 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
     while k0 < total {
         let len = piece_len(total, a.bl, k0);
         let (first, last) = (k0 == 0, k0 + len == total);
-        for r in 0..a.rows {
-            // SAFETY: row r of the tile holds `total` values (padded to whole blocks), k0 + len ≤ total.
-            let src = unsafe { std::slice::from_raw_parts(a.lhs.cast::<f32>().add(r * a.lhs_stride + k0), len) };
-            s.a[r * A_STRIDE..][..len].copy_from_slice(src);
-        }
         for panel in 0..a.cols.div_ceil(NR) {
             let c0 = panel * NR;
             let ncols = (a.cols - c0).min(NR);
@@ -117,20 +112,21 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
             let bias = if a.bias.is_null() || !last { std::ptr::null() } else { unsafe { a.bias.add(c0) } };
             for blk in 0..blocks {
                 let (r0, r1) = bounds(blk);
-                let ap = s.a[r0 * A_STRIDE..].as_ptr();
+                // SAFETY: rows r0..r1 of the tile hold `total` values (whole blocks), k0 + len ≤ total.
+                let ap = unsafe { a.lhs.cast::<f32>().add(r0 * a.lhs_stride + k0) };
                 for h in 0..G / GM {
                     let c = 16 * GM * h;
                     if c >= ncols {
                         break;
                     }
-                    // SAFETY: rows r0..r1 of the copy hold `len` values, `A_STRIDE` apart; half h of the buffer
+                    // SAFETY: rows r0..r1 of A hold `len` values from ap, `lhs_stride` apart; half h of the buffer
                     // holds `len` rows of 16·GM values; columns c0+c..c0+ncols of those output rows are the tile's.
                     unsafe {
                         let dst = a.dst.add(r0 * a.dst_stride + c0 + c);
                         let bias = if bias.is_null() { bias } else { bias.add(c) };
                         let m = Store { dst, dst_stride: a.dst_stride, ncols: ncols - c, first, bias };
                         let b = buf.add(KC * 16 * GM * h);
-                        crate::arch::x86_64::qunbp64x4_panel::rows!(r1 - r0, ap, A_STRIDE, b, len, m; 12 11 10 9 8 7 6 5 4 3 2 1);
+                        crate::arch::x86_64::qunbp64x4_panel::rows!(r1 - r0, ap, a.lhs_stride, b, len, m; 12 11 10 9 8 7 6 5 4 3 2 1);
                     }
                 }
             }
@@ -243,16 +239,25 @@ struct Store {
 #[inline]
 unsafe fn micro<const R: usize>(ap: *const f32, rs: usize, buf: *const f32, len: usize, s: Store) {
     let mut acc = [[_mm512_setzero_ps(); GM]; R];
-    for k in 0..len {
-        // SAFETY: row k of the buffer.
-        let w: [__m512; GM] = std::array::from_fn(|g| unsafe { _mm512_load_ps(buf.add(k * 16 * GM + 16 * g)) });
-        for r in 0..R {
-            // SAFETY: value k of row r, k < len.
-            let x = _mm512_set1_ps(unsafe { *ap.add(k + r * rs) });
-            for g in 0..GM {
-                acc[r][g] = _mm512_fmadd_ps(w[g], x, acc[r][g]);
+    // Rows in threes from one moving pointer each (row 3j + i at p[j] + i·rs): each broadcast is one
+    // base + index·scale + displacement load, and a step of U values moves 4 pointers, not 12 addresses.
+    let mut p: [*const f32; 4] = std::array::from_fn(|j| ap.wrapping_add(3 * j * rs));
+    let mut b = buf;
+    debug_assert!(len.is_multiple_of(U));
+    for _ in 0..len / U {
+        for u in 0..U {
+            // SAFETY: row k of the buffer, k < len.
+            let w: [__m512; GM] = std::array::from_fn(|g| unsafe { _mm512_load_ps(b.add(u * 16 * GM + 16 * g)) });
+            for r in 0..R {
+                // SAFETY: value k of row r, k < len.
+                let x = _mm512_set1_ps(unsafe { *p[r / 3].add((r % 3) * rs + u) });
+                for g in 0..GM {
+                    acc[r][g] = _mm512_fmadd_ps(w[g], x, acc[r][g]);
+                }
             }
         }
+        p = p.map(|q| q.wrapping_add(U));
+        b = b.wrapping_add(U * 16 * GM);
     }
     for g in 0..GM {
         let col = 16 * g;
