@@ -1,7 +1,7 @@
 //! The body shared by the AVX-512 fp32-path GEMM that dequantizes B (see `qunbp64x4_vnni` for the layout):
 //! per K piece of up to [`KC`] values and per 64-column panel, the codes are turned into f32 weights
 //! `w = s·q + c` (c = −s·z; without zero points c = −s·2^(bits−1)) once, into a buffer of two 32-column
-//! halves, each `len × 32` f32 and contiguous (up to 64 KiB each, L2-resident), and a register-blocked FMA
+//! halves, each `len × 32` f32 and contiguous (up to 128 KiB each, L2-resident), and a register-blocked FMA
 //! microkernel (`R` ≤ [`MR`] = 12 rows × 32 columns: 24 accumulators, two weight loads and `R` broadcasts of A
 //! per K value) runs every row block of the tile over each half. A is read in place: the packed f32 rows are an
 //! odd number of cache lines apart (`pack::f32_row_stride`), so the 12 rows of a block fall in different L1
@@ -12,12 +12,15 @@
 //! Output rows hold the partial sums between pieces (stored after the first piece, loaded and added after the
 //! others); the bias is added after the last. The buffers are per thread and kept between calls.
 //!
-//! Pieces are as even as whole blocks allow (K = 576 in blocks of 32: two pieces of 288, not 512 + 64). Piece
+//! Pieces are as even as whole blocks allow (K = 1536 in blocks of 32: two pieces of 768, not 1024 + 512). Piece
 //! length, measured on an Intel Xeon (Cascade Lake, 2 cores, KVM guest, AVX-512 VNNI, another job on the
 //! machine) timing the tiles alone with the lengths interleaved in one process, M = 128, 4096×4096,
 //! 2048→8192, 576→1536: KC = 256 → 512 took the kernel from ~47–50 to ~50–54 GMAC/s (every micro call ends
 //! with a load-add-store of its 24 accumulators; 512 halves them); 128 and 64 were slower (42–46 and 34–41
-//! GMAC/s, though the 32-column half then fits L1), 1024 no faster than 512.
+//! GMAC/s, though the 32-column half then fits L1), 1024 no faster than 512. With A read in place and tiles of
+//! up to 256 rows (below), 1024 measured 2–5% faster than 512 at M = 128 and 512 on the same machine (best of
+//! 3–5 in turns, 1 thread: 576×576 129 → 134 GFLOP/s, 1536×576 124 → 132, 4096×4096 122 → 129, 8192×2048
+//! 125 → 128), and K = 576 is then one piece: KC = 1024.
 //!
 //! Reading A in place, the 4-pointer addressing of the microkernel (12 address computations per K value left the
 //! loop at 53 µops per 24 FMAs, front-end bound) and tiles of up to 256 rows (a dequantized piece shared by
@@ -41,8 +44,9 @@ use crate::ukernel::RunArgs;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-/// Most K values per dequantized piece: 512 × 64 f32 = 128 KiB, resident in L2 while the rows walk it.
-pub(crate) const KC: usize = 512;
+/// Most K values per dequantized piece: 1024 × 64 f32 = 256 KiB, resident in L2 while the rows walk it (a power of
+/// two, so that blocks longer than it are whole multiples of it).
+pub(crate) const KC: usize = 1024;
 /// Column groups of 16 in a panel.
 const G: usize = NR / 16;
 
