@@ -186,12 +186,13 @@ fn every_family_tiles_correctly() {
 }
 
 /// The SIMD GEMM kernels over tiles of many rows, where the x86 fp32 GEMM switches from codes in registers to a
-/// dequantized weight piece (at 32 rows, in pieces of up to 512 K values spread evenly over whole blocks, row
+/// dequantized weight piece (at 32 rows, in pieces of up to 1024 K values spread evenly over whole blocks, row
 /// blocks of up to 12 rows as equal as the tile's rows allow): M across the switch and the row blocks (tiles of
-/// up to 66 rows: M = 67 leaves a 1-row tile, M = 98 a 32-row one), K across whole pieces, inside one block and
-/// over many blocks, with tails; N tails inside a panel and past one; every block size the pieces meet (16: 17
-/// blocks in one piece; 32 at K = 519: pieces of 9 and 8 blocks; 1024: two pieces per block), every zero-point
-/// kind, bias on and off; and f16 A.
+/// up to 66 rows where a call has few column tiles: M = 67 leaves a 1-row tile, M = 98 a 32-row one; tiles of
+/// 258 rows where it has many: M = 300 at N = 520), K across whole pieces, inside one block and over many blocks,
+/// with tails; N tails inside a panel and past one; every block size the pieces meet (16: 17 blocks in one
+/// piece; 32 at K = 2100: pieces of 22 blocks and a tail; 2048: two pieces per block), every zero-point kind,
+/// bias on and off; and f16 A.
 ///
 /// x86_64 only: the sweep is for the x86 GEMMs (the dequantizing one above all); the aarch64 GEMMs get the
 /// edge-case taxonomy and `every_family_tiles_correctly`, and under qemu this sweep alone took ~6 min per CPU model.
@@ -206,7 +207,8 @@ fn gemm_row_blocks_and_k_pieces() {
         }
         let mut rng = Rng::for_kernel(10, uk.name());
         let mut n_cases = 0;
-        for (bl, k) in [(16, 272), (32, 256), (32, 519), (64, 600), (128, 1029), (256, 250), (512, 1029), (1024, 700)] {
+        for (bl, k) in [(16, 272), (32, 256), (32, 2100), (64, 600), (128, 1029), (256, 250), (512, 1029), (2048, 2100)]
+        {
             for zp in [ZpKind::None, ZpKind::Packed, ZpKind::Float] {
                 let bits = [4u32, 2, 8][n_cases % 3];
                 let n = [33, 64, 129, 95][n_cases % 4];
@@ -222,6 +224,13 @@ fn gemm_row_blocks_and_k_pieces() {
             }
         }
         assert!(n_cases > 0, "{}: no case ran", uk.name());
+        // Tall tiles: enough column tiles that 300 rows stay in tiles of up to 258 (and 130 rows are halved).
+        let case = case_for(uk, &layout, Case::random(&mut rng, 600, 520, 4, 32, ZpKind::Packed, GIdx::None, true));
+        if let Ok(sel) = Selected::single(uk, layout, &Problem::of(uk.path(), &case.weights())) {
+            for m in [130usize, 300] {
+                check(&sel, &case, m, &mut rng);
+            }
+        }
     }
 }
 
