@@ -11,7 +11,7 @@
 use crate::cpu::Cpu;
 use crate::format::{FormatError, Weights};
 use crate::pack::{
-    ActQuant, LhsSource, PAIR_ROW_F32, PackedLhs, PackedRhs, QuantizeBlocks, RhsLayout, Runs, f32_row_stride,
+    ActQuant, LhsSource, PAIR_ROW_F32, PackedLhs, PackedRhs, QuantizeBlocks, RhsLayout, Runs,
 };
 use crate::plan::{OutTiles, TilePlan};
 use crate::problem::{ComputePath, Problem};
@@ -230,31 +230,31 @@ impl Selected {
     }
 
     /// Packs one call's activations in the format of the kernel that runs for `m` rows, on this thread.
-    pub fn pack_lhs(&self, a: LhsSource<'_>, m: usize, rhs: &PackedRhs) -> PackedLhs {
+    pub fn pack_lhs<'a>(&self, a: LhsSource<'a>, m: usize, rhs: &PackedRhs) -> PackedLhs<'a> {
         PackedLhs::pack_as(a, m, rhs, self.kernel_for(m).0.lhs, self.quantize, self.act)
     }
 
     /// [`Selected::pack_lhs`] through the parallel-for `par` (as in [`Selected::matmul`]) when M·K is large enough
     /// to pay for it ([`LHS_PACK_PARALLEL_MIN`]), else on this thread without calling `par`. The same result.
-    pub fn pack_lhs_par<E>(
+    pub fn pack_lhs_par<'a, E>(
         &self,
-        a: LhsSource<'_>,
+        a: LhsSource<'a>,
         m: usize,
         rhs: &PackedRhs,
         par: impl FnOnce(usize, &(dyn Fn(usize) + Sync)) -> Result<(), E>,
-    ) -> Result<PackedLhs, E> {
+    ) -> Result<PackedLhs<'a>, E> {
         self.pack_lhs_tasks(a, m, rhs, lhs_pack_tasks(m, rhs.params.k), par)
     }
 
     /// [`Selected::pack_lhs`] in up to `tasks` chunks of whole row groups through `par` (benchmarks, tests).
-    pub fn pack_lhs_tasks<E>(
+    pub fn pack_lhs_tasks<'a, E>(
         &self,
-        a: LhsSource<'_>,
+        a: LhsSource<'a>,
         m: usize,
         rhs: &PackedRhs,
         tasks: usize,
         par: impl FnOnce(usize, &(dyn Fn(usize) + Sync)) -> Result<(), E>,
-    ) -> Result<PackedLhs, E> {
+    ) -> Result<PackedLhs<'a>, E> {
         PackedLhs::pack_par(a, m, rhs, self.kernel_for(m).0.lhs, self.quantize, self.act, tasks, par)
     }
 
@@ -317,7 +317,7 @@ impl Selected {
     /// # Panics
     /// If the buffers do not belong together (sizes, layout, LHS format, plan), the kernel does not take the
     /// weights' bits / block size, the tile is out of range, or it was already computed through this `out`.
-    pub fn run_tile(&self, lhs: &PackedLhs, rhs: &PackedRhs, bias: Option<&[f32]>, out: &OutTiles<'_>, t: usize) {
+    pub fn run_tile(&self, lhs: &PackedLhs<'_>, rhs: &PackedRhs, bias: Option<&[f32]>, out: &OutTiles<'_>, t: usize) {
         let plan = out.plan;
         let p = rhs.params;
         let (uk, g) = self.kernel_for(plan.m);
@@ -353,7 +353,7 @@ impl Selected {
         );
         let (m0, rows, n0, cols) = plan.tile(t);
         // The LHS must hold the plan's rows (int8 formats: rounded up to whole row groups).
-        let f32_stride = f32_row_stride(kp);
+        let f32_stride = lhs.f32_stride;
         let (lhs_ptr, lhs_scale, lhs_sum): (*const u8, *const f32, *const i32) = if lhs.format.is_f32() {
             assert_eq!(
                 lhs.f32s.len(),

@@ -6,7 +6,7 @@
 //! `Σ a·w = s_a·Σ_b (s_b·Σ q·v + c_b·Σ q)`. The formats differ only in how the int8 values are laid out:
 //!
 //! ```text
-//! F32          rows of k_packed f32                                    (fp32 path)
+//! F32          rows of k_packed f32 (or A itself, see f32_in_place)   (fp32 path)
 //! Qsi8Db       rows of k_packed i8, row-major                          (any int8 kernel)
 //! Qsi8DbP      groups of mr rows; per group, for each run of kr K values, row 0's kr values, row 1's, …
 //!              (SMMLA/SME-style operands: one load gives mr×kr; rows past M are zero)
@@ -28,6 +28,7 @@
 
 use super::rhs::{NO_SOURCE, PackedRhs};
 use half::f16;
+use std::borrow::Cow;
 use std::sync::{Mutex, MutexGuard};
 
 /// A chunk's lock (each is taken by one task only; a poisoned one still holds its slices).
@@ -250,14 +251,16 @@ fn block_row(a: &[f32], dst: &mut [u8], runs: Runs, rq: RowQuant) -> i32 {
 
 /// Activations packed for one call.
 #[derive(Debug, Clone)]
-pub struct PackedLhs {
+pub struct PackedLhs<'a> {
     pub(crate) format: LhsFormat,
     /// Rows of A.
     pub(crate) m: usize,
     pub(crate) k_packed: usize,
     pub(crate) blocks: usize,
-    /// F32: the values, row r at `r ·` [`f32_row_stride`]`(k_packed)`.
-    pub(crate) f32s: Vec<f32>,
+    /// F32: the values, row r at `r · f32_stride`: the caller's A itself where its rows can be read in place
+    /// ([`f32_in_place`]), else rows copied [`f32_row_stride`]`(k_packed)` apart.
+    pub(crate) f32s: Cow<'a, [f32]>,
+    pub(crate) f32_stride: usize,
     /// int8 formats: the values (i8 or u8 bytes), `m` rows rounded up to `mr`.
     pub(crate) bytes: Vec<u8>,
     /// int8 formats: per (row, block) scale and Σq, `m` rows rounded up to `mr`, at
@@ -300,14 +303,24 @@ fn f32_buffer(n: usize) -> Vec<f32> {
     v
 }
 
-impl Drop for PackedLhs {
-    /// Hands the f32 rows back to this thread as its spare buffer (up to [`KEEP_F32`] values).
+impl Drop for PackedLhs<'_> {
+    /// Hands copied f32 rows back to this thread as its spare buffer (up to [`KEEP_F32`] values).
     fn drop(&mut self) {
-        let v = std::mem::take(&mut self.f32s);
-        if v.capacity() > 0 && v.capacity() <= KEEP_F32 {
+        if let Cow::Owned(v) = std::mem::take(&mut self.f32s)
+            && v.capacity() > 0
+            && v.capacity() <= KEEP_F32
+        {
             SPARE_F32.set(v);
         }
     }
+}
+
+/// Whether the fp32 kernels can read f32 rows of `k` values straight from the caller's A: no K map, no K
+/// tail (`k_packed == k`), and rows that are not a multiple of 4 KiB apart (those put the rows of a register
+/// block in one L1 set: the x86 fp32 GEMM ran ~20% slower at K = 2048 and 4096 reading them in place, ~2% at
+/// K = 1536, the same at 576; copying 512 rows of 576 cost ~4% of that GEMM).
+pub fn f32_in_place(k: usize, k_packed: usize, has_k_map: bool) -> bool {
+    !has_k_map && k_packed == k && !(k * 4).is_multiple_of(4096)
 }
 
 /// The distance between f32 rows of `k_packed` values: `k_packed` padded to an odd number of 64-byte lines, so
@@ -551,23 +564,23 @@ impl Job<'_> {
     }
 }
 
-impl PackedLhs {
+impl<'a> PackedLhs<'a> {
     /// Packs `m` rows of A (each K long) for `rhs`, in `format`.
     ///
     /// # Panics
     /// If `a` does not hold m·K values, or the format cannot lay out this K (see [`LhsFormat::fits`]).
-    pub fn pack(a: LhsSource<'_>, m: usize, rhs: &PackedRhs, format: LhsFormat) -> Self {
+    pub fn pack(a: LhsSource<'a>, m: usize, rhs: &PackedRhs, format: LhsFormat) -> Self {
         Self::pack_with(a, m, rhs, format, quantize_block_runs)
     }
 
     /// [`PackedLhs::pack`] with a given block quantizer (the CPU's fastest; the same numbers), on this thread.
-    pub fn pack_with(a: LhsSource<'_>, m: usize, rhs: &PackedRhs, format: LhsFormat, quant: QuantizeBlocks) -> Self {
+    pub fn pack_with(a: LhsSource<'a>, m: usize, rhs: &PackedRhs, format: LhsFormat, quant: QuantizeBlocks) -> Self {
         Self::pack_as(a, m, rhs, format, quant, ActQuant::Block)
     }
 
     /// [`PackedLhs::pack_with`] in the numerics `act` (int8 formats; F32 ignores it).
     pub fn pack_as(
-        a: LhsSource<'_>,
+        a: LhsSource<'a>,
         m: usize,
         rhs: &PackedRhs,
         format: LhsFormat,
@@ -590,7 +603,7 @@ impl PackedLhs {
     /// As [`PackedLhs::pack`]; also if the format's runs do not divide the block size.
     #[allow(clippy::too_many_arguments)]
     pub fn pack_par<E>(
-        a: LhsSource<'_>,
+        a: LhsSource<'a>,
         m: usize,
         rhs: &PackedRhs,
         format: LhsFormat,
@@ -611,7 +624,8 @@ impl PackedLhs {
             m,
             k_packed: kp,
             blocks,
-            f32s: Vec::new(),
+            f32s: Cow::Borrowed(&[]),
+            f32_stride: kp,
             bytes: Vec::new(),
             scale: Vec::new(),
             sum: Vec::new(),
@@ -630,14 +644,23 @@ impl PackedLhs {
         let per_task = groups.div_ceil(tasks.clamp(1, groups)) * mr;
         let tasks = m.div_ceil(per_task);
         if format.is_f32() {
-            out.f32s = f32_buffer(m * f32_row_stride(kp));
+            if let LhsSource::F32(src) = a
+                && f32_in_place(k, kp, job.k_map.is_some())
+            {
+                out.f32s = Cow::Borrowed(src);
+                out.f32_stride = k;
+                return Ok(out);
+            }
+            let stride = f32_row_stride(kp);
+            let mut rows = f32_buffer(m * stride);
             if tasks == 1 {
-                job.fill_f32(0, &mut out.f32s);
+                job.fill_f32(0, &mut rows);
             } else {
-                let chunks: Vec<Mutex<&mut [f32]>> =
-                    out.f32s.chunks_mut(per_task * f32_row_stride(kp)).map(Mutex::new).collect();
+                let chunks: Vec<Mutex<&mut [f32]>> = rows.chunks_mut(per_task * stride).map(Mutex::new).collect();
                 par(tasks, &|t| job.fill_f32(t * per_task, &mut lock(&chunks[t])))?;
             }
+            out.f32s = Cow::Owned(rows);
+            out.f32_stride = stride;
             return Ok(out);
         }
         let rows = m.next_multiple_of(mr);
@@ -908,7 +931,7 @@ mod tests {
 
     /// The packer as it was before quantizing in place: each row gathered into a scratch row, quantized block by
     /// block with the scalar quantizer into a scratch row of codes, then copied into the format.
-    fn pack_old(a: LhsSource<'_>, m: usize, rhs: &PackedRhs, format: LhsFormat) -> PackedLhs {
+    fn pack_old(a: LhsSource<'_>, m: usize, rhs: &PackedRhs, format: LhsFormat) -> PackedLhs<'static> {
         let k = rhs.params.k;
         let (kp, bl, blocks) = (rhs.k_packed(), rhs.params.block_size, rhs.blocks);
         let k_map = rhs.k_map.as_deref();
@@ -917,7 +940,8 @@ mod tests {
             m,
             k_packed: kp,
             blocks,
-            f32s: Vec::new(),
+            f32s: Cow::Borrowed(&[]),
+            f32_stride: f32_row_stride(kp),
             bytes: Vec::new(),
             scale: Vec::new(),
             sum: Vec::new(),
@@ -926,10 +950,11 @@ mod tests {
             pairs: Vec::new(),
         };
         if format.is_f32() {
-            out.f32s = vec![0f32; m * f32_row_stride(kp)];
-            for (i, row) in out.f32s.chunks_exact_mut(f32_row_stride(kp).max(1)).enumerate().take(m) {
+            let mut rows = vec![0f32; m * f32_row_stride(kp)];
+            for (i, row) in rows.chunks_exact_mut(f32_row_stride(kp).max(1)).enumerate().take(m) {
                 a.gather_row(i, k, k_map, &mut row[..kp]);
             }
+            out.f32s = Cow::Owned(rows);
             return out;
         }
         let rows = m.next_multiple_of(format.mr());
@@ -967,10 +992,26 @@ mod tests {
         out
     }
 
+    #[test]
+    fn f32_rows_are_read_in_place_only_where_the_stride_allows() {
+        assert!(f32_in_place(576, 576, false) && f32_in_place(1536, 1536, false) && f32_in_place(96, 96, false));
+        assert!(!f32_in_place(2048, 2048, false) && !f32_in_place(4096, 4096, false), "a multiple of 4 KiB apart");
+        assert!(!f32_in_place(519, 544, false), "a K tail is padded with zeros");
+        assert!(!f32_in_place(576, 576, true), "a K map gathers");
+        // Copied rows: an odd number of 64-byte lines apart.
+        assert_eq!([f32_row_stride(576), f32_row_stride(4096), f32_row_stride(592)], [592, 4112, 592]);
+    }
+
     fn assert_same(x: &PackedLhs, y: &PackedLhs, what: &str) {
         assert_eq!((x.format, x.m, x.k_packed, x.blocks), (y.format, y.m, y.k_packed, y.blocks), "{what}");
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&x.f32s), bits(&y.f32s), "{what}: f32 values");
+        // f32 rows compared value by value: one side may read the caller's A in place (another row stride).
+        let f32_rows = |l: &PackedLhs<'_>| -> Vec<u32> {
+            (0..if l.f32s.is_empty() { 0 } else { l.m })
+                .flat_map(|r| bits(&l.f32s[r * l.f32_stride..][..l.k_packed]))
+                .collect()
+        };
+        assert_eq!(f32_rows(x), f32_rows(y), "{what}: f32 values");
         assert_eq!(x.bytes, y.bytes, "{what}: bytes");
         assert_eq!(bits(&x.scale), bits(&y.scale), "{what}: scales");
         assert_eq!(x.sum, y.sum, "{what}: sums");
