@@ -10,9 +10,7 @@
 
 use crate::cpu::Cpu;
 use crate::format::{FormatError, Weights};
-use crate::pack::{
-    ActQuant, LhsSource, PAIR_ROW_F32, PackedLhs, PackedRhs, QuantizeBlocks, RhsLayout, Runs,
-};
+use crate::pack::{ActQuant, LhsSource, PAIR_ROW_F32, PackedLhs, PackedRhs, QuantizeBlocks, RhsLayout, Runs};
 use crate::plan::{OutTiles, TilePlan};
 use crate::problem::{ComputePath, Problem};
 use crate::ukernel::{Geometry, RunArgs, UKernel};

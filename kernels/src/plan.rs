@@ -23,8 +23,10 @@ impl TilePlan {
     pub const TARGET_TILES: usize = 32;
 
     /// Fewest tasks a call is cut into where the rows allow: tiles of 128 rows or more are halved (not below 64)
-    /// until there are this many, so that a pool of a few threads gets an even share (9 column tiles of one
-    /// 128-row tile leave 2 threads 5 and 4 tasks).
+    /// until there are this many or a multiple of 4, so that a pool of a few threads gets an even share (9 column
+    /// tiles of one 128-row tile leave 2 threads 5 and 4 tasks) without cutting tiles smaller than that needs
+    /// (each tile dequantizes its weights again: 512 × 576→192 in 12 tiles of 132 rows measured 5% faster than
+    /// in 24 of 66, one thread).
     pub const MIN_TILES: usize = 16;
 
     /// Tiles of whole register tiles (`m_step × n_step`), at most `max_task_rows` rows (rounded up to m_step),
@@ -33,7 +35,10 @@ impl TilePlan {
         let (m_step, n_step) = (g.m_step.max(1), g.n_step.max(1));
         let units = n.div_ceil(n_step);
         let mut m_tile = m.clamp(1, g.max_task_rows.max(1)).next_multiple_of(m_step);
-        while m_tile >= 128 && m.div_ceil(m_tile) * units < Self::MIN_TILES {
+        while m_tile >= 128
+            && m.div_ceil(m_tile) * units < Self::MIN_TILES
+            && !(m.div_ceil(m_tile) * units).is_multiple_of(4)
+        {
             m_tile = (m_tile / 2).next_multiple_of(m_step);
         }
         let m_tiles = m.div_ceil(m_tile).max(1);
@@ -131,12 +136,15 @@ mod tests {
                 assert!(covered.iter().all(|&c| c == 1));
             }
         }
-        // Tall tiles are halved until the call has MIN_TILES tasks: 128 rows × 9 column steps → 2 × 9.
+        // Tall tiles are halved until the call has MIN_TILES tasks or a multiple of 4: 128 rows × 9 column steps
+        // → 2 × 9; 512 rows × 3 → 4 × 3.
         let tall = Geometry { max_task_rows: 256, ..Geometry::new(6, 64, usize::MAX) };
         assert_eq!(TilePlan::new(128, 576, 576, &tall).tile_shape().0, 66);
         assert_eq!(TilePlan::new(128, 576, 576, &tall).count(), 18);
         assert_eq!(TilePlan::new(512, 576, 576, &tall).tile_shape().0, 258);
         assert_eq!(TilePlan::new(512, 1536, 576, &tall).count(), 2 * 12);
+        assert_eq!(TilePlan::new(512, 192, 576, &tall).tile_shape().0, 132);
+        assert_eq!(TilePlan::new(512, 192, 576, &tall).count(), 12);
         // Decode shapes are split along N into many tasks; a tiny matrix stays one task.
         assert!(TilePlan::new(1, 4096, 4096, &Geometry::new(1, 8, 1)).count() >= 16);
         assert_eq!(TilePlan::new(1, 5, 93, &Geometry::new(1, 8, 1)).count(), 1);

@@ -13,6 +13,7 @@ pub(crate) use lhs::assert_quantizer_matches_scalar;
 pub(crate) use lhs::assert_row_quantizer_matches_scalar;
 pub use lhs::{
     ActQuant, LhsFormat, LhsSource, MinMax, PAIR_ROW_F32, PackedLhs, QuantizeBlocks, QuantizeRow, RowQuant, Runs,
-    f32_in_place, f32_row_stride, for_each_block, min_max, quantize_block, quantize_block_row, quantize_block_runs, row_quant,
+    f32_in_place, f32_row_stride, for_each_block, min_max, quantize_block, quantize_block_row, quantize_block_runs,
+    row_quant,
 };
 pub use rhs::{NO_SOURCE, PackedRhs, RhsBytes};
