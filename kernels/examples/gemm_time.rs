@@ -1,5 +1,6 @@
 //! gemm_time: GFLOP/s of one kernel's tiles alone (activations packed once outside the loop, one thread), over
-//! M and (N, K), the best of 11 batches of ~50 ms, and the time of one activation packing (f32 rows). Prints one markdown row per (kernel, M, N, K).
+//! M and (N, K), the best of 11 batches of ~50 ms, and the time of one activation packing (f32 rows). Prints one
+//! markdown row per (kernel, M, N, K).
 //!
 //! gemm_time --kernels a,b [--m 128,512] [--shapes 1536x576,576x1536] [--bs 32]
 //!

@@ -5,8 +5,9 @@
 //! microkernel (`R` ≤ [`MR`] = 12 rows × 32 columns: 24 accumulators, two weight loads and `R` broadcasts of A
 //! per K value) runs every row block of the tile over each half. A is read in place: the caller's rows where
 //! they are not a multiple of 4 KiB apart (`pack::f32_in_place`), else packed rows an odd number of cache lines
-//! apart (`pack::f32_row_stride`), so the 12 rows of a block fall in different L1 sets (rows of a 4096-wide A 16 KiB apart shared one set and the GEMM ran 20% slower at K = 4096; a per-tile
-//! copy of the rows into a padded buffer, which this replaces, cost ~10% at M = 512). The tile's rows are cut
+//! apart (`pack::f32_row_stride`), so the 12 rows of a block fall in different L1 sets (rows of a 4096-wide A,
+//! 16 KiB apart, shared one set and the GEMM ran 20% slower at K = 4096; a per-tile copy of the rows into a
+//! padded buffer, which this replaces, cost ~10% at M = 512). The tile's rows are cut
 //! into ⌈rows/12⌉ blocks of as equal a size as they allow (66 rows: 6 × 11, not 5 × 12 + 6), so no block runs
 //! with too few accumulators to cover the FMA latency.
 //! Output rows hold the partial sums between pieces (stored after the first piece, loaded and added after the
