@@ -12,7 +12,7 @@
 //!
 //! | CPU class | nodes ORT runs faster | measured (instructions per Run, nibble / ORT 1.31.1, 1 thread) |
 //! |---|---|---|
-//! | aarch64 with SME2 | the KleidiAI nodes above | qemu 11 `-cpu max` (bench/results/aarch64-icount-sme2.md, counted from qemu's exec log): nibble's SVE i8mm family 2.45x at M = 1, 2.0–2.1x at M = 32, 128 (row numerics 1.8–1.9x); its SME2 family (SMOPA GEMM, ranked below i8mm) 1.19x at M = 32 and 1.15x at M = 128 (~10 instructions per SMOPA against KleidiAI's 8.4: the per-block epilogue), its GEMV the portable one. Declined |
+//! | aarch64 with SME2 | the KleidiAI nodes above | qemu 11 `-cpu max` (bench/results/aarch64-icount-sme2.md, counted from qemu's exec log): nibble's SVE i8mm family 2.45x at M = 1, 2.0–2.1x at M = 32, 128 (row numerics 1.8–1.9x); its SME2 family (SMOPA GEMM, ranked below i8mm) 1.01x at M = 32 and 0.96x at M = 128 at SVL 256 (8.5 / 8.0 instructions per SMOPA against KleidiAI's 8.4: the per-block epilogue), its GEMV the portable one: not faster at every M. Declined |
 //! | aarch64 SVE i8mm, vectors ≥ 256 bits (Graviton3) | none | SVE i8mm family: M = 1 0.48–0.61x; M = 32, 128 per-block 0.55–0.74x, row 0.61–0.66x; M = 4 0.84–0.99x (NEON body) |
 //! | aarch64 i8mm | none | M = 1 0.5–0.77x; M = 32–128 sym 0.97x (row numerics 0.88x), zp 0.79–0.80x; SmolLM2-135M 64-token prefill 0.996x (sym), 0.899x (zp) (bench/results/aarch64-icount.md): claimed, decode faster, prefill at most even |
 //! | aarch64 dotprod | none | M = 1 0.67–0.77x; M = 32–128 sym 1.00x (row numerics 0.93–0.94x), zp 0.82–0.83x; SmolLM2-135M 64-token prefill 0.996x (sym), 0.893x (zp) (bench/results/aarch64-icount.md): claimed, decode faster, prefill at most even |

@@ -13,30 +13,33 @@
 //!
 //! Numerics (option (a) of `design/sme2.md` §2: f32 sums in memory): per 32-K chunk, each group's four code
 //! vectors give the low field by `lsl #4` and the high one by `and #0xf0` (16·v exactly; the 2^−4 is in the
-//! column scales, as in the SVE i8mm kernel), 8 SMOPA per group. Per block, for each of the s rows: row r of the
+//! rows' scales), 8 SMOPA per group. Per block, for each of the s rows: row r of the
 //! four tiles out of ZA by one multi-vector MOVA (`mova {z16.b-z19.b}, za0h.b[w12, 0:3]`: ZA array vectors
-//! 4r…4r + 3), one multi-vector SCVTF, × (column scale · 2^−4 · row scale: 4 indexed FMUL, the row scales of 4
+//! 4r…4r + 3), one multi-vector SCVTF, × (column scale · row scale · 2^−4: 4 indexed FMUL, the row scales of 4
 //! rows in one LD1RQW), FMLA into the f32 sums (one multi-vector load and store: the 16 × 64 f32 live in a 4 KB
 //! buffer), + c · sa·Σq with zero points (4 indexed FMLA); then `zero {za}`. That multi-vector path needs the
 //! pass's 4s columns to be 4 whole vectors (SVL ≤ 512 bits); at SVL > 512 the asm takes the single-vector
 //! epilogue (a MOVA / SCVTF / FMUL / FMLA / load / store per tile row), with the same operations per element in
-//! the same order, so the same bits. The column scales (f16 → f32 × 2^−4, half's slice conversion) and
-//! corrections are laid out once per call and panel, the rows' sa and sa·Σq once per call and group, so the asm
-//! epilogue is loads and vector arithmetic. The `row` numerics need nothing of their own: their activation
+//! the same order, so the same bits. The column scales (f16 → f32 by FCVTL) and corrections are laid out once
+//! per call and panel, the rows' sa · 2^−4 and sa·Σq once per call and group, so the asm epilogue is loads and
+//! vector arithmetic. The `row` numerics need nothing of their own: their activation
 //! scales are 1 and × 1 is exact.
 //!
 //! Static instruction budget per 32-K block, one pass at SVL 512 (32 SMOPA):
-//! - inner loop: 4 groups × (4 code loads, 2 LHS loads, 8 field extractions, 8 SMOPA, 2 adds) and 3 for the
-//!   loop = 99 (3.1 per SMOPA);
+//! - inner loop: 4 groups × (1 multi-vector code load, 2 LHS loads, 8 field extractions, 8 SMOPA), 3 pointer
+//!   steps and 2 for the loop = 81 (2.5 per SMOPA; the group's 4 code vectors are contiguous when they are whole
+//!   vectors, SVL ≤ 512; above, each group loads 4 predicated vectors and steps its pointers: 99, 3.1);
 //! - epilogue: 4 scale loads and about 8 set-up, then 4 × (1 row-scale load, 4 rows × 12, 6 loop) = 220 (about
 //!   7 per SMOPA; zero points add 4 + 4 loads and 16 × 4 indexed FMLA); at SVL 256 (8 rows per 32 SMOPA) half:
 //!   about 3.7 per SMOPA;
 //! - block loop: about 8.
 //!
-//! Counted (qemu 11 `-cpu max`, SVL 256, 2048 × 2048, `bench/results/aarch64-icount-sme2.md`): 10.0 instructions
-//! per SMOPA at M = 32 and 9.6 at M = 128 (ORT's KleidiAI kernel 8.4), nibble / ORT 1.19 and 1.15; before the
-//! multi-vector epilogue and the sliced scale conversion 18.4 / 18.0 and 2.19 / 2.16. The family stays ranked
-//! below the i8mm families (see `registry.rs`).
+//! Counted (qemu 11 `-cpu max`, SVL 256, 2048 × 2048, the whole Run, `bench/results/aarch64-icount-sme2.md`):
+//! 8.5 instructions per SMOPA at M = 32 and 8.0 at M = 128 (ORT's KleidiAI kernel 8.4), nibble / ORT 1.01 and
+//! 0.96; the kernel alone (`kernel_icount`, M = 128): 7.1 per SMOPA, the activation quantizer 0.4. Before the
+//! multi-vector code loads, the quantizer's 4-byte runs and the FCVTL scale conversion: 10.0 / 9.6 (1.19 /
+//! 1.15); before the multi-vector epilogue: 18.4 / 18.0 (2.19 / 2.16). The family stays ranked below the i8mm
+//! families (see `registry.rs`).
 //!
 //! Streaming mode: every pass is one `asm!` block from `smstart` to `smstop` with no Rust code between; ZA's
 //! lazy-save protocol is honoured (a non-null TPIDR2_EL0 block gets ZA saved into its buffer, then TPIDR2_EL0
@@ -51,14 +54,13 @@
 //! rows and columns are stored. No over-reads.
 
 use crate::ukernel::RunArgs;
-use half::slice::HalfFloatSliceExt;
 
 /// Rows per LHS group (`qsi8dbp16x4`) and columns per panel (`qsnbp64x4`), K per run / column group.
 pub(crate) const MR: usize = 16;
 pub(crate) const NR: usize = 64;
 pub(crate) const KR: usize = 4;
 
-/// f32 per block in the per-call column buffer (64 scales · 2^−4, then 64 corrections) and row buffer (16 sa,
+/// f32 per block in the per-call column buffer (64 scales, then 64 corrections) and row buffer (16 sa · 2^−4,
 /// then 16 sa·Σq).
 const COL_PER_BLOCK: usize = 2 * NR;
 const ROW_PER_BLOCK: usize = 2 * MR;
@@ -74,6 +76,47 @@ pub(crate) unsafe fn svl_bytes() -> usize {
         core::arch::asm!(".arch_extension sme", "rdsvl {0}, #1", out(reg) svl, options(nomem, nostack, preserves_flags))
     };
     svl
+}
+
+/// The 64 f16 at `src` (any alignment) as f32 into `dst[0..64]` (FCVTL: exact; base AdvSIMD).
+///
+/// # Safety
+/// `src` is readable for 128 bytes, `dst` writable for 64 f32.
+#[inline]
+unsafe fn widen_scales(src: *const u8, dst: *mut f32) {
+    // SAFETY: reads 128 bytes at src and writes 256 at dst (the caller's guarantee); NEON only, no flags.
+    unsafe {
+        core::arch::asm!(
+            "ld1 {{v0.8h, v1.8h, v2.8h, v3.8h}}, [{s}], #64",
+            "ld1 {{v4.8h, v5.8h, v6.8h, v7.8h}}, [{s}]",
+            "fcvtl v16.4s, v0.4h",
+            "fcvtl2 v17.4s, v0.8h",
+            "fcvtl v18.4s, v1.4h",
+            "fcvtl2 v19.4s, v1.8h",
+            "fcvtl v20.4s, v2.4h",
+            "fcvtl2 v21.4s, v2.8h",
+            "fcvtl v22.4s, v3.4h",
+            "fcvtl2 v23.4s, v3.8h",
+            "st1 {{v16.4s, v17.4s, v18.4s, v19.4s}}, [{d}], #64",
+            "st1 {{v20.4s, v21.4s, v22.4s, v23.4s}}, [{d}], #64",
+            "fcvtl v16.4s, v4.4h",
+            "fcvtl2 v17.4s, v4.8h",
+            "fcvtl v18.4s, v5.4h",
+            "fcvtl2 v19.4s, v5.8h",
+            "fcvtl v20.4s, v6.4h",
+            "fcvtl2 v21.4s, v6.8h",
+            "fcvtl v22.4s, v7.4h",
+            "fcvtl2 v23.4s, v7.8h",
+            "st1 {{v16.4s, v17.4s, v18.4s, v19.4s}}, [{d}], #64",
+            "st1 {{v20.4s, v21.4s, v22.4s, v23.4s}}, [{d}]",
+            s = inout(reg) src => _,
+            d = inout(reg) dst => _,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _, out("v6") _, out("v7") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _, out("v21") _, out("v22") _,
+            out("v23") _,
+            options(nostack, preserves_flags),
+        )
+    };
 }
 
 /// # Safety
@@ -92,7 +135,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     let groups = a.rows.div_ceil(MR);
     let (zp, row) = (a.has_zp != 0, a.row != 0);
 
-    // Per group and block: 16 sa (1 in the row numerics), 16 sa·Σq.
+    // Per group and block: 16 sa · 2^−4 (sa = 1 in the row numerics), 16 sa·Σq.
     let mut rows = vec![0f32; groups * a.blocks * ROW_PER_BLOCK];
     for g in 0..groups {
         for b in 0..a.blocks {
@@ -103,7 +146,8 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                 // rows rounded up to the group; padding rows hold 0).
                 let (sa, q) = unsafe { (*a.lhs_scale.add(i), *a.lhs_sum.add(i) as f32) };
                 let sa = if row { 1.0 } else { sa };
-                out[r] = sa;
+                // The codes' 16·v: × 2^−4 (exact) with the row's scale.
+                out[r] = sa * (1.0 / 16.0);
                 if zp {
                     out[MR + r] = if row { q } else { sa * q };
                 }
@@ -120,19 +164,13 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         for b in 0..a.blocks {
             let rec = rec0.wrapping_add(b * a.rhs_record);
             let out = &mut cols[b * COL_PER_BLOCK..][..COL_PER_BLOCK];
-            let mut h = [half::f16::ZERO; NR];
-            // SAFETY: the record's 64 f16 scales (little-endian, as the target) and with zero points its 64 f32
-            // corrections, copied bytewise (any alignment) into `h` and `out` (RunArgs contract).
+            // SAFETY: the record's 64 f16 scales (little-endian, as the target) into `out`'s first 64 f32, and with
+            // zero points its 64 f32 corrections copied bytewise (any alignment) after them (RunArgs contract).
             unsafe {
-                core::ptr::copy_nonoverlapping(rec.add(a.rhs_scales), h.as_mut_ptr().cast::<u8>(), 2 * NR);
+                widen_scales(rec.add(a.rhs_scales), out.as_mut_ptr());
                 if zp {
                     core::ptr::copy_nonoverlapping(rec.add(a.rhs_zp), out[NR..].as_mut_ptr().cast::<u8>(), 4 * NR);
                 }
-            }
-            // Exact (f16 → f32, × 2^−4), vectorized (half converts slices with FCVTL where the CPU has fp16).
-            h.convert_to_f32_slice(&mut out[..NR]);
-            for v in &mut out[..NR] {
-                *v *= 1.0 / 16.0;
             }
         }
         let real_cols = (a.cols - panel * NR).min(NR);
@@ -166,10 +204,13 @@ pub(crate) unsafe fn run(args: &RunArgs) {
             }
             let real_rows = (a.rows - g * MR).min(MR);
             for r in 0..real_rows {
-                let d = a.dst.wrapping_add((g * MR + r) * a.dst_stride + panel * NR);
-                for (c, (&v, &b)) in sums[r * NR..][..real_cols].iter().zip(bias).enumerate() {
-                    // SAFETY: row g·16 + r < rows and column panel·64 + c < cols: inside dst (RunArgs contract).
-                    unsafe { *d.add(c) = v + b };
+                // SAFETY: row g·16 + r < rows, columns panel·64 .. + real_cols ≤ cols: inside dst (RunArgs
+                // contract), which nothing else references during the call.
+                let d = unsafe {
+                    core::slice::from_raw_parts_mut(a.dst.add((g * MR + r) * a.dst_stride + panel * NR), real_cols)
+                };
+                for ((o, &v), &b) in d.iter_mut().zip(&sums[r * NR..][..real_cols]).zip(bias) {
+                    *o = v + b;
                 }
             }
         }
@@ -299,18 +340,11 @@ macro_rules! epi_fast {
     };
 }
 
-/// One 4-K column group of a chunk: codes of 4s columns at `{xc}` (4 vectors z0–z3), the LHS runs g (`{xa}`)
-/// and 4 + g (256 bytes further) of s rows, low fields (`lsl #4`, z4–z7) against run g, high fields (`and`)
-/// against run 4 + g: 8 SMOPA.
-macro_rules! mopa_group {
+/// The 8 SMOPA of a 4-K column group, its codes in z0–z3 and LHS runs g and 4 + g in z8, z9: low fields
+/// (`lsl #4`, z4–z7) against run g, high fields (`and`, in place) against run 4 + g.
+macro_rules! mopa_fields {
     () => {
         concat!(
-            "ld1w {{z0.s}}, p1/z, [{xc}]\n",
-            "ld1w {{z1.s}}, p1/z, [{xc}, {s1}, lsl #2]\n",
-            "ld1w {{z2.s}}, p1/z, [{xc}, {s2}, lsl #2]\n",
-            "ld1w {{z3.s}}, p1/z, [{xc}, {s3}, lsl #2]\n",
-            "ld1w {{z8.s}}, p1/z, [{xa}]\n",
-            "ld1w {{z9.s}}, p1/z, [{xa}, {e64}, lsl #2]\n",
             "lsl z4.b, z0.b, #4\n",
             "lsl z5.b, z1.b, #4\n",
             "lsl z6.b, z2.b, #4\n",
@@ -327,8 +361,46 @@ macro_rules! mopa_group {
             "smopa za1.s, p0/m, p0/m, z9.b, z1.b\n",
             "smopa za2.s, p0/m, p0/m, z9.b, z2.b\n",
             "smopa za3.s, p0/m, p0/m, z9.b, z3.b\n",
+        )
+    };
+}
+
+/// One 4-K column group of a chunk: codes of 4s columns at `{xc}` (4 vectors z0–z3), the LHS runs g (`{xa}`)
+/// and 4 + g (256 bytes further) of s rows, low fields (`lsl #4`, z4–z7) against run g, high fields (`and`)
+/// against run 4 + g: 8 SMOPA.
+macro_rules! mopa_group {
+    () => {
+        concat!(
+            "ld1w {{z0.s}}, p1/z, [{xc}]\n",
+            "ld1w {{z1.s}}, p1/z, [{xc}, {s1}, lsl #2]\n",
+            "ld1w {{z2.s}}, p1/z, [{xc}, {s2}, lsl #2]\n",
+            "ld1w {{z3.s}}, p1/z, [{xc}, {s3}, lsl #2]\n",
+            "ld1w {{z8.s}}, p1/z, [{xa}]\n",
+            "ld1w {{z9.s}}, p1/z, [{xa}, {e64}, lsl #2]\n",
+            mopa_fields!(),
             "add {xc}, {xc}, #256\n",
             "add {xa}, {xa}, #64\n",
+        )
+    };
+}
+
+/// [`mopa_group!`] for SVL ≤ 512 bits (the pass's 4s columns are 4 whole vectors): the group's codes by one
+/// multi-vector load at `$codes`, its two LHS runs at `$lo` and `$hi` (byte-element loads, so the same offset
+/// registers serve both: the codes' groups are 256 bytes apart, the runs 64), and no pointer steps (the chunk
+/// loop steps once per 4 groups).
+macro_rules! mopa_group_fast {
+    ($codes:literal, $lo:literal, $hi:literal) => {
+        concat!(
+            "ld1w {{z0.s-z3.s}}, pn8/z, ",
+            $codes,
+            "\n",
+            "ld1b {{z8.b}}, p0/z, ",
+            $lo,
+            "\n",
+            "ld1b {{z9.b}}, p0/z, ",
+            $hi,
+            "\n",
+            mopa_fields!(),
         )
     };
 }
@@ -405,15 +477,31 @@ unsafe fn pass(
             "mov {xc}, {rec}",
             "add {rec}, {rec}, {rstride}",
             "mov {cc}, {chunks}",
-            // Chunk loop: 32 K, 4 groups; then the high runs 4–7 of the chunk are done: skip them.
+            "cbz {fast}, 16f",
+            // Chunk loop (SVL ≤ 512 bits): 32 K, 4 groups (codes 256 bytes apart; LHS runs g at {xa} + 64g, and
+            // 4 + g 256 bytes further, at {xh} + 64g).
+            "add {xh}, {xa}, #256",
             "6:",
+            mopa_group_fast!("[{xc}]", "[{xa}]", "[{xh}]"),
+            mopa_group_fast!("[{xc}, {e64}, lsl #2]", "[{xa}, {e64}]", "[{xh}, {e64}]"),
+            mopa_group_fast!("[{xc}, {e128}, lsl #2]", "[{xa}, {e128}]", "[{xh}, {e128}]"),
+            mopa_group_fast!("[{xc}, {e192}, lsl #2]", "[{xa}, {e192}]", "[{xh}, {e192}]"),
+            "add {xc}, {xc}, #1024",
+            "add {xa}, {xa}, #512",
+            "add {xh}, {xh}, #512",
+            "subs {cc}, {cc}, #1",
+            "b.ne 6b",
+            "b 17f",
+            // Chunk loop (any SVL): 32 K, 4 groups; then the high runs 4–7 of the chunk are done: skip them.
+            "16:",
             mopa_group!(),
             mopa_group!(),
             mopa_group!(),
             mopa_group!(),
             "add {xa}, {xa}, #256",
             "subs {cc}, {cc}, #1",
-            "b.ne 6b",
+            "b.ne 16b",
+            "17:",
             // Block epilogue.
             "ld1w {{z10.s}}, p1/z, [{col}]",
             "ld1w {{z11.s}}, p1/z, [{col}, {s1}, lsl #2]",
@@ -459,6 +547,9 @@ unsafe fn pass(
             s4 = in(reg) 4 * s,
             fast = out(reg) _,
             e64 = in(reg) 64usize,
+            e128 = in(reg) 128usize,
+            e192 = in(reg) 192usize,
+            xh = out(reg) _,
             xc = out(reg) _,
             cc = out(reg) _,
             xo = out(reg) _,

@@ -77,9 +77,9 @@ pub(crate) fn quantize_blocks(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, 
 /// NEON; `bl` is a multiple of 16.
 #[target_feature(enable = "neon")]
 unsafe fn blocks(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, out: &mut [(f32, i32)]) {
-    if bl == 32 && (runs.run == 8 || runs.run.is_multiple_of(16)) {
+    if bl == 32 && (runs.run == 4 || runs.run == 8 || runs.run.is_multiple_of(16)) {
         crate::pack::for_each_block(a, bl, dst, runs, out, |a, dst| {
-            // SAFETY: NEON; `a` is one block of 32 values laid out by runs of 8 or 16·k, every place `runs.at(i)`
+            // SAFETY: NEON; `a` is one block of 32 values laid out by runs of 4, 8 or 16·k, every place `runs.at(i)`
             // for i < 32 inside `dst` (for_each_block checked the row's places and gives `dst` from the block's
             // first place).
             unsafe { run32(a, dst, runs) }
@@ -94,17 +94,17 @@ unsafe fn blocks(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, out: &mut [(f
     });
 }
 
-/// `run` for a block of 32 values laid out by runs of 8 (`qsi8dbp4x8`) or of 16·k (`qsi8dbp4x16`, contiguous
-/// rows): the 8 vectors loaded once for both the amax and the codes, Σq by two SADDLV, the codes in four 8-byte or
-/// two 16-byte stores (~60 instructions against ~100 for `run`'s loops). A block `run` treats apart (a NaN, an
-/// infinity, all zero, or 127/amax overflowing) goes through `run`.
+/// `run` for a block of 32 values laid out by runs of 4 (`qsi8dbp16x4`, SME2), of 8 (`qsi8dbp4x8`) or of 16·k
+/// (`qsi8dbp4x16`, contiguous rows): the 8 vectors loaded once for both the amax and the codes, Σq by two SADDLV,
+/// the codes in eight 4-byte, four 8-byte or two 16-byte stores (~60 instructions against ~100 for `run`'s
+/// loops). A block `run` treats apart (a NaN, an infinity, all zero, or 127/amax overflowing) goes through `run`.
 ///
 /// # Safety
-/// NEON; `a` holds 32 values; runs of 8 or 16·k; every place `runs.at(i)`, i < 32, is inside `dst`.
+/// NEON; `a` holds 32 values; runs of 4, 8 or 16·k; every place `runs.at(i)`, i < 32, is inside `dst`.
 #[target_feature(enable = "neon")]
 #[inline]
 unsafe fn run32(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
-    debug_assert!(a.len() == 32 && (runs.run == 8 || runs.run.is_multiple_of(16)));
+    debug_assert!(a.len() == 32 && (runs.run == 4 || runs.run == 8 || runs.run.is_multiple_of(16)));
     let p = a.as_ptr();
     // SAFETY: the 32 values of `a`: two LD1 of 4 vectors.
     let (x, y) = unsafe { (vld1q_f32_x4(p), vld1q_f32_x4(p.add(16))) };
@@ -129,10 +129,20 @@ unsafe fn run32(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
     let flip = vdupq_n_u8(runs.flip);
     let (q0, q1) = (veorq_u8(vreinterpretq_u8_s8(q0), flip), veorq_u8(vreinterpretq_u8_s8(q1), flip));
     let (d, s) = (dst.as_mut_ptr(), runs.stride);
-    // SAFETY: the places of the 32 values (the caller's guarantee): runs of 8 at 0, s, 2s and 3s; runs of 16 at 0
-    // and s; runs of 32·k at 0 .. 32.
+    // SAFETY: the places of the 32 values (the caller's guarantee): runs of 4 at 0, s, …, 7s; runs of 8 at 0, s,
+    // 2s and 3s; runs of 16 at 0 and s; runs of 32·k at 0 .. 32. ST1 of a lane has no alignment requirement.
     unsafe {
-        if runs.run == 8 {
+        if runs.run == 4 {
+            let (w0, w1) = (vreinterpretq_u32_u8(q0), vreinterpretq_u32_u8(q1));
+            vst1q_lane_u32::<0>(d.cast(), w0);
+            vst1q_lane_u32::<1>(d.add(s).cast(), w0);
+            vst1q_lane_u32::<2>(d.add(2 * s).cast(), w0);
+            vst1q_lane_u32::<3>(d.add(3 * s).cast(), w0);
+            vst1q_lane_u32::<0>(d.add(4 * s).cast(), w1);
+            vst1q_lane_u32::<1>(d.add(5 * s).cast(), w1);
+            vst1q_lane_u32::<2>(d.add(6 * s).cast(), w1);
+            vst1q_lane_u32::<3>(d.add(7 * s).cast(), w1);
+        } else if runs.run == 8 {
             vst1_u8(d, vget_low_u8(q0));
             vst1_u8(d.add(s), vget_high_u8(q0));
             vst1_u8(d.add(2 * s), vget_low_u8(q1));
