@@ -415,6 +415,7 @@ impl Selected {
             row: row as usize,
             lhs_pairs,
             lhs_pairs_stride,
+            k_used: if rhs.k_map.is_some() { kp } else { p.k },
         };
         // SAFETY: `uk` runs on this CPU (a `Selected` is only built after checking its feature set against
         // `Cpu::get()`), reads this layout and takes these bits/block size (checked when built, and above); the

@@ -176,6 +176,9 @@ pub struct RunArgs {
     /// and 0 for other formats.
     pub lhs_pairs: *const f32,
     pub lhs_pairs_stride: usize,
+    /// K values with a source: K when the weights have no K map (the values past it, up to blocks·bl, are zero
+    /// padding a kernel may skip), else blocks·bl.
+    pub k_used: usize,
 }
 
 const _: () = {

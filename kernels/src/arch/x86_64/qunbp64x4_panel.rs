@@ -100,14 +100,16 @@ impl Scratch {
 pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
     let a = args;
     let total = a.blocks * a.bl;
+    // The K tail's padding is skipped down to whole chunks (576 in blocks of 128: 576 of 640 values).
+    let used = a.k_used.next_multiple_of(a.bl.min(32)).min(total);
     let buf = s.piece.as_mut_ptr().cast::<f32>();
     // Row blocks of at most MR rows, as equal as the rows allow.
     let blocks = a.rows.div_ceil(MR);
     let bounds = |blk: usize| (a.rows * blk / blocks, a.rows * (blk + 1) / blocks);
     let mut k0 = 0;
-    while k0 < total {
-        let len = piece_len(total, a.bl, k0);
-        let (first, last) = (k0 == 0, k0 + len == total);
+    while k0 < used {
+        let len = piece_len(total, a.bl, k0).min(used - k0);
+        let (first, last) = (k0 == 0, k0 + len == used);
         for panel in 0..a.cols.div_ceil(NR) {
             let c0 = panel * NR;
             let ncols = (a.cols - c0).min(NR);
