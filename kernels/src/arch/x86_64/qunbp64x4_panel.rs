@@ -31,7 +31,8 @@
 //! in turns, best of 4–6).
 //!
 //! ```text
-//! for piece (k0 .. k0+len):       // whole blocks, or KC values of one block; len ≤ KC
+//! for piece (k0 .. k0+len):       // whole blocks, or KC values of one block; len ≤ KC; the last one ends at K
+//!                                 // rounded up to a chunk (RunArgs::k_used: no work on the tail's padding)
 //!     for panel:                  // 64 columns
 //!         buf[h][k][0..32] = s·q + c of columns 32h..32h+32   // dequantize once
 //!         for row block r0 .. r1 (≤ 12 rows), half h:        // every row of the tile
