@@ -22,8 +22,10 @@
 //! epilogue (a MOVA / SCVTF / FMUL / FMLA / load / store per tile row), with the same operations per element in
 //! the same order, so the same bits. The column scales (f16 → f32 by FCVTL) and corrections are laid out once
 //! per call and panel, the rows' sa · 2^−4 and sa·Σq once per call and group, so the asm epilogue is loads and
-//! vector arithmetic. The `row` numerics need nothing of their own: their activation
-//! scales are 1 and × 1 is exact.
+//! vector arithmetic. The `row` numerics (activation scales 1) put the 2^−4 into the column scales instead (exact)
+//! and their fast epilogue has no FMUL and no row-scale load: per row, MOVA, SCVTF, a load, 4 FMLA of the
+//! converted sums by the column scales and a store, 8 instructions against the per-block numerics' 12, with the
+//! same bits as (s · 2^−4) · 1 (the single-vector epilogue multiplies by the rows' 1).
 //!
 //! Static instruction budget per 32-K block, one pass at SVL 512 (32 SMOPA):
 //! - inner loop: 4 groups × (1 multi-vector code load, 2 LHS loads, 8 field extractions, 8 SMOPA), 3 pointer
@@ -31,7 +33,7 @@
 //!   vectors, SVL ≤ 512; above, each group loads 4 predicated vectors and steps its pointers: 99, 3.1);
 //! - epilogue: 4 scale loads and about 8 set-up, then 4 × (1 row-scale load, 4 rows × 12, 6 loop) = 220 (about
 //!   7 per SMOPA; zero points add 4 + 4 loads and 16 × 4 indexed FMLA); at SVL 256 (8 rows per 32 SMOPA) half:
-//!   about 3.7 per SMOPA;
+//!   about 3.7 per SMOPA; the row numerics 4 × (4 rows × 8, 5 loop) ≈ 160 (5 per SMOPA; about 2.6 at SVL 256);
 //! - block loop: about 8.
 //!
 //! Counted (qemu 11 `-cpu max`, SVL 256, 2048 × 2048, the whole Run, `bench/results/aarch64-icount-sme2.md`):
@@ -145,9 +147,9 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                 // SAFETY: row g·16 + r's block-b scale and Σq, inside the tile's (RunArgs contract: group-major,
                 // rows rounded up to the group; padding rows hold 0).
                 let (sa, q) = unsafe { (*a.lhs_scale.add(i), *a.lhs_sum.add(i) as f32) };
-                let sa = if row { 1.0 } else { sa };
-                // The codes' 16·v: × 2^−4 (exact) with the row's scale.
-                out[r] = sa * (1.0 / 16.0);
+                // The codes' 16·v: × 2^−4 (exact) with the row's scale; in the row numerics the column scales
+                // carry the 2^−4 and the fast epilogue does not read these (1: the other one multiplies by it).
+                out[r] = if row { 1.0 } else { sa * (1.0 / 16.0) };
                 if zp {
                     out[MR + r] = if row { q } else { sa * q };
                 }
@@ -170,6 +172,13 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                 widen_scales(rec.add(a.rhs_scales), out.as_mut_ptr());
                 if zp {
                     core::ptr::copy_nonoverlapping(rec.add(a.rhs_zp), out[NR..].as_mut_ptr().cast::<u8>(), 4 * NR);
+                }
+            }
+            if row {
+                // The codes' 2^−4 (exact: an f16 scale × 2^−4 is a normal f32), so that the row numerics'
+                // epilogue is one FMLA per vector, with the bits of (s · 2^−4) · 1.
+                for v in &mut out[..NR] {
+                    *v *= 1.0 / 16.0;
                 }
             }
         }
@@ -287,21 +296,42 @@ macro_rules! epi_fast_row {
             "fmla z31.s, z23.s, z3.s[", $r, "]\n",
         )
     };
-    ($r:literal, $za:literal, $addr:literal $(, $zp:ident)?) => {
+    // The factors: column scale × row scale (lane `$r` of z2) into z24–z27; the row numerics (`row`): the
+    // column scales z10–z13 themselves (they carry the 2^−4; the row scale is 1).
+    (@scale block $r:literal) => {
         concat!(
-            "mova {{z16.b-z19.b}}, za0h.b[w12, ", $za, "]\n",
-            "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
             "fmul z24.s, z10.s, z2.s[", $r, "]\n",
             "fmul z25.s, z11.s, z2.s[", $r, "]\n",
             "fmul z26.s, z12.s, z2.s[", $r, "]\n",
             "fmul z27.s, z13.s, z2.s[", $r, "]\n",
+        )
+    };
+    (@scale row $r:literal) => { "" };
+    ($act:ident, $r:literal, $za:literal, $addr:literal $(, $zp:ident)?) => {
+        concat!(
+            "mova {{z16.b-z19.b}}, za0h.b[w12, ", $za, "]\n",
+            "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
+            epi_fast_row!(@scale $act $r),
             "ld1w {{z28.s-z31.s}}, pn8/z, ", $addr, "\n",
+            epi_fast_row!(@fmla $act),
+            $(epi_fast_row!(@$zp $r),)?
+            "st1w {{z28.s-z31.s}}, pn8, ", $addr, "\n",
+        )
+    };
+    (@fmla block) => {
+        concat!(
             "fmla z28.s, p1/m, z16.s, z24.s\n",
             "fmla z29.s, p1/m, z17.s, z25.s\n",
             "fmla z30.s, p1/m, z18.s, z26.s\n",
             "fmla z31.s, p1/m, z19.s, z27.s\n",
-            $(epi_fast_row!(@$zp $r),)?
-            "st1w {{z28.s-z31.s}}, pn8, ", $addr, "\n",
+        )
+    };
+    (@fmla row) => {
+        concat!(
+            "fmla z28.s, p1/m, z16.s, z10.s\n",
+            "fmla z29.s, p1/m, z17.s, z11.s\n",
+            "fmla z30.s, p1/m, z18.s, z12.s\n",
+            "fmla z31.s, p1/m, z19.s, z13.s\n",
         )
     };
 }
@@ -314,7 +344,12 @@ macro_rules! epi_fast {
     (@zp) => {
         "ld1rqw {{z3.s}}, p1/z, [{xr}, #64]\n"
     };
-    ($l:literal $(, $zp:ident)?) => {
+    // The 4 rows' sa · 2^−4 into z2 (the row numerics have none).
+    (@sa block) => {
+        "ld1rqw {{z2.s}}, p1/z, [{xr}]\n"
+    };
+    (@sa row) => { "" };
+    ($act:ident, $l:literal $(, $zp:ident)?) => {
         concat!(
             "mov {xo}, {out}\n",
             "add x14, {out}, #512\n",
@@ -322,12 +357,12 @@ macro_rules! epi_fast {
             "mov w12, #0\n",
             $l,
             ":\n",
-            "ld1rqw {{z2.s}}, p1/z, [{xr}]\n",
+            epi_fast!(@sa $act),
             $(epi_fast!(@$zp),)?
-            epi_fast_row!("0", "0:3", "[{xo}]" $(, $zp)?),
-            epi_fast_row!("1", "4:7", "[{xo}, {e64}, lsl #2]" $(, $zp)?),
-            epi_fast_row!("2", "8:11", "[x14]" $(, $zp)?),
-            epi_fast_row!("3", "12:15", "[x14, {e64}, lsl #2]" $(, $zp)?),
+            epi_fast_row!($act, "0", "0:3", "[{xo}]" $(, $zp)?),
+            epi_fast_row!($act, "1", "4:7", "[{xo}, {e64}, lsl #2]" $(, $zp)?),
+            epi_fast_row!($act, "2", "8:11", "[x14]" $(, $zp)?),
+            epi_fast_row!($act, "3", "12:15", "[x14, {e64}, lsl #2]" $(, $zp)?),
             "add {xo}, {xo}, #1024\n",
             "add x14, x14, #1024\n",
             "add {xr}, {xr}, #16\n",
@@ -514,14 +549,22 @@ unsafe fn pass(
             "ld1w {{z22.s}}, p1/z, [{xo}, {s2}, lsl #2]",
             "ld1w {{z23.s}}, p1/z, [{xo}, {s3}, lsl #2]",
             "cbz {fast}, 12f",
-            epi_fast!("13", zp),
+            "cbnz {row}, 18f",
+            epi_fast!(block, "13", zp),
+            "b 9f",
+            "18:",
+            epi_fast!(row, "19", zp),
             "b 9f",
             "12:",
             epi_rows!("8", zp),
             "b 9f",
             "7:",
             "cbz {fast}, 14f",
-            epi_fast!("15"),
+            "cbnz {row}, 20f",
+            epi_fast!(block, "15"),
+            "b 9f",
+            "20:",
+            epi_fast!(row, "21"),
             "b 9f",
             "14:",
             epi_rows!("8"),
@@ -541,6 +584,7 @@ unsafe fn pass(
             rowp = inout(reg) rows => _,
             out = in(reg) out,
             zp = in(reg) a.has_zp,
+            row = in(reg) a.row,
             s1 = in(reg) s,
             s2 = in(reg) 2 * s,
             s3 = in(reg) 3 * s,
