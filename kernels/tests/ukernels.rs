@@ -88,6 +88,32 @@ fn every_kernel_edge_taxonomy() {
     eprintln!("{} cases over {} (kernel, layout) pairs", coverage.values().sum::<usize>(), coverage.len());
 }
 
+/// One row over many panels: the aarch64 GEMVs walk 2 or 4 panels per asm pass (4-bit codes in whole 32-K
+/// chunks), then a tail of 1–3; the taxonomy's widths (up to 3 panels) seldom meet M = 1 there. Every int8
+/// kernel, each layout, N = 4 panels + 1 column on 8-column layouts (2 panels + 1 on wider ones), blocks of
+/// one and of two chunks, with and without zero points, both numerics, with a bias.
+#[test]
+fn one_row_over_many_panels() {
+    for uk in kernels().into_iter().filter(|uk| uk.path() == ComputePath::Int8) {
+        let mut rng = Rng::for_kernel(12, uk.name());
+        for layout in layouts_of(uk) {
+            let n = if layout.nr <= 8 { 4 * layout.nr + 1 } else { 2 * layout.nr + 1 };
+            for (bl, k) in [(32usize, 96usize), (64, 64 * 3 - 5)] {
+                for zp in [ZpKind::None, ZpKind::Packed] {
+                    let case = Case::random(&mut rng, k, n, 4, bl, zp, GIdx::None, true);
+                    let case = case_for(uk, &layout, case);
+                    let Ok(sel) = Selected::single(uk, layout, &Problem::of(uk.path(), &case.weights())) else {
+                        continue;
+                    };
+                    for act in [ActQuant::Block, ActQuant::Row] {
+                        check(&sel.with_activation_quant(act), &case, 1, &mut rng);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Every block size a kernel claims, 16 … 65536, with a K tail, on each of its layouts that holds it.
 #[test]
 fn every_claimed_block_size() {
