@@ -22,12 +22,11 @@
 //! never stored). Features: neon,dotprod. The body is `super::qsnbp8x4_int8`. No over-reads: every load is inside a
 //! record or an LHS block.
 
-use super::ops::store4;
+use super::ops::store_row;
 use super::qsnbp8x4_int8::{NR, SDOT, unit};
-use super::sve_asm::{asm_modes, vector_asm};
+use super::sve_asm::{asm_modes, chunk_loop, movi_zero, vector_asm};
 use super::walk_panels;
 use crate::ukernel::RunArgs;
-use core::arch::aarch64::vld1q_f32;
 
 /// # Safety
 /// The CPU has neon,dotprod; `args` satisfies the `RunArgs` contract with a `qsi8db` LHS and a `qsnbp8x4` RHS
@@ -69,19 +68,16 @@ macro_rules! gemv_text {
         concat!(
             ".arch_extension dotprod\n",
             "movi v26.16b, #0xf0\n",
-            "movi v0.4s, #0\n", "movi v1.4s, #0\n", "movi v2.4s, #0\n", "movi v3.4s, #0\n",
-            "movi v4.4s, #0\n", "movi v5.4s, #0\n", "movi v6.4s, #0\n", "movi v7.4s, #0\n",
-            "movi v8.4s, #0\n", "movi v9.4s, #0\n", "movi v10.4s, #0\n", "movi v11.4s, #0\n",
-            "movi v12.4s, #0\n", "movi v13.4s, #0\n", "movi v14.4s, #0\n", "movi v15.4s, #0\n",
+            movi_zero!("0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15"),
             // Block loop.
             "2:\n",
-            gemv_text!(@chunk_head $chunks),
+            chunk_loop!(head $chunks),
             "ld1 {{v28.16b, v29.16b}}, [{act}], #32\n",
             gemv_text!(@panel "{r0}" "0" "1"),
             gemv_text!(@panel "{r1}" "2" "3"),
             gemv_text!(@panel "{r2}" "4" "5"),
             gemv_text!(@panel "{r3}" "6" "7"),
-            gemv_text!(@chunk_tail $chunks),
+            chunk_loop!(tail $chunks),
             // Block epilogue, `ops::block_epilogue`: y += f32(acc)·(s·sa) [+ c·sq] (row numerics: y += f32(acc)·s
             // [+ c·sq]); the int32 sums converted with 4 fraction bits (the fields' factor 16, exact); each
             // panel's 8 scales (f16, at `{soff}` from its pointer here).
@@ -97,8 +93,7 @@ macro_rules! gemv_text {
             "fmla v12.4s, v4.4s, v16.4s\n", "fmla v13.4s, v5.4s, v17.4s\n",
             "fmla v14.4s, v6.4s, v18.4s\n", "fmla v15.4s, v7.4s, v19.4s\n",
             gemv_text!(@zp $act $zp),
-            "movi v0.4s, #0\n", "movi v1.4s, #0\n", "movi v2.4s, #0\n", "movi v3.4s, #0\n",
-            "movi v4.4s, #0\n", "movi v5.4s, #0\n", "movi v6.4s, #0\n", "movi v7.4s, #0\n",
+            movi_zero!("0" "1" "2" "3" "4" "5" "6" "7"),
             "add {r0}, {r0}, {rskip}\n", "add {r1}, {r1}, {rskip}\n",
             "add {r2}, {r2}, {rskip}\n", "add {r3}, {r3}, {rskip}\n",
             "subs {nb}, {nb}, #1\n",
@@ -107,10 +102,6 @@ macro_rules! gemv_text {
             "stp q12, q13, [{out}, #64]\n", "stp q14, q15, [{out}, #96]\n",
         )
     };
-    (@chunk_head one) => { "// {cc} {chunks}\n" };
-    (@chunk_head many) => { concat!("mov {cc}, {chunks}\n", "3:\n") };
-    (@chunk_tail one) => { "" };
-    (@chunk_tail many) => { concat!("subs {cc}, {cc}, #1\n", "b.ne 3b\n") };
     // One panel's chunk (128 bytes at `$r`: 4 groups of 4 K × 8 columns × 2 fields) into accumulators `$c0`, `$c1`.
     (@panel $r:literal $c0:literal $c1:literal) => {
         concat!(
@@ -211,11 +202,6 @@ unsafe fn gemv_1x32(a: &RunArgs, panel: usize, lhs: *const i8, sa: *const f32, s
         };
     }
     asm_modes!(gemv_asm; a.row != 0, a.has_zp != 0, chunks == 1);
-    for (q, v) in out.chunks_exact(4).enumerate() {
-        let col = panel * NR + 4 * q;
-        if col < a.cols {
-            // SAFETY: columns below cols of the row are inside dst and bias; `v` holds 4 f32.
-            unsafe { store4(dst, a.bias, col, a.cols, vld1q_f32(v.as_ptr())) };
-        }
-    }
+    // SAFETY: `dst` is the tile's row (the caller's guarantee), columns from panel·8.
+    unsafe { store_row(a, dst, panel * NR, &out) };
 }

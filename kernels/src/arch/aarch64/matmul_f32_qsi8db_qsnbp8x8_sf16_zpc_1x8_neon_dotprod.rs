@@ -20,11 +20,10 @@
 //! whole 8-column panels from the tile's start (the last one's padding computed, never stored). Features: neon,
 //! dotprod. No over-reads.
 
-use super::ops::store4;
+use super::ops::store_row;
 use super::qsnbp8x8_int8::{NR, gemv_unit};
-use super::sve_asm::{asm_modes, vector_asm};
+use super::sve_asm::{asm_modes, chunk_loop, movi_zero, vector_asm};
 use crate::ukernel::RunArgs;
-use core::arch::aarch64::vld1q_f32;
 
 /// # Safety
 /// The CPU has neon and dotprod; `args` satisfies the `RunArgs` contract with a `qsi8db` LHS and a `qsnbp8x8`
@@ -79,19 +78,18 @@ macro_rules! gemv_text {
         concat!(
             ".arch_extension dotprod\n",
             "movi v12.16b, #0xf0\n",
-            "movi v0.4s, #0\n", "movi v1.4s, #0\n", "movi v2.4s, #0\n", "movi v3.4s, #0\n",
-            "movi v4.4s, #0\n", "movi v5.4s, #0\n", "movi v6.4s, #0\n", "movi v7.4s, #0\n",
-            "movi v8.4s, #0\n", "movi v9.4s, #0\n", "movi v10.4s, #0\n", "movi v11.4s, #0\n",
+            movi_zero!("0" "1" "2" "3" "4" "5" "6" "7"),
+            movi_zero!("8" "9" "10" "11"),
             // Block loop.
             "2:\n",
-            gemv_text!(@chunk_head $chunks),
+            chunk_loop!(head $chunks),
             // The chunk's 32 activations as four 8-K runs, each in both halves: K 0–7, 8–15, 16–23, 24–31.
             "ld4r {{v28.2d, v29.2d, v30.2d, v31.2d}}, [{act}], #32\n",
             // Group h (64 bytes per panel: 8 columns × 8 K × 2 fields): the low field is K 8h…, the high one
             // K 16 + 8h….
             gemv_text!(@group "v28" "v30"),
             gemv_text!(@group "v29" "v31"),
-            gemv_text!(@chunk_tail $chunks),
+            chunk_loop!(tail $chunks),
             // Block epilogue, `ops::block_epilogue`: y += f32(acc)·(s·sa) [+ c·sq] (row numerics: y += f32(acc)·s
             // [+ c·sq]). Column pairs folded to columns (ADDP), converted with 4 fraction bits (the fields'
             // factor 16, exact); each panel's 8 scales (f16, at `{soff}` from its pointer here).
@@ -106,18 +104,13 @@ macro_rules! gemv_text {
             "fmla v8.4s, v0.4s, v25.4s\n", "fmla v9.4s, v1.4s, v26.4s\n",
             "fmla v10.4s, v2.4s, v24.4s\n", "fmla v11.4s, v3.4s, v27.4s\n",
             gemv_text!(@zp $act $zp),
-            "movi v0.4s, #0\n", "movi v1.4s, #0\n", "movi v2.4s, #0\n", "movi v3.4s, #0\n",
-            "movi v4.4s, #0\n", "movi v5.4s, #0\n", "movi v6.4s, #0\n", "movi v7.4s, #0\n",
+            movi_zero!("0" "1" "2" "3" "4" "5" "6" "7"),
             "add {r0}, {r0}, {rskip}\n", "add {r1}, {r1}, {rskip}\n",
             "subs {nb}, {nb}, #1\n",
             "b.ne 2b\n",
             "stp q8, q9, [{out}]\n", "stp q10, q11, [{out}, #32]\n",
         )
     };
-    (@chunk_head one) => { "// {cc} {chunks}\n" };
-    (@chunk_head many) => { concat!("mov {cc}, {chunks}\n", "3:\n") };
-    (@chunk_tail one) => { "" };
-    (@chunk_tail many) => { concat!("subs {cc}, {cc}, #1\n", "b.ne 3b\n") };
     // One 64-byte group of both panels: the low fields (`shl #4`) against `$lo`, the high ones (`and #0xf0`, in
     // place) against `$hi`; 16 SDOT.
     (@group $lo:literal $hi:literal) => {
@@ -212,11 +205,6 @@ unsafe fn gemv_1x16(a: &RunArgs, panel: usize, lhs: *const i8, sa: *const f32, s
         };
     }
     asm_modes!(gemv_asm; a.row != 0, a.has_zp != 0, chunks == 1);
-    for (q, v) in out.chunks_exact(4).enumerate() {
-        let col = panel * NR + 4 * q;
-        if col < a.cols {
-            // SAFETY: columns below cols of the row are inside dst and bias; `v` holds 4 f32.
-            unsafe { store4(dst, a.bias, col, a.cols, vld1q_f32(v.as_ptr())) };
-        }
-    }
+    // SAFETY: `dst` is the tile's row (the caller's guarantee), columns from panel·8.
+    unsafe { store_row(a, dst, panel * NR, &out) };
 }

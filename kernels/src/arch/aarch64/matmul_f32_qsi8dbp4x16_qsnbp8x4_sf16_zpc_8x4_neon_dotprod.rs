@@ -47,7 +47,7 @@
 
 use super::ops::{Sums, store_groups};
 use super::qsnbp8x4_int8::{MR, NR, gemm_group};
-use super::sve_asm::{asm_modes, vector_asm};
+use super::sve_asm::{asm_modes, movi_zero, vector_asm};
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
 
@@ -194,10 +194,7 @@ macro_rules! tile_text {
         concat!(
             ".arch_extension dotprod\n",
             "movi v28.16b, #0xf0\n",
-            "movi v0.4s, #0\n", "movi v1.4s, #0\n", "movi v2.4s, #0\n", "movi v3.4s, #0\n",
-            "movi v4.4s, #0\n", "movi v5.4s, #0\n", "movi v6.4s, #0\n", "movi v7.4s, #0\n",
-            "movi v8.4s, #0\n", "movi v9.4s, #0\n", "movi v10.4s, #0\n", "movi v11.4s, #0\n",
-            "movi v12.4s, #0\n", "movi v13.4s, #0\n", "movi v14.4s, #0\n", "movi v15.4s, #0\n",
+            movi_zero!("0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15"),
         )
     };
     // The sums plus bias, by rows.
@@ -264,8 +261,7 @@ macro_rules! tile_text {
             "scvtf v6.4s, v6.4s, #4\n", "scvtf v7.4s, v7.4s, #4\n",
             tile_text!(@scale $act),
             tile_text!(@zp $zp),
-            "movi v0.4s, #0\n", "movi v1.4s, #0\n", "movi v2.4s, #0\n", "movi v3.4s, #0\n",
-            "movi v4.4s, #0\n", "movi v5.4s, #0\n", "movi v6.4s, #0\n", "movi v7.4s, #0\n",
+            movi_zero!("0" "1" "2" "3" "4" "5" "6" "7"),
         )
     };
     // y += f32(acc)·(s·sa): the product s·sa first (by element of the pair's row scales), as `block_epilogue`.

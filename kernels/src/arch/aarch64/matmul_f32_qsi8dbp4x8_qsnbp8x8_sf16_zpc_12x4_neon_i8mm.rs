@@ -45,7 +45,7 @@
 use super::ops::Sums;
 use super::qsnbp8x8_int8::MR;
 use super::qsnbp8x8_tiles::{ColumnScales, row_pairs, run_tiles};
-use super::sve_asm::{asm_modes, vector_asm};
+use super::sve_asm::{asm_modes, chunk_loop, movi_zero, vector_asm};
 use crate::ukernel::RunArgs;
 
 /// # Safety
@@ -83,7 +83,7 @@ macro_rules! tile_text {
               "movi v", $s2, ".4s, #0\n", "movi v", $s3, ".4s, #0\n",)+
             // Block loop.
             "2:\n",
-            tile_text!(@chunk_head $chunks),
+            chunk_loop!(head $chunks),
             // 32 K in two 64-byte groups of 8 columns × 8 K × 2 fields; field l of group h is run 2l + h of the
             // chunk (activations at 32·run bytes in each row group): the low field (`shl #4`) and the high one
             // (`and #0xf0`), both 16 × the signed code.
@@ -97,7 +97,7 @@ macro_rules! tile_text {
             $(tile_text!(@run $g ", #-96]" $c0 $c1 $c2 $c3),)+
             "and v26.16b, v24.16b, v30.16b\n", "and v27.16b, v25.16b, v30.16b\n",
             $(tile_text!(@run $g ", #-32]" $c0 $c1 $c2 $c3),)+
-            tile_text!(@chunk_tail $chunks),
+            chunk_loop!(tail $chunks),
             // Block epilogue: y += f32(acc)·(s·sa) [+ c·sq] (the row numerics: y += f32(acc)·s [+ c·sq]).
             // The half's 4 column scales (f16, at `{soff}` from `{rec}` here) as [s0 s1 s0 s1], [s2 s3 s2 s3];
             // the int32 sums (16 × the products: the fields' factor) converted with 4 fraction bits (exact).
@@ -124,11 +124,6 @@ macro_rules! tile_text {
               "str q28, [{out}, #", $oo, " + 64]\n", "str q29, [{out}, #", $oo, " + 96]\n",)+
         )
     };
-    // Blocks of one chunk: no chunk loop (`{cc}`, `{chunks}` named in a comment only).
-    (@chunk_head one) => { "// {cc} {chunks}\n" };
-    (@chunk_head many) => { concat!("mov {cc}, {chunks}\n", "3:\n") };
-    (@chunk_tail one) => { "" };
-    (@chunk_tail many) => { concat!("subs {cc}, {cc}, #1\n", "b.ne 3b\n") };
     // One run of 8 K of one group (`$at`: how its activations are addressed after `[{a$g}`): its two row pairs
     // × the two fields.
     (@run $g:literal $at:literal $c0:literal $c1:literal $c2:literal $c3:literal) => {
@@ -248,13 +243,10 @@ macro_rules! tile1_text {
         concat!(
             ".arch_extension i8mm\n",
             "movi v26.16b, #0xf0\n",
-            "movi v0.4s, #0\n", "movi v1.4s, #0\n", "movi v2.4s, #0\n", "movi v3.4s, #0\n",
-            "movi v4.4s, #0\n", "movi v5.4s, #0\n", "movi v6.4s, #0\n", "movi v7.4s, #0\n",
-            "movi v8.4s, #0\n", "movi v9.4s, #0\n", "movi v10.4s, #0\n", "movi v11.4s, #0\n",
-            "movi v12.4s, #0\n", "movi v13.4s, #0\n", "movi v14.4s, #0\n", "movi v15.4s, #0\n",
+            movi_zero!("0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15"),
             // Block loop.
             "2:\n",
-            tile_text!(@chunk_head $chunks),
+            chunk_loop!(head $chunks),
             // Group h of the chunk (64 bytes: 8 columns × 8 K × 2 fields), field l: run 2l + h (activations at
             // 32·run bytes of the group's chunk).
             "ld1 {{v16.16b, v17.16b, v18.16b, v19.16b}}, [{rec}], #64\n",
@@ -271,7 +263,7 @@ macro_rules! tile1_text {
             "and v20.16b, v16.16b, v26.16b\n", "and v21.16b, v17.16b, v26.16b\n",
             "and v22.16b, v18.16b, v26.16b\n", "and v23.16b, v19.16b, v26.16b\n",
             tile1_text!(@run ", #-32]"),
-            tile_text!(@chunk_tail $chunks),
+            chunk_loop!(tail $chunks),
             // Block epilogue (as `tile_text!`'s): the 8 column scales (f16, at `{soff}` from `{rec}` here) as
             // [s0 s1 s0 s1], [s2 s3 s2 s3], [s4 s5 s4 s5], [s6 s7 s6 s7]; the int32 sums converted with 4 fraction bits.
             "ldr q16, [{rec}, {soff}]\n",
@@ -281,8 +273,7 @@ macro_rules! tile1_text {
             "scvtf v4.4s, v4.4s, #4\n", "scvtf v5.4s, v5.4s, #4\n", "scvtf v6.4s, v6.4s, #4\n", "scvtf v7.4s, v7.4s, #4\n",
             tile1_text!(@scale $act),
             tile1_text!(@zp $zp),
-            "movi v0.4s, #0\n", "movi v1.4s, #0\n", "movi v2.4s, #0\n", "movi v3.4s, #0\n",
-            "movi v4.4s, #0\n", "movi v5.4s, #0\n", "movi v6.4s, #0\n", "movi v7.4s, #0\n",
+            movi_zero!("0" "1" "2" "3" "4" "5" "6" "7"),
             "add {rec}, {rec}, {rskip}\n",
             "add {rowp}, {rowp}, {rbytes}\n",
             "subs {nb}, {nb}, #1\n",

@@ -355,6 +355,22 @@ pub(crate) unsafe fn accumulate_block<const R: usize, const BITS: usize, const Z
     }
 }
 
+/// Stores one row's sums `out` (columns `col0 ..`, in groups of 4) plus bias, only the columns below `a.cols`: how
+/// the one-row asm GEMVs hand over their sums.
+///
+/// # Safety
+/// `dst` is the row's output (columns `col0 ..` below `a.cols` inside it); `a.bias` is null or holds `a.cols` values.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn store_row(a: &RunArgs, dst: *mut f32, col0: usize, out: &[f32]) {
+    for (q, v) in out.chunks_exact(4).enumerate() {
+        let col = col0 + 4 * q;
+        if col < a.cols {
+            // SAFETY: columns below cols of the row are inside dst and bias (the caller's guarantee); `v` holds 4 f32.
+            unsafe { store4(dst, a.bias, col, a.cols, vld1q_f32(v.as_ptr())) };
+        }
+    }
+}
+
 /// Stores rows `0..R` × the 8 columns of `panel` (columns 0..3, 4..7 of each row in `y`) plus bias, only the
 /// columns below `a.cols`.
 ///

@@ -41,6 +41,33 @@ macro_rules! asm_modes {
 }
 pub(crate) use asm_modes;
 
+/// `movi vN.4s, #0` for each listed register `N`: the NEON asm kernels' zeroing of accumulators and sums.
+macro_rules! movi_zero {
+    ($($v:literal)+) => {
+        concat!($("movi v", $v, ".4s, #0\n",)+)
+    };
+}
+pub(crate) use movi_zero;
+
+/// The chunk loop inside the block loop of the whole-loop NEON kernels, `head` / `tail` of one mode (`asm_modes!`'s
+/// `one` | `many`): blocks of one 32-K chunk have no loop (`{cc}` and `{chunks}` named in a comment only), longer ones
+/// count `{chunks}` down in `{cc}` (label 3).
+macro_rules! chunk_loop {
+    (head one) => {
+        "// {cc} {chunks}\n"
+    };
+    (head many) => {
+        concat!("mov {cc}, {chunks}\n", "3:\n")
+    };
+    (tail one) => {
+        ""
+    };
+    (tail many) => {
+        concat!("subs {cc}, {cc}, #1\n", "b.ne 3b\n")
+    };
+}
+pub(crate) use chunk_loop;
+
 /// `asm!` with the SVE kernels' clobbers: z0–z31 (declared as v0–v31, see [`vector_asm!`]) and the predicates
 /// p0–p3 they set.
 macro_rules! sve_asm {
