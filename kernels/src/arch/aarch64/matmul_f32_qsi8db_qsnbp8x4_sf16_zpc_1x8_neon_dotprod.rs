@@ -10,7 +10,7 @@
 //! its own operand), 8 four-register LD1 of codes and 1 of activations, and the block epilogue: 8 SCVTF, 4 LDR + 8
 //! FCVTL (scales), 1 LD1R + 8 FMUL (the block's activation scale; not in the row numerics), 8 FMLA, 8 MOVI, 6 for
 //! pointers and loop: 188, 2.94 per SDOT (zero points add 19). Measured (`scripts/aarch64/icount-kernel.sh`,
-//! M = 1, 2048 × 2048, qemu -cpu neoverse-n1, the whole kernel): 2.99 per SDOT, against 3.15 for the intrinsic
+//! M = 1, 2048 × 2048, qemu -cpu neoverse-n1, the whole kernel): 3.01 per SDOT, against 3.15 for the intrinsic
 //! body (`super::qsnbp8x4_int8::unit`, four panels per pass) it replaces there. The field extraction (1.0) and the
 //! epilogue (0.8) keep this above the ~2.6–2.7 that 0.6× ORT's GEMV needs: with the two fields of a byte belonging
 //! to two columns at the same K (a layout change), the raw byte and its `and #0x0F` would feed the two SDOTs and
@@ -33,26 +33,31 @@ use crate::ukernel::RunArgs;
 /// (f16 scales) of `args.bits` ∈ {2, 4, 8}.
 #[target_feature(enable = "neon,dotprod")]
 pub(crate) unsafe fn run(args: &RunArgs) {
-    let a = args;
-    if !(a.rows == 1 && a.bits == 4 && a.bl.is_multiple_of(32)) {
-        walk_panels!(args, unit, SDOT, nr = NR, rows = [3, 2, 1], panels = [4, 2]);
-        return;
-    }
-    // One row, 4-bit codes in whole 32-K chunks: four panels per asm pass, then two, then one.
-    let panels = a.cols.div_ceil(NR);
-    let (lhs, sa, sq, dst) = (a.lhs.cast::<i8>(), a.lhs_scale, a.lhs_sum, a.dst);
-    let mut panel = 0;
-    while panel < panels {
-        let p = [4, 2, 1].into_iter().find(|&p| panel + p <= panels).unwrap_or(1);
-        // SAFETY: the tile's one row and panels panel..panel + p (RunArgs contract); the CPU has dotprod.
-        unsafe {
-            match p {
-                4 => gemv_1x32(a, panel, lhs, sa, sq, dst),
-                2 => unit::<SDOT, 1, 2, 4>(a, panel, lhs, sa, sq, dst),
-                _ => unit::<SDOT, 1, 1, 4>(a, panel, lhs, sa, sq, dst),
-            }
+    walk_panels!(args, body, SDOT, nr = NR, rows = [3, 2, 1], panels = [4, 2]);
+}
+
+/// The walk's body: one row × four panels of 4-bit codes in whole 32-K chunks runs the asm ([`gemv_1x32`]), the
+/// rest the intrinsic body (`unit`).
+///
+/// # Safety
+/// As [`unit`]'s, and the CPU has dotprod.
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+unsafe fn body<const OP: u8, const R: usize, const P: usize, const BITS: usize>(
+    a: &RunArgs,
+    panel: usize,
+    lhs: *const i8,
+    lhs_scale: *const f32,
+    lhs_sum: *const i32,
+    dst: *mut f32,
+) {
+    // SAFETY: forwarded (the same rows and panels); gemv_1x32 takes exactly this case.
+    unsafe {
+        if R == 1 && P == 4 && BITS == 4 && a.bl.is_multiple_of(32) {
+            gemv_1x32(a, panel, lhs, lhs_scale, lhs_sum, dst)
+        } else {
+            unit::<OP, R, P, BITS>(a, panel, lhs, lhs_scale, lhs_sum, dst)
         }
-        panel += p;
     }
 }
 
@@ -166,6 +171,9 @@ macro_rules! gemv_text {
 /// RHS with blocks of whole 32-K chunks; `lhs`, `sa`, `sq` and `dst` are a row of the tile's (its activations, block
 /// scales, Σq and output); panels `panel` … `panel + 3` are the tile's.
 #[target_feature(enable = "neon,dotprod")]
+// Not inlined into the walk: inlined, the code LLVM put around the asm block cost ~360 instructions per pass
+// (3.07 against 3.01 per SDOT at 2048 × 2048, icount-kernel.sh).
+#[inline(never)]
 unsafe fn gemv_1x32(a: &RunArgs, panel: usize, lhs: *const i8, sa: *const f32, sq: *const i32, dst: *mut f32) {
     debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
     let chunks = a.bl / 32;
