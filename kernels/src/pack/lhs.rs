@@ -840,7 +840,7 @@ fn for_each_test_block(mut seed: u64, mut f: impl FnMut(usize, usize, &[f32])) {
 
 /// Every kind of [`Runs`] the packer uses for a block of `len` (contiguous, runs of 4, 8 and 16 bytes, + 128).
 #[cfg(test)]
-fn test_runs(len: usize) -> [Runs; 6] {
+fn test_runs(len: usize) -> [Runs; 8] {
     [
         Runs::contiguous(len, 0),
         Runs::contiguous(len, 0x80),
@@ -848,6 +848,8 @@ fn test_runs(len: usize) -> [Runs; 6] {
         Runs { run: 4, stride: 16, flip: 0 },
         Runs { run: 16, stride: 48, flip: 0x80 },
         Runs { run: 8, stride: 8, flip: 0 },
+        Runs { run: 8, stride: 24, flip: 0x80 },
+        Runs { run: 4, stride: 12, flip: 0x80 },
     ]
 }
 
