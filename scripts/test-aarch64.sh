@@ -172,6 +172,38 @@ if [ $build_only = 1 ]; then
     exit 0
 fi
 bins=${CARGO_TARGET_DIR:-$root/target}/$target/release
+
+# Two lanes from here, each mostly one emulated thread: the model checks below (qemu 7.2, then qemu 11) and, beside
+# them, the whole-program tests (the Python parity tests, then the Llama driver), with the log of the second lane
+# printed when both are done. In scripts/test.sh this script runs at nice 19 beside the x86 steps, which leave it
+# one core at times and both once they are done: one lane at a time left a core idle for that last stretch (the
+# Python phase 163 s and the Llama phase 166 s of the 2026-11-28 run came after the models, one after the other).
+# Shared state is safe: the sysroots are made atomically (qemu-a64-run.sh), the builds above are the only ones
+# (the lanes' cargo calls find them fresh), and the Python and Llama tests write only under their own directories.
+apps_log=${CARGO_TARGET_DIR:-$root/target}/test-aarch64-apps.log
+apps() {
+    # The Python parity tests inside aarch64 ONNX Runtime (aarch64 CPython under qemu) on the models of both lists.
+    local py_cpus=() c
+    for c in max neoverse-n1 cortex-a72; do
+        if [[ " $cpus " == *" $c "* ]]; then py_cpus+=("$c"); fi
+    done
+    if [ ${#py_cpus[@]} -gt 0 ]; then
+        bash scripts/aarch64/python-aarch64.sh --cpus "${py_cpus[*]}"
+    else
+        echo "aarch64: Python parity tests skipped (AARCH64_CPUS names none of max, neoverse-n1, cortex-a72)"
+    fi
+    phase "Python parity tests done"
+    # The Llama driver cross-built for aarch64: 16 greedy SmolLM2 tokens (accuracy_level 1) under qemu 7.2 -cpu
+    # max,sve=off and qemu 11 -cpu max (SME2) and neoverse-v1 (SVE 256), identical to ORT's built-in op and to
+    # nibble on x86.
+    bash scripts/aarch64/llama-aarch64.sh
+    phase "Llama driver done"
+}
+apps > "$apps_log" 2>&1 &
+apps_pid=$!
+# Stopping this script stops the lane too (scripts/test.sh kills the whole process group; this covers a direct run).
+trap 'kill "$apps_pid" 2>/dev/null || true' EXIT
+phase "the Python parity and Llama driver tests started beside the model checks (log: ${apps_log#"$root"/})"
 sme2_families=sme2_int8_qsnbp64x4_sf16_zpc,neon_fp32_qsnbp8x4_sf32_zpc
 second_families=portable_int8_qsnbp8x8_sf16_zpc_bsum,portable_fp32_qsnbp8x8_sf32_zpc,portable_int8_qunbp8x4_sf32_zpb,portable_fp32_qunbp8x4_sf32_zpb
 # The quick kernel subset (models outside AARCH64_FULL and QEMU11_FULL): the dispatch test (detection, the vector lengths,
@@ -264,18 +296,10 @@ if [ -n "$cpus11" ]; then
     echo "aarch64: kernel and ORT integration tests passed on qemu $q11ver ($((SECONDS - t11)) s): $cpus11"
 fi
 phase "qemu 11 models done"
-# The Python parity tests inside aarch64 ONNX Runtime (aarch64 CPython under qemu) on the models of both lists.
-py_cpus=()
-for c in max neoverse-n1 cortex-a72; do
-    if [[ " $cpus " == *" $c "* ]]; then py_cpus+=("$c"); fi
-done
-if [ ${#py_cpus[@]} -gt 0 ]; then
-    bash scripts/aarch64/python-aarch64.sh --cpus "${py_cpus[*]}"
-else
-    echo "aarch64: Python parity tests skipped (AARCH64_CPUS names none of max, neoverse-n1, cortex-a72)"
-fi
-# The Llama driver cross-built for aarch64: 16 greedy SmolLM2 tokens (accuracy_level 1) under qemu 7.2 -cpu max,sve=off
-# and qemu 11 -cpu max (SME2) and neoverse-v1 (SVE 256), identical to ORT's built-in op and to nibble on x86.
-phase "Python parity tests done"
-bash scripts/aarch64/llama-aarch64.sh
-phase "Llama driver done"
+apps_rc=0
+wait "$apps_pid" || apps_rc=$?
+trap - EXIT
+echo "== aarch64: the Python parity and Llama driver tests, run beside the model checks (log: ${apps_log#"$root"/})"
+cat "$apps_log"
+[ $apps_rc = 0 ] || { echo "test-aarch64.sh: the Python parity or Llama driver tests failed (exit $apps_rc)" >&2; exit "$apps_rc"; }
+phase "all done"
