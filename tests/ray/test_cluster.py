@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -59,19 +58,13 @@ from ray._common import utils as ray_common_utils  # noqa: E402
 from ray.serve.schema import ServeDeploySchema  # noqa: E402
 
 import nibble_ray  # noqa: E402
+from ports import free_port  # noqa: E402
 
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "include_dashboard": False}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-HEAD_PORT, WORKER_PORT = free_port(), free_port()
-while WORKER_PORT == HEAD_PORT:
-    WORKER_PORT = free_port()
+HEAD_PORT = free_port()
+WORKER_PORT = free_port(taken=(HEAD_PORT,))
 os.environ["RAY_SERVE_WORKER_PROXY_HTTP_PORT"] = str(WORKER_PORT)
 
 

@@ -7,21 +7,15 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
 
 import openai
+from ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def descendants(pid: int) -> set[int]:
