@@ -33,10 +33,13 @@ pub enum Feature {
     Avx512vl,
     Avx512Vnni,
     AvxVnni,
+    /// AMX-TILE + AMX-INT8 with the tile state enabled by the OS and this process allowed to use it (Linux:
+    /// XCR0's XTILECFG/XTILEDATA bits and `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)` granted).
+    AmxInt8,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 18] = [
+    pub const ALL: [Feature; 19] = [
         Feature::Neon,
         Feature::Dotprod,
         Feature::I8mm,
@@ -55,6 +58,7 @@ impl Feature {
         Feature::Avx512vl,
         Feature::Avx512Vnni,
         Feature::AvxVnni,
+        Feature::AmxInt8,
     ];
 
     pub fn name(self) -> &'static str {
@@ -77,6 +81,7 @@ impl Feature {
             Feature::Avx512vl => "avx512vl",
             Feature::Avx512Vnni => "avx512vnni",
             Feature::AvxVnni => "avxvnni",
+            Feature::AmxInt8 => "amxint8",
         }
     }
 }
@@ -161,11 +166,12 @@ pub enum Isa {
     // x86_64
     Avx2,
     Avx512Vnni,
+    Amx,
 }
 
 impl Isa {
-    pub const ALL: [Isa; 8] =
-        [Isa::Portable, Isa::Neon, Isa::Dotprod, Isa::I8mm, Isa::Sve, Isa::Sme, Isa::Avx2, Isa::Avx512Vnni];
+    pub const ALL: [Isa; 9] =
+        [Isa::Portable, Isa::Neon, Isa::Dotprod, Isa::I8mm, Isa::Sve, Isa::Sme, Isa::Avx2, Isa::Avx512Vnni, Isa::Amx];
 
     /// The name used by `NIBBLE_ISA`, in logs and in kernel names.
     pub fn name(self) -> &'static str {
@@ -178,6 +184,7 @@ impl Isa {
             Isa::Sme => "sme",
             Isa::Avx2 => "avx2",
             Isa::Avx512Vnni => "avx512vnni",
+            Isa::Amx => "amx",
         }
     }
 
@@ -196,6 +203,7 @@ impl Isa {
             Isa::Sme => Some(Feature::Sme),
             Isa::Avx2 => Some(Feature::Avx2),
             Isa::Avx512Vnni => Some(Feature::Avx512Vnni),
+            Isa::Amx => Some(Feature::AmxInt8),
         }
     }
 
@@ -209,6 +217,7 @@ impl Isa {
         const SME: Features = SVE.union(Features::of(&[Sme, Sme2]));
         const AVX2: Features = Features::of(&[Avx2, Fma, F16c, AvxVnni]);
         const VNNI: Features = AVX2.union(Features::of(&[Avx512f, Avx512bw, Avx512vl, Avx512Vnni]));
+        const AMX: Features = VNNI.union(Features::of(&[AmxInt8]));
         match self {
             Isa::Portable => Features::NONE,
             Isa::Neon => NEON,
@@ -218,6 +227,7 @@ impl Isa {
             Isa::Sme => SME,
             Isa::Avx2 => AVX2,
             Isa::Avx512Vnni => VNNI,
+            Isa::Amx => AMX,
         }
     }
 }

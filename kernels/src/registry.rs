@@ -32,6 +32,8 @@ static ARCH_KERNELS: &[&UKernel] = &[
     &x86_64::INT8_GEMM_AVX512VNNI,
     &x86_64::INT8_GEMV_AVX512VNNI_F16,
     &x86_64::INT8_GEMM_AVX512VNNI_F16,
+    &x86_64::INT8_GEMM_AMX,
+    &x86_64::INT8_GEMM_AMX_F16,
     &x86_64::FP32_GEMV_AVX512,
     &x86_64::FP32_GEMM_AVX512,
     &x86_64::FP32_GEMM_AVX512_DQ,
@@ -108,6 +110,24 @@ static PORTABLE_FAMILIES: &[&Family] = &[
 
 #[cfg(target_arch = "x86_64")]
 static ARCH_FAMILIES: &[&Family] = &[
+    // AMX for prefill, the AVX-512 VNNI GEMV for decode, on the VNNI families' layouts. The f32-scale family
+    // ranks above the VNNI f16 one: when scales do not fit f16, both f16 families are out and AMX still serves.
+    &Family {
+        name: "amx_int8_qunbp64x4_sf16_zpc",
+        rank: 50,
+        path: ComputePath::Int8,
+        gemv: &x86_64::INT8_GEMV_AVX512VNNI_F16,
+        gemm: &x86_64::INT8_GEMM_AMX_F16,
+        layout: |_| x86_64::QUNBP64X4_SF16_ZPC,
+    },
+    &Family {
+        name: "amx_int8_qunbp64x4_sf32_zpc",
+        rank: 47,
+        path: ComputePath::Int8,
+        gemv: &x86_64::INT8_GEMV_AVX512VNNI,
+        gemm: &x86_64::INT8_GEMM_AMX,
+        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
+    },
     &Family {
         name: "avx512vnni_int8_qunbp64x4_sf16_zpc",
         rank: 45,

@@ -218,7 +218,8 @@ fn every_family_tiles_correctly() {
 /// 258 rows where it has many: M = 300 at N = 520), K across whole pieces, inside one block and over many blocks,
 /// with tails; N tails inside a panel and past one; every block size the pieces meet (16: 17 blocks in one
 /// piece; 32 at K = 2100: pieces of 22 blocks and a tail; 2048: two pieces per block), every zero-point kind,
-/// bias on and off; and f16 A.
+/// bias on and off; and f16 A. The AMX GEMM's row tiles of 32 meet full tiles, tails of one 16-row half (M = 33,
+/// 67, 98) and of two (50), and rows 1 KiB apart (K = 1024 in blocks of 32: copied to an odd line stride).
 ///
 /// x86_64 only: the sweep is for the x86 GEMMs (the dequantizing one above all); the aarch64 GEMMs get the
 /// edge-case taxonomy and `every_family_tiles_correctly`, and under qemu this sweep alone took ~6 min per CPU model.
@@ -233,8 +234,17 @@ fn gemm_row_blocks_and_k_pieces() {
         }
         let mut rng = Rng::for_kernel(10, uk.name());
         let mut n_cases = 0;
-        for (bl, k) in [(16, 272), (32, 256), (32, 2100), (64, 600), (128, 1029), (256, 250), (512, 1029), (2048, 2100)]
-        {
+        for (bl, k) in [
+            (16, 272),
+            (32, 256),
+            (32, 1024),
+            (32, 2100),
+            (64, 600),
+            (128, 1029),
+            (256, 250),
+            (512, 1029),
+            (2048, 2100),
+        ] {
             for zp in [ZpKind::None, ZpKind::Packed, ZpKind::Float] {
                 let bits = [4u32, 2, 8][n_cases % 3];
                 let n = [33, 64, 129, 95][n_cases % 4];
@@ -243,7 +253,7 @@ fn gemm_row_blocks_and_k_pieces() {
                 let Ok(sel) = Selected::single(uk, layout, &Problem::of(uk.path(), &case.weights())) else {
                     continue;
                 };
-                for m in [7usize, 31, 32, 33, 67, 98] {
+                for m in [7usize, 31, 32, 33, 50, 67, 98] {
                     check(&sel, &case, m, &mut rng);
                 }
                 n_cases += 1;

@@ -161,11 +161,53 @@ fn detect() -> Cpu {
         (has!("avx512vl"), Feature::Avx512vl),
         (has!("avx512vnni"), Feature::Avx512Vnni),
         (has!("avxvnni"), Feature::AvxVnni),
+        (amx_int8(), Feature::AmxInt8),
     ]
     .into_iter()
     .filter_map(|(on, feat)| on.then_some(feat))
     .collect();
     Cpu::with(Features::of(&f))
+}
+
+/// AMX-TILE and AMX-INT8 usable by this process: the CPU has them (CPUID.(7,0):EDX bits 24, 25), the OS enables
+/// the tile state (XCR0 bits 17, 18, read with XGETBV once CPUID says OSXSAVE) and, on Linux, grants this
+/// process the tile data (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, process-wide, what ORT's own
+/// AMX kernels ask for too). Elsewhere (no permission call known) AMX is left off.
+#[cfg(target_arch = "x86_64")]
+fn amx_int8() -> bool {
+    use std::arch::x86_64::__cpuid_count;
+    let (leaf1, leaf7) = (__cpuid_count(1, 0), __cpuid_count(7, 0));
+    let osxsave = leaf1.ecx & (1 << 27) != 0;
+    if !osxsave || leaf7.edx & (1 << 24) == 0 || leaf7.edx & (1 << 25) == 0 {
+        return false;
+    }
+    /// # Safety
+    /// The CPU has XSAVE and the OS enabled it (CPUID.1:ECX.OSXSAVE).
+    #[target_feature(enable = "xsave")]
+    unsafe fn xcr0() -> u64 {
+        // SAFETY: XGETBV(0) with OSXSAVE set (the caller's guarantee).
+        unsafe { std::arch::x86_64::_xgetbv(0) }
+    }
+    let tile_state = 3u64 << 17;
+    // SAFETY: OSXSAVE checked above.
+    if unsafe { xcr0() } & tile_state != tile_state {
+        return false;
+    }
+    tile_permission()
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn tile_permission() -> bool {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: arch_prctl with this request only changes which xstate components the process may use; it reads
+    // and writes no memory of ours.
+    unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 }
+}
+
+#[cfg(all(target_arch = "x86_64", not(target_os = "linux")))]
+fn tile_permission() -> bool {
+    false
 }
 
 /// This CPU's features and vector lengths.

@@ -1,5 +1,5 @@
-//! x86_64 kernels (std::arch intrinsics inside `#[target_feature]` functions). Ladder: avx512vnni → avx2 →
-//! portable.
+//! x86_64 kernels (std::arch intrinsics inside `#[target_feature]` functions; AMX, which stable Rust has no
+//! intrinsics for, in inline asm). Ladder: amx → avx512vnni → avx2 → portable.
 
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_12x32_avx512vnni;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x32_avx2;
@@ -7,16 +7,19 @@ mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x64_avx512vnni;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_3x16_avx2;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_6x32_avx512vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf16_zpc_1x64_avx512vnni;
+mod matmul_f32_qsi8db_qunbp64x4_sf16_zpc_32x32_amx;
 mod matmul_f32_qsi8db_qunbp64x4_sf16_zpc_6x32_avx512vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x32_avx2_vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x64_avx2;
 mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x64_avx512vnni;
+mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_32x32_amx;
 mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_3x16_avx2;
 mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_3x16_avx2_vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf32_zpc_6x32_avx512vnni;
 pub(crate) mod quantize_block_avx2;
 pub(crate) mod quantize_block_avx512;
 mod quantize_runs;
+mod qunbp64x4_amx;
 mod qunbp64x4_avx2;
 mod qunbp64x4_fma;
 mod qunbp64x4_panel;
@@ -91,6 +94,34 @@ pub static INT8_GEMM_AVX512VNNI_F16: UKernel = UKernel {
     rhs: RhsReads::Only(|_: &Cpu| QUNBP64X4_SF16_ZPC),
     run: matmul_f32_qsi8db_qunbp64x4_sf16_zpc_6x32_avx512vnni::run,
     ..INT8_GEMM_AVX512VNNI
+};
+
+const AMX_INT8: Features = Features::of(&[Feature::Avx512f, Feature::Avx512bw, Feature::Avx512Vnni, Feature::AmxInt8]);
+
+/// int8 GEMM, AMX: `tdpbssd` on 32 rows × 32 columns per register tile for tiles of 16 rows or more (the AVX-512
+/// VNNI 6 × 32 body below that).
+pub static INT8_GEMM_AMX: UKernel = UKernel {
+    name: "matmul_f32_qsi8db_qunbp64x4_sf32_zpc_32x32_amx",
+    isa: Isa::Amx,
+    requires: AMX_INT8,
+    min_sve_vl: 0,
+    path: ComputePath::Int8,
+    lhs: LhsFormat::Qsi8Db,
+    rhs: RhsReads::Only(|_: &Cpu| QUNBP64X4_SF32_ZPC),
+    supports: supports_all,
+    geometry: |_, _| Geometry {
+        max_task_rows: 256,
+        ..Geometry::new(qunbp64x4_amx::MR, qunbp64x4_vnni::NR, usize::MAX)
+    },
+    run: matmul_f32_qsi8db_qunbp64x4_sf32_zpc_32x32_amx::run,
+};
+
+/// int8 GEMM, AMX, f16 scales.
+pub static INT8_GEMM_AMX_F16: UKernel = UKernel {
+    name: "matmul_f32_qsi8db_qunbp64x4_sf16_zpc_32x32_amx",
+    rhs: RhsReads::Only(|_: &Cpu| QUNBP64X4_SF16_ZPC),
+    run: matmul_f32_qsi8db_qunbp64x4_sf16_zpc_32x32_amx::run,
+    ..INT8_GEMM_AMX
 };
 
 const AVX512F: Features = Features::of(&[Feature::Avx512f]);

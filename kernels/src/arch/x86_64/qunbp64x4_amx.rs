@@ -1,0 +1,525 @@
+//! The body of the AMX int8 GEMM on `qunbp64x4_s{f32,f16}_zpc` weights (see `qunbp64x4_vnni` for the layout):
+//! `tdpbssd` on tiles of 32 rows × 32 columns, one weight block (or 64 K values of it) per tile multiply, and a
+//! per-block AVX-512 epilogue into f32 sums.
+//!
+//! Per 32-column unit of a 64-column panel, the codes of every block are unpacked once, as signed bytes
+//! `q − 2^(bits−1)`, into a per-thread buffer in AMX's B layout (one 64-byte row per 4 K values: 16 columns × 4
+//! bytes, exactly a `vpdpbusd` operand of the packed layout with the lanes split), with the block's 32 scales
+//! (as f32) and corrections `c + 2^(bits−1)·s`; every row of the tile then walks that buffer. The LHS (`qsi8db`:
+//! signed int8 rows, whole blocks, row-major) is the A operand as it lies, `lhs_stride` bytes from row to row.
+//!
+//! Numerics per (row, column, block), integers exact: `acc = Σ q_a·(q_w − m)` (m = 2^(bits−1)), then
+//! `y += cvt(acc)·(s·sa)`, and with zero points `+ (c + m·s)·(sa·Σq_a)` (c = −s·z). Without zero points c = −m·s,
+//! so the correction is zero and skipped: the same integers as the VNNI kernels, which start their sums at
+//! −m·Σq_a.
+//!
+//! One asm block per tile configuration (the tile state is not the compiler's: nothing between two asm blocks
+//! may be assumed to keep it): `ldtilecfg`, every row tile's whole K loop with its epilogue, `tilerelease`. Per
+//! block and row tile of 32 rows: 4 `tdpbssd` per 64 K values (2 with one half of 16 rows), 4 `tilestored`
+//! into a 4 KiB buffer, then per row 2 `vcvtdq2ps`, 2 `vmulps` (column scales × the row's sa) and 2
+//! `vfmadd213ps` into the row's f32 sums in L1 (5 more with zero points). The epilogue's 6 vector
+//! operations per 32 outputs, on the two 512-bit ports, bound the loop at blocks of 32 (~96 cycles against ~64
+//! for the 4 tile multiplies); longer blocks share it over more multiplies.
+//!
+//! ```text
+//! for unit (32 columns):
+//!     unpack B of every block (signed codes), scales, corrections   // once per unit
+//!     for row tile (32 rows; the last as its rows need):            // one asm block per tile shape
+//!         for block b:
+//!             C[32×32] = Σ_t A[rows, b·bl + 64t ..][·64] × B[b][t]   // tdpbssd, int32
+//!             y[r][c] += cvt(C[r][c])·s[c]·sa[r][b] (+ c'[c]·sa[r][b]·Σq_a[r][b])
+//!     store y (+ bias), columns past N never
+//! ```
+
+use super::qunbp64x4_vnni::{KR, NR};
+use crate::pack::ScaleType;
+use crate::ukernel::RunArgs;
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+/// Rows and columns of the register tile (two AMX tile halves of 16 rows, two column groups of 16).
+pub(crate) const MR: usize = 32;
+const UNIT: usize = 32;
+/// Bytes of f32 sums per row of the tile.
+const ROW_BYTES: usize = UNIT * 4;
+/// Bytes per block of unpacked scales and corrections (32 f32 each).
+const W_BYTES: usize = 2 * UNIT * 4;
+
+/// What the asm block reads, at the offsets written into it (checked below). The loop's state that outlives one
+/// row tile (`a`, `sa`, `acc`, `tiles`) is updated in place.
+#[repr(C, align(64))]
+struct Loop {
+    /// The tile configuration (palette 1).
+    cfg: [u8; 64],
+    /// A at the current row tile, block 0.
+    a: *const i8,
+    /// Bytes from one row tile's A to the next (32 rows).
+    a_tile: usize,
+    a_stride: usize,
+    /// Bytes from a row tile's first half to its second (16 rows).
+    a_half: usize,
+    a_block: usize,
+    /// K values per tile multiply: min(bl, 64).
+    a_step: usize,
+    /// Unpacked codes of block 0.
+    b: *const i8,
+    b_block: usize,
+    /// Bytes from column group 0's codes of a block to group 1's.
+    b_half: usize,
+    /// Scales and corrections of block 0.
+    w: *const f32,
+    /// sa of the current row tile's first row, block 0.
+    sa: *const f32,
+    /// Bytes from `sa` to the matching Σq_a.
+    qs_delta: isize,
+    sa_row: usize,
+    sa_tile: usize,
+    /// f32 sums of the current row tile (32 rows × 32 columns).
+    acc: *mut f32,
+    /// int32 tile results of one block (32 rows × 32 columns).
+    cbuf: *mut i32,
+    tiles: usize,
+    blocks: usize,
+    steps: usize,
+    /// Rows of each row tile (32, or the last tile's rows).
+    rows: usize,
+    /// `cbuf` XOR the other int32 buffer's address.
+    cb_swap: usize,
+    /// The loop's own: the current block's scales and sa.
+    w_cur: *const f32,
+    sa_cur: *const f32,
+}
+
+const _: () = {
+    use core::mem::offset_of;
+    assert!(offset_of!(Loop, a) == 64 && offset_of!(Loop, a_tile) == 72 && offset_of!(Loop, a_stride) == 80);
+    assert!(offset_of!(Loop, a_half) == 88 && offset_of!(Loop, a_block) == 96 && offset_of!(Loop, a_step) == 104);
+    assert!(offset_of!(Loop, b) == 112 && offset_of!(Loop, b_block) == 120 && offset_of!(Loop, b_half) == 128);
+    assert!(offset_of!(Loop, w) == 136 && offset_of!(Loop, sa) == 144 && offset_of!(Loop, qs_delta) == 152);
+    assert!(offset_of!(Loop, sa_row) == 160 && offset_of!(Loop, sa_tile) == 168 && offset_of!(Loop, acc) == 176);
+    assert!(offset_of!(Loop, cbuf) == 184 && offset_of!(Loop, tiles) == 192 && offset_of!(Loop, blocks) == 200);
+    assert!(offset_of!(Loop, steps) == 208 && offset_of!(Loop, rows) == 216 && offset_of!(Loop, cb_swap) == 224);
+    assert!(offset_of!(Loop, w_cur) == 232 && offset_of!(Loop, sa_cur) == 240);
+};
+
+/// Scratch of one thread, kept between calls: unpacked codes, scales and corrections of one unit, the f32 sums
+/// of the tile's rows and one block's int32 results (64-byte aligned).
+pub(crate) struct Scratch {
+    at: Vec<__m512i>,
+    b: Vec<__m512i>,
+    w: Vec<__m512i>,
+    acc: Vec<__m512i>,
+    cbuf: Vec<__m512i>,
+}
+
+impl Scratch {
+    /// Runs `f` on this thread's scratch.
+    pub(crate) fn with<T>(f: impl FnOnce(&mut Scratch) -> T) -> T {
+        thread_local! {
+            static SCRATCH: RefCell<Scratch> =
+                const { RefCell::new(Scratch { at: Vec::new(), b: Vec::new(), w: Vec::new(), acc: Vec::new(), cbuf: Vec::new() }) };
+        }
+        SCRATCH.with_borrow_mut(f)
+    }
+
+    /// Grows each buffer to at least `bytes` (64-byte vectors).
+    fn fit(v: &mut Vec<__m512i>, bytes: usize) -> *mut u8 {
+        let n = bytes.div_ceil(64);
+        if v.len() < n {
+            // SAFETY: all-zero bits are a valid __m512i.
+            v.resize(n, unsafe { std::mem::zeroed() });
+        }
+        v.as_mut_ptr().cast()
+    }
+}
+
+/// The tile configuration for row tiles of `rows` (1 … 32) rows and `kt` K values per multiply: C halves
+/// tmm0, tmm1 (rows 0–15) and tmm2, tmm3 (rows 16–31), A halves tmm4, tmm5, B column groups tmm6, tmm7.
+fn config(rows: usize, kt: usize) -> [u8; 64] {
+    let mut cfg = [0u8; 64];
+    cfg[0] = 1;
+    let (top, bottom) = (rows.min(16), rows.saturating_sub(16));
+    let mut set = |t: usize, r: usize, colsb: usize| {
+        if r > 0 {
+            cfg[16 + 2 * t..18 + 2 * t].copy_from_slice(&(colsb as u16).to_le_bytes());
+            cfg[48 + t] = r as u8;
+        }
+    };
+    for (t, r, colsb) in [(0, top, 64), (1, top, 64), (2, bottom, 64), (3, bottom, 64), (4, top, kt), (5, bottom, kt)] {
+        set(t, r, colsb);
+    }
+    set(6, kt / KR, 64);
+    set(7, kt / KR, 64);
+    cfg
+}
+
+/// `$s` if `$on` is `true`, else nothing (a piece of an asm template).
+macro_rules! when {
+    (true, $s:expr) => {
+        $s
+    };
+    (false, $s:expr) => {
+        ""
+    };
+}
+
+/// Zero the C tiles, then every 64-K step of the block at `{a}` (A) / `{b}` (codes): load A's halves and the two
+/// column groups, 2 or 4 `tdpbssd`.
+macro_rules! tile_ops {
+    ($two:tt) => {
+        concat!(
+            "tilezero tmm0\n",
+            "tilezero tmm1\n",
+            when!($two, "tilezero tmm2\ntilezero tmm3\n"),
+            "mov {x1}, {a}\n",
+            "mov {x2}, {b}\n",
+            "mov {x3}, [{p} + 208]\n",
+            "mov {x4}, [{p} + 80]\n",
+            "mov {x6}, 64\n",
+            "4:\n",
+            "tileloadd tmm4, [{x1} + {x4}*1]\n",
+            "tileloadd tmm6, [{x2} + {x6}*1]\n",
+            "mov {x5}, {x2}\n",
+            "add {x5}, [{p} + 128]\n",
+            "tileloadd tmm7, [{x5} + {x6}*1]\n",
+            "tdpbssd tmm0, tmm4, tmm6\n",
+            "tdpbssd tmm1, tmm4, tmm7\n",
+            when!(
+                $two,
+                concat!(
+                    "mov {x5}, {x1}\n",
+                    "add {x5}, [{p} + 88]\n",
+                    "tileloadd tmm5, [{x5} + {x4}*1]\n",
+                    "tdpbssd tmm2, tmm5, tmm6\n",
+                    "tdpbssd tmm3, tmm5, tmm7\n"
+                )
+            ),
+            "add {x1}, [{p} + 104]\n",
+            "add {x2}, 1024\n",
+            "dec {x3}\n",
+            "jnz 4b\n",
+        )
+    };
+}
+
+/// Store the C tiles into the int32 buffer at `{cb}` (rows 128 bytes apart), then step `{a}` and `{b}` to the
+/// next block.
+macro_rules! store {
+    ($two:tt) => {
+        concat!(
+            "mov {x6}, 128\n",
+            "tilestored [{cb} + {x6}*1], tmm0\n",
+            "lea {x5}, [{cb} + 64]\n",
+            "tilestored [{x5} + {x6}*1], tmm1\n",
+            when!(
+                $two,
+                concat!(
+                    "lea {x5}, [{cb} + 2048]\n",
+                    "tilestored [{x5} + {x6}*1], tmm2\n",
+                    "lea {x5}, [{cb} + 2112]\n",
+                    "tilestored [{x5} + {x6}*1], tmm3\n"
+                )
+            ),
+            "add {a}, [{p} + 96]\n",
+            "add {b}, [{p} + 120]\n",
+        )
+    };
+}
+
+/// The block's epilogue over the rows of the int32 buffer at `{cb}`: per row, y += cvt(C)·(s·sa) (+ (c + m·s)·
+/// sa·Σq_a with zero points), the f32 sums in memory.
+macro_rules! epilogue {
+    ($zp:tt) => {
+        concat!(
+            "mov {x1}, {cb}\n",
+            "mov {x6}, [{p} + 232]\n",
+            "vmovups zmm0, [{x6}]\n",
+            "vmovups zmm1, [{x6} + 64]\n",
+            when!($zp, "vmovups zmm2, [{x6} + 128]\nvmovups zmm3, [{x6} + 192]\nmov {x5}, [{p} + 152]\n"),
+            "mov {x2}, [{p} + 176]\n",
+            "mov {x3}, [{p} + 240]\n",
+            "mov {x4}, [{p} + 216]\n",
+            "5:\n",
+            "vbroadcastss zmm4, dword ptr [{x3}]\n",
+            "vmulps zmm5, zmm0, zmm4\n",
+            "vmulps zmm6, zmm1, zmm4\n",
+            "vcvtdq2ps zmm7, zmmword ptr [{x1}]\n",
+            "vcvtdq2ps zmm8, zmmword ptr [{x1} + 64]\n",
+            "vfmadd213ps zmm7, zmm5, zmmword ptr [{x2}]\n",
+            "vfmadd213ps zmm8, zmm6, zmmword ptr [{x2} + 64]\n",
+            when!(
+                $zp,
+                concat!(
+                    "vcvtsi2ss xmm9, xmm9, dword ptr [{x3} + {x5}]\n",
+                    "vmulss xmm9, xmm9, xmm4\n",
+                    "vbroadcastss zmm9, xmm9\n",
+                    "vfmadd231ps zmm7, zmm2, zmm9\n",
+                    "vfmadd231ps zmm8, zmm3, zmm9\n"
+                )
+            ),
+            "vmovups zmmword ptr [{x2}], zmm7\n",
+            "vmovups zmmword ptr [{x2} + 64], zmm8\n",
+            "add {x1}, 128\n",
+            "add {x2}, 128\n",
+            "add {x3}, [{p} + 160]\n",
+            "dec {x4}\n",
+            "jnz 5b\n",
+        )
+    };
+}
+
+/// The asm block over `l.tiles` row tiles of `l.rows` rows (`$two`: more than 16; `$zp`: corrections). Software
+/// pipelined by one block: block b + 1's tile multiplies are issued before block b's epilogue (the AMX unit works
+/// while the vector ports convert), and stored into the other half of the int32 buffer after it.
+macro_rules! k_loop {
+    ($l:expr, $two:tt, $zp:tt) => {
+        std::arch::asm!(
+            "ldtilecfg [{p}]",
+            "2:",
+            "mov {a}, [{p} + 64]",
+            "mov {b}, [{p} + 112]",
+            "mov {x1}, [{p} + 136]",
+            "mov [{p} + 232], {x1}",
+            "mov {x1}, [{p} + 144]",
+            "mov [{p} + 240], {x1}",
+            "mov {nb}, [{p} + 200]",
+            "mov {cb}, [{p} + 184]",
+            tile_ops!($two),
+            store!($two),
+            "3:",
+            "cmp {nb}, 1",
+            "je 7f",
+            tile_ops!($two),
+            "7:",
+            epilogue!($zp),
+            "cmp {nb}, 1",
+            "je 8f",
+            "xor {cb}, [{p} + 224]",
+            store!($two),
+            "8:",
+            "add qword ptr [{p} + 232], 256",
+            "add qword ptr [{p} + 240], 4",
+            "dec {nb}",
+            "jnz 3b",
+            "mov {x1}, [{p} + 72]",
+            "add [{p} + 64], {x1}",
+            "mov {x1}, [{p} + 168]",
+            "add [{p} + 144], {x1}",
+            "add qword ptr [{p} + 176], 4096",
+            "dec qword ptr [{p} + 192]",
+            "jnz 2b",
+            "tilerelease",
+            p = in(reg) $l,
+            a = out(reg) _,
+            b = out(reg) _,
+            nb = out(reg) _,
+            cb = out(reg) _,
+            x1 = out(reg) _,
+            x2 = out(reg) _,
+            x3 = out(reg) _,
+            x4 = out(reg) _,
+            x5 = out(reg) _,
+            x6 = out(reg) _,
+            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _, out("zmm4") _,
+            out("zmm5") _, out("zmm6") _, out("zmm7") _, out("zmm8") _, out("zmm9") _,
+            options(nostack),
+        )
+    };
+}
+
+/// Runs the asm block for `l` (`two`: row tiles of more than 16 rows; `zp`: the records carry corrections).
+///
+/// # Safety
+/// The CPU has AMX-TILE, AMX-INT8 and AVX-512F, and this process may use the tile data. Every pointer of `l`
+/// covers what the loop reads and writes: `l.tiles` row tiles of `l.rows` rows of A (whole blocks, `a_stride`
+/// apart, the next tile `a_tile` on), of sa and Σq_a, of f32 sums (4 KiB per tile); `l.blocks` blocks of
+/// unpacked codes (`b_block` bytes each) and of scales and corrections (256 bytes each); two 4 KiB int32
+/// buffers at `cbuf` and `cbuf ^ cb_swap`.
+#[target_feature(enable = "avx512f")]
+unsafe fn k_loop(l: &mut Loop, two: bool, zp: bool) {
+    let l: *mut Loop = l;
+    // SAFETY: the caller's guarantee; the asm reads and writes only through `l`'s pointers (and `l` itself).
+    unsafe {
+        match (two, zp) {
+            (true, true) => k_loop!(l, true, true),
+            (true, false) => k_loop!(l, true, false),
+            (false, true) => k_loop!(l, false, true),
+            (false, false) => k_loop!(l, false, false),
+        }
+    }
+}
+
+/// Unpacks unit `half` (columns 32·half .. +32) of `panel`, every block: signed codes in AMX's B layout at `b`
+/// (per block: column group 0's bl/4 rows of 64 bytes, then group 1's), scales and corrections `c + m·s` at `w`
+/// (per block 32 + 32 f32).
+///
+/// # Safety
+/// The CPU has avx512f and avx512bw. `args` satisfies the `RunArgs` contract for a `qunbp64x4_s{f32,f16}_zpc`
+/// RHS of `BITS` bits; `b` holds `blocks · 32 · bl` bytes and `w` `blocks · 256`.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn unpack<const BITS: usize>(args: &RunArgs, panel: usize, half: usize, b: *mut u8, w: *mut f32) {
+    let a = args;
+    let bl = a.bl;
+    let chunk = bl.min(32);
+    let cpb = 8 / BITS;
+    let lane_len = chunk / cpb;
+    let groups = lane_len / KR;
+    let chunk_bytes = chunk * NR * BITS / 8;
+    let mid = 1u8 << (BITS - 1);
+    let field = _mm512_set1_epi8(((1u32 << BITS) - 1) as u8 as i8);
+    let mid_v = _mm512_set1_epi8(mid as i8);
+    let shift: [__m128i; 4] = std::array::from_fn(|l| _mm_cvtsi32_si128((l * BITS) as i32));
+    let has_zp = a.has_zp != 0;
+    let col = UNIT * half;
+    let midf = _mm512_set1_ps(mid as f32);
+    // SAFETY: panel < the tile's panels (RunArgs contract).
+    let prec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
+    for blk in 0..a.blocks {
+        // SAFETY: block blk's record of this panel; its destinations are inside `b` and `w` (the caller's sizes).
+        unsafe {
+            let rec = prec.add(blk * a.rhs_record);
+            let bb = b.add(blk * UNIT * bl);
+            for c in 0..bl / chunk {
+                for grp in 0..groups {
+                    for g in 0..2 {
+                        // 64 bytes of codes: column group 2·half + g, K values 4·grp.. of each lane of chunk c.
+                        let v =
+                            _mm512_loadu_si512(rec.add(c * chunk_bytes + grp * NR * KR + (2 * half + g) * 64).cast());
+                        for (l, &sh) in shift.iter().enumerate().take(cpb) {
+                            let q = if BITS == 8 {
+                                _mm512_xor_si512(v, mid_v)
+                            } else {
+                                _mm512_sub_epi8(_mm512_and_si512(_mm512_srl_epi16(v, sh), field), mid_v)
+                            };
+                            let row = (c * chunk + l * lane_len + KR * grp) / KR;
+                            _mm512_storeu_si512(bb.add(g * 16 * bl + row * 64).cast(), q);
+                        }
+                    }
+                }
+            }
+            let wb = w.add(blk * 2 * UNIT);
+            for g in 0..2 {
+                let s = match a.layout.scales {
+                    ScaleType::F16 => {
+                        _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(a.rhs_scales + 2 * (col + 16 * g)).cast()))
+                    }
+                    _ => _mm512_loadu_ps(rec.add(a.rhs_scales + 4 * (col + 16 * g)).cast()),
+                };
+                _mm512_storeu_ps(wb.add(16 * g), s);
+                if has_zp {
+                    let z = _mm512_loadu_ps(rec.add(a.rhs_zp + 4 * (col + 16 * g)).cast());
+                    _mm512_storeu_ps(wb.add(UNIT + 16 * g), _mm512_fmadd_ps(midf, s, z));
+                }
+            }
+        }
+    }
+}
+
+/// The whole tile on AMX: each 32-column unit unpacked once, then walked by every row tile.
+///
+/// # Safety
+/// The CPU has AMX-TILE, AMX-INT8, avx512f and avx512bw, and this process may use the tile data. `args`
+/// satisfies the `RunArgs` contract for a `qsi8db` LHS and a `qunbp64x4_s{f32,f16}_zpc` RHS of `args.bits`
+/// ∈ {2, 4, 8}.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
+    let a = args;
+    let bl = a.bl;
+    let kt = bl.min(64);
+    let b = Scratch::fit(&mut s.b, a.blocks * UNIT * bl);
+    let w = Scratch::fit(&mut s.w, a.blocks * W_BYTES).cast::<f32>();
+    let acc = Scratch::fit(&mut s.acc, a.rows.next_multiple_of(MR) * ROW_BYTES).cast::<f32>();
+    let cbuf = Scratch::fit(&mut s.cbuf, 2 * MR * ROW_BYTES).cast::<i32>();
+    let (full, tail) = (a.rows / MR, a.rows % MR);
+    // Rows a multiple of 1 KiB apart put a row tile's 32 rows in at most 4 of L1's 64 sets, and every A tile
+    // load then comes from L2 (measured ~25% of the GEMM at K = 4096): such rows are copied once per tile into a
+    // buffer an odd number of lines apart.
+    let (lhs, lhs_stride) = if a.lhs_stride.is_multiple_of(1024) {
+        let stride = a.lhs_stride + 64;
+        let at = Scratch::fit(&mut s.at, a.rows * stride).cast::<i8>();
+        for r in 0..a.rows {
+            // SAFETY: row r of the tile's LHS (blocks·bl = lhs_stride bytes) into row r of `at` (sized above).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    a.lhs.cast::<i8>().add(r * a.lhs_stride),
+                    at.add(r * stride),
+                    a.lhs_stride,
+                )
+            };
+        }
+        (at.cast_const(), stride)
+    } else {
+        (a.lhs.cast::<i8>(), a.lhs_stride)
+    };
+    for panel in 0..a.cols.div_ceil(NR) {
+        for half in 0..NR / UNIT {
+            let c0 = panel * NR + half * UNIT;
+            if c0 >= a.cols {
+                break;
+            }
+            // SAFETY: the buffers were sized for this call above; forwarded contract.
+            unsafe {
+                crate::arch::dispatch!(unpack::<>(a, panel, half, b, w); bits(a.bits));
+                std::ptr::write_bytes(acc, 0, a.rows.next_multiple_of(MR) * UNIT);
+            }
+            for (first, tiles, rows) in [(0, full, MR), (full * MR, usize::from(tail > 0), tail)] {
+                if tiles == 0 {
+                    continue;
+                }
+                let mut l = Loop {
+                    cfg: config(rows, kt),
+                    // SAFETY: row `first` of the tile's LHS (or its copy), inside it (first < rows of the tile).
+                    a: unsafe { lhs.add(first * lhs_stride) },
+                    a_tile: MR * lhs_stride,
+                    a_stride: lhs_stride,
+                    a_half: 16 * lhs_stride,
+                    a_block: bl,
+                    a_step: kt,
+                    b: b.cast(),
+                    b_block: UNIT * bl,
+                    b_half: 16 * bl,
+                    w,
+                    // SAFETY: as `a`: the scales and sums of row `first`.
+                    sa: unsafe { a.lhs_scale.add(first * a.blocks) },
+                    qs_delta: (a.lhs_sum as isize) - (a.lhs_scale as isize),
+                    sa_row: 4 * a.blocks,
+                    sa_tile: MR * 4 * a.blocks,
+                    // SAFETY: the sums of row `first`, inside `acc` (sized for the tile's rows rounded up to MR).
+                    acc: unsafe { acc.add(first * UNIT) },
+                    cbuf,
+                    // SAFETY: the second half of the buffer (sized for two above).
+                    cb_swap: (cbuf as usize) ^ (unsafe { cbuf.add(MR * UNIT) } as usize),
+                    w_cur: std::ptr::null(),
+                    sa_cur: std::ptr::null(),
+                    tiles,
+                    blocks: a.blocks,
+                    steps: bl.div_ceil(64),
+                    rows,
+                };
+                // SAFETY: `l` describes `tiles` row tiles of `rows` rows inside the tile's LHS, scales, sums and
+                // `acc`, and every block of this unit's unpacked buffers; the CPU's features are the caller's
+                // guarantee.
+                unsafe { k_loop(&mut l, rows > 16, a.has_zp != 0) };
+            }
+            let n = (a.cols - c0).min(UNIT);
+            for r in 0..a.rows {
+                for g in 0..UNIT / 16 {
+                    let col = 16 * g;
+                    if col >= n {
+                        break;
+                    }
+                    let m: __mmask16 = if n - col >= 16 { 0xFFFF } else { (1u16 << (n - col)) - 1 };
+                    // SAFETY: row r's sums in `acc`; bias holds `cols` values and the mask keeps columns below
+                    // cols; row r, columns c0+col.. (masked) of the output are the tile's.
+                    unsafe {
+                        let mut y = _mm512_loadu_ps(acc.add(r * UNIT + col));
+                        if !a.bias.is_null() {
+                            y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, a.bias.add(c0 + col)));
+                        }
+                        _mm512_mask_storeu_ps(a.dst.add(r * a.dst_stride + c0 + col), m, y);
+                    }
+                }
+            }
+        }
+    }
+}
