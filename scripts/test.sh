@@ -58,8 +58,8 @@
 #      + parity (wide subset), malformed, behaviour and EP tests again through the execution-provider frontend
 #        (NIBBLE_FRONTEND=ep) on 1.31.1 and, without the ORT-oracle half, on 1.24.4 (scripts/setup.sh unpacks it)
 #      + the ORT integration test and the Python parity (wide subset)/malformed tests again with each rung and family forced
-#        (NIBBLE_ISA=portable, =avx2; NIBBLE_FAMILIES= the second portable families, the AVX2 family without
-#        AVX-VNNI), so every kernel family is proven through ORT, not only in the kernel suite
+#        (NIBBLE_ISA=portable, =avx2, =avx512vnni on AMX CPUs; NIBBLE_FAMILIES= the second portable families, the
+#        AVX2 family without AVX-VNNI), so every kernel family is proven through ORT, not only in the kernel suite
 #   8. the wheels of step 3                      the x86_64 one in a
 #                                                fresh venv (tests/python/test-wheel.sh), again with onnxruntime
 #                                                1.17.3 (the floor; Python-only on PyPI), and its library through
@@ -106,11 +106,15 @@ export ORT_LOG=${ORT_LOG:-fatal}
 ORT_NEW=1.31.1
 # The forced passes: the second-ranked portable families (every node the first two can serve runs on them; the kr=8
 # layout cannot hold 2-bit blocks of 16, those nodes fall to the default portable families), the portable rung,
-# and on x86 CPUs with AVX2 the avx2 rung and the AVX2 family without AVX-VNNI (vpmaddubsw).
+# and on x86 CPUs with AVX2 the avx2 rung and the AVX2 family without AVX-VNNI (vpmaddubsw); on CPUs with AMX-INT8 also
+# the avx512vnni rung (there the AMX families take every int8 GEMM of 32 rows or more by default).
 FORCED=("NIBBLE_FAMILIES=portable_int8_qsnbp8x8_sf16_zpc_bsum,portable_fp32_qsnbp8x8_sf32_zpc,portable_int8_qunbp8x4_sf32_zpb,portable_fp32_qunbp8x4_sf32_zpb"
         "NIBBLE_ISA=portable")
 if [ "$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
     FORCED+=("NIBBLE_ISA=avx2" "NIBBLE_FAMILIES=avx2_int8_qunbp64x4_sf32_zpc,avx2_fp32_qunbp64x4_sf32_zpc")
+fi
+if [ "$(uname -m)" = x86_64 ] && grep -qw amx_int8 /proc/cpuinfo && grep -qw avx512_vnni /proc/cpuinfo; then
+    FORCED+=("NIBBLE_ISA=avx512vnni")
 fi
 # The extra ONNX Runtime versions (scripts/ort-versions.txt, the one list): 1.19.2 1.23.2 1.24.4.
 mapfile -t ORT_EXTRA < <(bash scripts/setup.sh --ort-versions)
