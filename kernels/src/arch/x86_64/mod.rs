@@ -98,8 +98,8 @@ pub static INT8_GEMM_AVX512VNNI_F16: UKernel = UKernel {
 
 const AMX_INT8: Features = Features::of(&[Feature::Avx512f, Feature::Avx512bw, Feature::Avx512Vnni, Feature::AmxInt8]);
 
-/// int8 GEMM, AMX: `tdpbssd` on 32 rows × 32 columns per register tile for tiles of 16 rows or more (the AVX-512
-/// VNNI 6 × 32 body below that).
+/// int8 GEMM, AMX: `tdpbssd` on 32 rows × 32 columns per register tile for tiles of 32 rows or more (the AVX-512
+/// VNNI 6 × 32 body below that: `MIN_ROWS` of the kernel's file, measured).
 pub static INT8_GEMM_AMX: UKernel = UKernel {
     name: "matmul_f32_qsi8db_qunbp64x4_sf32_zpc_32x32_amx",
     isa: Isa::Amx,

@@ -6,7 +6,9 @@
 //! `q − 2^(bits−1)`, into a per-thread buffer in AMX's B layout (one 64-byte row per 4 K values: 16 columns × 4
 //! bytes, exactly a `vpdpbusd` operand of the packed layout with the lanes split), with the block's 32 scales
 //! (as f32) and corrections `c + 2^(bits−1)·s`; every row of the tile then walks that buffer. The LHS (`qsi8db`:
-//! signed int8 rows, whole blocks, row-major) is the A operand as it lies, `lhs_stride` bytes from row to row.
+//! signed int8 rows, whole blocks, row-major) is the A operand as it lies, `lhs_stride` bytes from row to row,
+//! except where rows are a multiple of 1 KiB apart: those are copied once per call an odd number of cache lines
+//! apart (32 rows in at most 4 of L1's 64 sets sent every A tile load to L2).
 //!
 //! Numerics per (row, column, block), integers exact: `acc = Σ q_a·(q_w − m)` (m = 2^(bits−1)), then
 //! `y += cvt(acc)·(s·sa)`, and with zero points `+ (c + m·s)·(sa·Σq_a)` (c = −s·z). Without zero points c = −m·s,
