@@ -2,7 +2,9 @@
 //! M and (N, K), the best of 11 batches of ~50 ms, and the time of one activation packing (f32 rows). Prints one
 //! markdown row per (kernel, M, N, K).
 //!
-//! gemm_time --kernels a,b [--m 128,512] [--shapes 1536x576,576x1536] [--bs 32]
+//! gemm_time --kernels a,b [--m 128,512] [--shapes 1536x576,576x1536] [--bs 32] [--zp none|u8]
+//!
+//! `--zp u8`: 4-bit uint8 zero points (varied per column and block), as asymmetric models carry.
 //!
 //! Shapes are N×K. Kernels with one weight layout only (e.g. the x86 fp32 GEMMs). On a shared VM run variants
 //! in turns and compare the best of each (other guests' load comes and goes).
@@ -19,6 +21,7 @@ fn list<T: std::str::FromStr>(s: &str) -> Result<Vec<T>, String> {
 
 fn main() -> Result<(), String> {
     let (mut kernels, mut ms, mut shapes, mut bs) = (String::new(), vec![128usize, 512], String::new(), 32usize);
+    let mut zp_u8 = false;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -27,6 +30,13 @@ fn main() -> Result<(), String> {
             "--m" => ms = list(&value)?,
             "--shapes" => shapes = value,
             "--bs" => bs = value.parse().map_err(|e| format!("{value}: {e}"))?,
+            "--zp" => {
+                zp_u8 = match value.as_str() {
+                    "none" => false,
+                    "u8" => true,
+                    _ => return Err(format!("--zp {value}: expected none or u8")),
+                }
+            }
             _ => return Err(format!("unknown argument {flag}")),
         }
     }
@@ -44,7 +54,9 @@ fn main() -> Result<(), String> {
             let p = Params::new(k as i64, n as i64, 4, bs as i64).map_err(|e| e.to_string())?;
             let b: Vec<u8> = (0..n * p.k_blocks() * p.blob_size()).map(|i| (i * 131 % 251) as u8).collect();
             let scales: Vec<f32> = (0..n * p.k_blocks()).map(|i| 0.01 + (i % 7) as f32 * 1e-3).collect();
-            let w = Weights::new(p, &b, &scales, ZeroPoints::Default, None).map_err(|e| e.to_string())?;
+            let zp: Vec<u8> = (0..n * (p.k_blocks() * 4).div_ceil(8)).map(|i| (i * 29 % 256) as u8).collect();
+            let zps = if zp_u8 { ZeroPoints::Packed(&zp) } else { ZeroPoints::Default };
+            let w = Weights::new(p, &b, &scales, zps, None).map_err(|e| e.to_string())?;
             let layout = match uk.rhs() {
                 nibble_kernels::ukernel::RhsReads::Only(f) => f(cpu),
                 _ => return Err(format!("{name}: give a kernel with one layout")),

@@ -13,19 +13,24 @@
 //! Numerics per (row, column, block), integers exact: `acc = Σ q_a·(q_w − m)` (m = 2^(bits−1)), then
 //! `y += cvt(acc)·(s·sa)`, and with zero points `+ (c + m·s)·(sa·Σq_a)` (c = −s·z). Without zero points c = −m·s,
 //! so the correction is zero and skipped: the same integers as the VNNI kernels, which start their sums at
-//! −m·Σq_a.
+//! −m·Σq_a. Zero points that are whole numbers in the code range (every uint8 zero point input) are folded into
+//! the unpacked codes instead, per 32-column unit: `acc = Σ q_a·(q_w − z)`, `y += cvt(acc)·(s·sa)`, no correction
+//! (`unpack`); the unit's other zero points keep the correction.
 //!
 //! One asm block per tile configuration (the tile state is not the compiler's: nothing between two asm blocks
 //! may be assumed to keep it): `ldtilecfg`, every row tile's whole K loop with its epilogue, `tilerelease`. Per
 //! block and row tile of 32 rows: 4 `tdpbssd` per 64 K values (2 with one half of 16 rows), 4 `tilestored`
 //! into a 4 KiB buffer, then per row 2 `vcvtdq2ps`, 2 `vmulps` (column scales × the row's sa) and 2
-//! `vfmadd213ps` into the row's f32 sums in L1 (5 more with zero points). The epilogue's 6 vector
+//! `vfmadd213ps` into the row's f32 sums in L1 (5 more with unfolded zero points). The epilogue's 6 vector
 //! operations per 32 outputs, on the two 512-bit ports, bound the loop at blocks of 32 (~96 cycles against ~64
 //! for the 4 tile multiplies); longer blocks share it over more multiplies.
 //!
 //! Measured (Intel Xeon with AMX, family 6 model 207, 2.1 GHz KVM guest, 2 cores; `gemm_time`, 1 thread, tiles
 //! alone, best of 4–5 runs in turns, GFLOP/s at M = 128 / 512): 4096×4096 ~500 / ~480, N 576 K 1536 ~455 / ~470,
-//! 2048→8192 ~410 / ~440, against 260–390 for the 6 × 32 AVX-512 VNNI tile on the same machine. A tile-op
+//! 2048→8192 ~410 / ~440, against 260–390 for the 6 × 32 AVX-512 VNNI tile on the same machine. With uint8 zero
+//! points (`gemm_time --zp u8`, M = 512, SmolLM2's shapes N×K 1536×576 / 576×1536 / 192×576) the correction in the
+//! epilogue gave 274–280 / 313–318 / 265–301 against 330–333 / 409–519 / 401–411 without zero points; folded
+//! into the codes, 290–319 / 376–382 / 330–378: as fast as symmetric weights (same runs, in turns). A tile-op
 //! microbenchmark puts 4 `tdpbssd` (K = 32) with their tile loads at ~61–85 cycles and the 4 `tilestored` plus
 //! their read-back at ~90 more per block of a 32 × 32 tile: the per-block round trip through memory, which blocks
 //! of 32 force, costs as much as the multiplies. Tried and measured no faster, so not kept: a 16 × 16 variant
@@ -361,15 +366,22 @@ unsafe fn k_loop(l: &mut Loop, two: bool, zp: bool) {
     }
 }
 
-/// Unpacks unit `half` (columns 32·half .. +32) of `panel`, every block: signed codes in AMX's B layout at `b`
-/// (per block: column group 0's bl/4 rows of 64 bytes, then group 1's), scales and corrections `c + m·s` at `w`
-/// (per block 32 + 32 f32).
+/// Unpacks unit `half` (columns 32·half .. +32) of `panel`, every block: scales and corrections `c + m·s` at `w`
+/// (per block 32 + 32 f32), then the codes in AMX's B layout at `b` (per block: column group 0's bl/4 rows of 64
+/// bytes, then group 1's). Returns whether the unit's zero points were folded into the codes.
+///
+/// Folding: with zero points of at most 4 bits that are whole numbers in the code range (every uint8 zero point
+/// input, and float ones that happen to be), each correction is `s·(m − z)` with an integer z, and the codes are
+/// stored as `q − z` (in −15 … 15 at 4 bits: int8) instead of `q − m`. The multiply then sums `Σq_a·(q − z)`
+/// exactly and the epilogue needs no correction term (5 of its 11 vector operations per row and block at blocks of
+/// 32: ~1.3–1.5x the GEMM on asymmetric weights). Any other zero point (fractional, out of range, 8-bit codes)
+/// leaves the whole unit on the corrections.
 ///
 /// # Safety
 /// The CPU has avx512f and avx512bw. `args` satisfies the `RunArgs` contract for a `qunbp64x4_s{f32,f16}_zpc`
 /// RHS of `BITS` bits; `b` holds `blocks · 32 · bl` bytes and `w` `blocks · 256`.
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn unpack<const BITS: usize>(args: &RunArgs, panel: usize, half: usize, b: *mut u8, w: *mut f32) {
+unsafe fn unpack<const BITS: usize>(args: &RunArgs, panel: usize, half: usize, b: *mut u8, w: *mut f32) -> bool {
     let a = args;
     let bl = a.bl;
     let chunk = bl.min(32);
@@ -386,29 +398,12 @@ unsafe fn unpack<const BITS: usize>(args: &RunArgs, panel: usize, half: usize, b
     let midf = _mm512_set1_ps(mid as f32);
     // SAFETY: panel < the tile's panels (RunArgs contract).
     let prec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
+    // Scales and corrections first: whether the unit folds depends on every block's.
+    let mut fold = has_zp && BITS <= 4;
     for blk in 0..a.blocks {
-        // SAFETY: block blk's record of this panel; its destinations are inside `b` and `w` (the caller's sizes).
+        // SAFETY: block blk's record of this panel; the destination is inside `w` (the caller's size).
         unsafe {
             let rec = prec.add(blk * a.rhs_record);
-            let bb = b.add(blk * UNIT * bl);
-            for c in 0..bl / chunk {
-                for grp in 0..groups {
-                    for g in 0..2 {
-                        // 64 bytes of codes: column group 2·half + g, K values 4·grp.. of each lane of chunk c.
-                        let v =
-                            _mm512_loadu_si512(rec.add(c * chunk_bytes + grp * NR * KR + (2 * half + g) * 64).cast());
-                        for (l, &sh) in shift.iter().enumerate().take(cpb) {
-                            let q = if BITS == 8 {
-                                _mm512_xor_si512(v, mid_v)
-                            } else {
-                                _mm512_sub_epi8(_mm512_and_si512(_mm512_srl_epi16(v, sh), field), mid_v)
-                            };
-                            let row = (c * chunk + l * lane_len + KR * grp) / KR;
-                            _mm512_storeu_si512(bb.add(g * 16 * bl + row * 64).cast(), q);
-                        }
-                    }
-                }
-            }
             let wb = w.add(blk * 2 * UNIT);
             for g in 0..2 {
                 let s = match a.layout.scales {
@@ -420,11 +415,75 @@ unsafe fn unpack<const BITS: usize>(args: &RunArgs, panel: usize, half: usize, b
                 _mm512_storeu_ps(wb.add(16 * g), s);
                 if has_zp {
                     let z = _mm512_loadu_ps(rec.add(a.rhs_zp + 4 * (col + 16 * g)).cast());
-                    _mm512_storeu_ps(wb.add(UNIT + 16 * g), _mm512_fmadd_ps(midf, s, z));
+                    let corr = _mm512_fmadd_ps(midf, s, z);
+                    _mm512_storeu_ps(wb.add(UNIT + 16 * g), corr);
+                    if fold {
+                        fold = folds::<BITS>(s, corr).is_some();
+                    }
                 }
             }
         }
     }
+    for blk in 0..a.blocks {
+        // SAFETY: block blk's record of this panel; its destination is inside `b`, the scales and corrections
+        // read back inside `w` (the caller's sizes).
+        unsafe {
+            let rec = prec.add(blk * a.rhs_record);
+            let bb = b.add(blk * UNIT * bl);
+            let wb = w.add(blk * 2 * UNIT);
+            // What the codes lose: m, or with folding each column's z in the 4 bytes of its dword.
+            let sub: [__m512i; 2] = std::array::from_fn(|g| {
+                if fold {
+                    let s = _mm512_loadu_ps(wb.add(16 * g));
+                    let corr = _mm512_loadu_ps(wb.add(UNIT + 16 * g));
+                    let z = folds::<BITS>(s, corr).expect("checked above");
+                    _mm512_mullo_epi32(z, _mm512_set1_epi32(0x0101_0101))
+                } else {
+                    mid_v
+                }
+            });
+            for c in 0..bl / chunk {
+                for grp in 0..groups {
+                    for (g, &sub) in sub.iter().enumerate() {
+                        // 64 bytes of codes: column group 2·half + g, K values 4·grp.. of each lane of chunk c.
+                        let v =
+                            _mm512_loadu_si512(rec.add(c * chunk_bytes + grp * NR * KR + (2 * half + g) * 64).cast());
+                        for (l, &sh) in shift.iter().enumerate().take(cpb) {
+                            let q = if BITS == 8 {
+                                _mm512_xor_si512(v, mid_v)
+                            } else {
+                                _mm512_sub_epi8(_mm512_and_si512(_mm512_srl_epi16(v, sh), field), sub)
+                            };
+                            let row = (c * chunk + l * lane_len + KR * grp) / KR;
+                            _mm512_storeu_si512(bb.add(g * 16 * bl + row * 64).cast(), q);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    fold
+}
+
+/// The zero points z of 16 columns (as int32) if each correction `corr = s·(m − z)` has a whole z in 0 … 2^BITS − 1
+/// (within f32 rounding of the stored product; a zero scale takes z = m: its column is zero either way).
+#[target_feature(enable = "avx512f")]
+fn folds<const BITS: usize>(s: __m512, corr: __m512) -> Option<__m512i> {
+    let mid = (1u32 << (BITS - 1)) as f32;
+    let live = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(s, _mm512_setzero_ps());
+    // m − z = corr / s, rounded to the nearest integer; corr was computed from the stored s and an integer, so a
+    // whole z is within a few ulp of it (|m − z| ≤ 2^BITS).
+    let d = _mm512_maskz_div_ps(live, corr, s);
+    let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(d);
+    let z = _mm512_sub_ps(_mm512_set1_ps(mid), r);
+    let off = _mm512_abs_ps(_mm512_sub_ps(d, r));
+    let whole = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(off, _mm512_set1_ps(1e-3));
+    let low = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(z, _mm512_setzero_ps());
+    let high = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(z, _mm512_set1_ps(((1u32 << BITS) - 1) as f32));
+    // A dead column (zero scale) needs a zero correction too: it has no z to fold otherwise.
+    let dead_ok = !live & _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(corr, _mm512_setzero_ps());
+    let ok = (live & whole & low & high) | dead_ok;
+    (ok == 0xFFFF).then(|| _mm512_cvtps_epi32(_mm512_mask_blend_ps(live, _mm512_set1_ps(mid), z)))
 }
 
 /// The whole tile on AMX: each 32-column unit unpacked once, then walked by every row tile.
@@ -469,9 +528,10 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
             if c0 >= a.cols {
                 break;
             }
+            let folded: bool;
             // SAFETY: the buffers were sized for this call above; forwarded contract.
             unsafe {
-                crate::arch::dispatch!(unpack::<>(a, panel, half, b, w); bits(a.bits));
+                folded = crate::arch::dispatch!(unpack::<>(a, panel, half, b, w); bits(a.bits));
                 std::ptr::write_bytes(acc, 0, a.rows.next_multiple_of(MR) * UNIT);
             }
             for (first, tiles, rows) in [(0, full, MR), (full * MR, usize::from(tail > 0), tail)] {
@@ -511,7 +571,7 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
                 // SAFETY: `l` describes `tiles` row tiles of `rows` rows inside the tile's LHS, scales, sums and
                 // `acc`, and every block of this unit's unpacked buffers; the CPU's features are the caller's
                 // guarantee.
-                unsafe { k_loop(&mut l, rows > 16, a.has_zp != 0) };
+                unsafe { k_loop(&mut l, rows > 16, a.has_zp != 0 && !folded) };
             }
             let n = (a.cols - c0).min(UNIT);
             for r in 0..a.rows {
