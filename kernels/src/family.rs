@@ -363,10 +363,11 @@ impl Selected {
             (lhs.f32s[m0 * f32_stride..].as_ptr().cast(), std::ptr::null(), std::ptr::null())
         } else {
             let padded = plan.m.next_multiple_of(lhs.format.mr());
+            let stride = lhs.int8_stride;
             assert_eq!(
                 lhs.bytes.len(),
-                padded * kp,
-                "activations hold {} values, plan needs {padded}x{kp}",
+                padded * stride,
+                "activations hold {} values, plan needs {padded}x{stride}",
                 lhs.bytes.len()
             );
             let nb = rhs.blocks;
@@ -376,7 +377,7 @@ impl Selected {
                 lhs.scale.len(),
                 lhs.sum.len()
             );
-            (lhs.bytes[m0 * kp..].as_ptr(), lhs.scale[m0 * nb..].as_ptr(), lhs.sum[m0 * nb..].as_ptr())
+            (lhs.bytes[m0 * stride..].as_ptr(), lhs.scale[m0 * nb..].as_ptr(), lhs.sum[m0 * nb..].as_ptr())
         };
         let (lhs_pairs, lhs_pairs_stride) = if lhs.pairs.is_empty() {
             (std::ptr::null(), 0)
@@ -393,7 +394,7 @@ impl Selected {
             lhs: lhs_ptr,
             lhs_scale,
             lhs_sum,
-            lhs_stride: if lhs.format.is_f32() { f32_stride } else { kp },
+            lhs_stride: if lhs.format.is_f32() { f32_stride } else { lhs.int8_stride },
             rhs: rhs_bytes[(n0 / self.layout.nr) * rhs.panel_bytes()..].as_ptr(),
             rhs_panel_stride: rhs.panel_bytes(),
             rhs_record: rec.bytes,

@@ -223,7 +223,7 @@ fn every_family_tiles_correctly() {
 /// with tails; N tails inside a panel and past one; every block size the pieces meet (16: 17 blocks in one
 /// piece; 32 at K = 2100: pieces of 22 blocks and a tail; 2048: two pieces per block), every zero-point kind,
 /// bias on and off; and f16 A. The AMX GEMM's row tiles of 32 meet full tiles, tails of one 16-row half (M = 33,
-/// 67, 98) and of two (50), and rows 1 KiB apart (K = 1024 in blocks of 32: copied to an odd line stride).
+/// 67, 98) and of two (50), and K = 1024 in blocks of 32 (rows the packer pads to an odd line stride).
 ///
 /// x86_64 only: the sweep is for the x86 GEMMs (the dequantizing one above all); the aarch64 GEMMs get the
 /// edge-case taxonomy and `every_family_tiles_correctly`, and under qemu this sweep alone took ~6 min per CPU model.

@@ -143,6 +143,17 @@ impl LhsFormat {
             _ => true,
         }
     }
+
+    /// int8 formats: the bytes from one row to the next (`Qsi8DbP`: from one row group to the next, per row).
+    /// Row-major rows of `k_packed` bytes that are a multiple of 1 KiB get one more 64-byte line: 32 rows a
+    /// multiple of 1 KiB apart fall in at most 4 of L1's 64 sets, and a GEMM reading a tile of them (the AMX
+    /// kernel's 16-row tile loads) then reads every row from L2 (measured ~25% of the AMX GEMM at K = 4096).
+    pub fn int8_row_stride(&self, k_packed: usize) -> usize {
+        match self {
+            LhsFormat::Qsi8Db | LhsFormat::Qsu8Db if k_packed.is_multiple_of(1024) => k_packed + 64,
+            _ => k_packed,
+        }
+    }
 }
 
 /// The numerics of the int8 path's activations: quantized per block of the weights' block size (`block`, the
@@ -261,8 +272,10 @@ pub struct PackedLhs<'a> {
     /// ([`f32_in_place`]), else rows copied [`f32_row_stride`]`(k_packed)` apart.
     pub(crate) f32s: Cow<'a, [f32]>,
     pub(crate) f32_stride: usize,
-    /// int8 formats: the values (i8 or u8 bytes), `m` rows rounded up to `mr`.
+    /// int8 formats: the values (i8 or u8 bytes), `m` rows rounded up to `mr`, row r at `r · int8_stride`
+    /// ([`LhsFormat::int8_row_stride`]; zero past `k_packed`).
     pub(crate) bytes: Vec<u8>,
+    pub(crate) int8_stride: usize,
     /// int8 formats: per (row, block) scale and Σq, `m` rows rounded up to `mr`, at
     /// [`LhsFormat::scale_index`].
     pub(crate) scale: Vec<f32>,
@@ -423,6 +436,8 @@ struct Job<'a> {
     m: usize,
     k: usize,
     kp: usize,
+    /// int8 formats: bytes from row to row ([`LhsFormat::int8_row_stride`]).
+    stride: usize,
     bl: usize,
     blocks: usize,
     k_map: Option<&'a [u32]>,
@@ -447,7 +462,7 @@ impl Job<'_> {
     /// int8 formats: rows r0.. (r0 a group's first row) into the chunk's bytes, scales, sums and (`Row`) row
     /// quantizations.
     fn fill_int8(&self, r0: usize, bytes: &mut [u8], scale: &mut [f32], sum: &mut [i32], rows: &mut [RowQuant]) {
-        let (k, kp, bl) = (self.k, self.kp, self.bl);
+        let (k, kp, bl, stride) = (self.k, self.kp, self.bl, self.stride);
         let mut blk: Vec<f32> = Vec::new();
         // Blocks read straight from A (K values in order, f32, whole blocks): one quantizer call per row.
         let direct = match self.a {
@@ -456,12 +471,12 @@ impl Job<'_> {
         };
         let mut res = vec![(0f32, 0i32); self.blocks];
         let mut sums = vec![0i32; if self.act == ActQuant::Row { self.blocks } else { 0 }];
-        for j in 0..(bytes.len() / kp).min(self.m.saturating_sub(r0)) {
+        for j in 0..(bytes.len() / stride).min(self.m.saturating_sub(r0)) {
             let i = r0 + j;
             // Row j's first code and scale, and the steps from one block to the next (no division per block).
             let (off0, off_step, runs, at0, at_step) = match self.format {
-                LhsFormat::Qsi8Db => (j * kp, bl, Runs::contiguous(bl, 0), j * self.blocks, 1),
-                LhsFormat::Qsu8Db => (j * kp, bl, Runs::contiguous(bl, 0x80), j * self.blocks, 1),
+                LhsFormat::Qsi8Db => (j * stride, bl, Runs::contiguous(bl, 0), j * self.blocks, 1),
+                LhsFormat::Qsu8Db => (j * stride, bl, Runs::contiguous(bl, 0x80), j * self.blocks, 1),
                 LhsFormat::Qsi8DbP { mr, kr } => {
                     let (g, r) = (j / mr, j % mr);
                     (
@@ -627,6 +642,7 @@ impl<'a> PackedLhs<'a> {
             f32s: Cow::Borrowed(&[]),
             f32_stride: kp,
             bytes: Vec::new(),
+            int8_stride: format.int8_row_stride(kp),
             scale: Vec::new(),
             sum: Vec::new(),
             act: if format.is_f32() { ActQuant::Block } else { act },
@@ -638,7 +654,9 @@ impl<'a> PackedLhs<'a> {
         }
         let act = out.act;
         let (quant_row, min_max) = crate::arch::quantize_row_for(crate::Cpu::get());
-        let job = Job { a, m, k, kp, bl, blocks, k_map: rhs.k_map.as_deref(), format, quant, act, quant_row, min_max };
+        let stride = out.int8_stride;
+        let k_map = rhs.k_map.as_deref();
+        let job = Job { a, m, k, kp, stride, bl, blocks, k_map, format, quant, act, quant_row, min_max };
         let mr = format.mr();
         let groups = m.div_ceil(mr);
         let per_task = groups.div_ceil(tasks.clamp(1, groups)) * mr;
@@ -664,7 +682,7 @@ impl<'a> PackedLhs<'a> {
             return Ok(out);
         }
         let rows = m.next_multiple_of(mr);
-        out.bytes = vec![0u8; rows * kp];
+        out.bytes = vec![0u8; rows * stride];
         out.scale = vec![0f32; rows * blocks];
         out.sum = vec![0i32; rows * blocks];
         let row_len = if act == ActQuant::Row { per_task } else { 0 };
@@ -678,7 +696,7 @@ impl<'a> PackedLhs<'a> {
             row_chunks.resize_with(tasks, Default::default);
             let chunks: Vec<Mutex<Int8Chunk<'_>>> = out
                 .bytes
-                .chunks_mut(per_task * kp)
+                .chunks_mut(per_task * stride)
                 .zip(out.scale.chunks_mut(per_task * blocks))
                 .zip(out.sum.chunks_mut(per_task * blocks))
                 .zip(row_chunks)
@@ -707,11 +725,11 @@ impl<'a> PackedLhs<'a> {
 
     /// The int8 value q of (row, packed k), read back from any int8 format (tests).
     pub fn q_at(&self, row: usize, kk: usize) -> i8 {
-        let kp = self.k_packed;
+        let (kp, stride) = (self.k_packed, self.int8_stride);
         match self.format {
             LhsFormat::F32 => panic!("q_at on f32 activations"),
-            LhsFormat::Qsi8Db => self.bytes[row * kp + kk] as i8,
-            LhsFormat::Qsu8Db => (self.bytes[row * kp + kk] as i32 - 128) as i8,
+            LhsFormat::Qsi8Db => self.bytes[row * stride + kk] as i8,
+            LhsFormat::Qsu8Db => (self.bytes[row * stride + kk] as i32 - 128) as i8,
             LhsFormat::Qsi8DbP { mr, kr } => {
                 self.bytes[(row / mr) * mr * kp + ((kk / kr) * mr + row % mr) * kr + kk % kr] as i8
             }
@@ -945,6 +963,7 @@ mod tests {
             f32s: Cow::Borrowed(&[]),
             f32_stride: f32_row_stride(kp),
             bytes: Vec::new(),
+            int8_stride: format.int8_row_stride(kp),
             scale: Vec::new(),
             sum: Vec::new(),
             act: ActQuant::Block,
@@ -960,7 +979,7 @@ mod tests {
             return out;
         }
         let rows = m.next_multiple_of(format.mr());
-        out.bytes = vec![0u8; rows * kp];
+        out.bytes = vec![0u8; rows * out.int8_stride];
         out.scale = vec![0f32; rows * blocks];
         out.sum = vec![0i32; rows * blocks];
         let (mut row, mut q) = (vec![0f32; kp], vec![0i8; kp]);
@@ -986,7 +1005,7 @@ mod tests {
             for (kk, &v) in q.iter().enumerate() {
                 let at = match format {
                     LhsFormat::Qsi8DbP { mr, kr } => (i / mr) * mr * kp + ((kk / kr) * mr + i % mr) * kr + kk % kr,
-                    _ => i * kp + kk,
+                    _ => i * out.int8_stride + kk,
                 };
                 out.bytes[at] = if format == LhsFormat::Qsu8Db { (v as i32 + 128) as u8 } else { v as u8 };
             }

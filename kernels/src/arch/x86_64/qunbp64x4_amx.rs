@@ -6,9 +6,9 @@
 //! `q − 2^(bits−1)`, into a per-thread buffer in AMX's B layout (one 64-byte row per 4 K values: 16 columns × 4
 //! bytes, exactly a `vpdpbusd` operand of the packed layout with the lanes split), with the block's 32 scales
 //! (as f32) and corrections `c + 2^(bits−1)·s`; every row of the tile then walks that buffer. The LHS (`qsi8db`:
-//! signed int8 rows, whole blocks, row-major) is the A operand as it lies, `lhs_stride` bytes from row to row,
-//! except where rows are a multiple of 1 KiB apart: those are copied once per call an odd number of cache lines
-//! apart (32 rows in at most 4 of L1's 64 sets sent every A tile load to L2).
+//! signed int8 rows, whole blocks, row-major) is the A operand as it lies, `lhs_stride` bytes from row to row
+//! (never a multiple of 1 KiB: the packer pads such rows by a line, `LhsFormat::int8_row_stride`; 32 rows in at
+//! most 4 of L1's 64 sets sent every A tile load to L2).
 //!
 //! Numerics per (row, column, block), integers exact: `acc = Σ q_a·(q_w − m)` (m = 2^(bits−1)), then
 //! `y += cvt(acc)·(s·sa)`, and with zero points `+ (c + m·s)·(sa·Σq_a)` (c = −s·z). Without zero points c = −m·s,
@@ -122,7 +122,6 @@ const _: () = {
 /// Scratch of one thread, kept between calls: unpacked codes, scales and corrections of one unit, the f32 sums
 /// of the tile's rows and one block's int32 results (64-byte aligned).
 pub(crate) struct Scratch {
-    at: Vec<__m512i>,
     b: Vec<__m512i>,
     w: Vec<__m512i>,
     acc: Vec<__m512i>,
@@ -134,7 +133,7 @@ impl Scratch {
     pub(crate) fn with<T>(f: impl FnOnce(&mut Scratch) -> T) -> T {
         thread_local! {
             static SCRATCH: RefCell<Scratch> =
-                const { RefCell::new(Scratch { at: Vec::new(), b: Vec::new(), w: Vec::new(), acc: Vec::new(), cbuf: Vec::new() }) };
+                const { RefCell::new(Scratch { b: Vec::new(), w: Vec::new(), acc: Vec::new(), cbuf: Vec::new() }) };
         }
         SCRATCH.with_borrow_mut(f)
     }
@@ -502,26 +501,7 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
     let acc = Scratch::fit(&mut s.acc, a.rows.next_multiple_of(MR) * ROW_BYTES).cast::<f32>();
     let cbuf = Scratch::fit(&mut s.cbuf, 2 * MR * ROW_BYTES).cast::<i32>();
     let (full, tail) = (a.rows / MR, a.rows % MR);
-    // Rows a multiple of 1 KiB apart put a row tile's 32 rows in at most 4 of L1's 64 sets, and every A tile
-    // load then comes from L2 (measured ~25% of the GEMM at K = 4096): such rows are copied once per tile into a
-    // buffer an odd number of lines apart.
-    let (lhs, lhs_stride) = if a.lhs_stride.is_multiple_of(1024) {
-        let stride = a.lhs_stride + 64;
-        let at = Scratch::fit(&mut s.at, a.rows * stride).cast::<i8>();
-        for r in 0..a.rows {
-            // SAFETY: row r of the tile's LHS (blocks·bl = lhs_stride bytes) into row r of `at` (sized above).
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    a.lhs.cast::<i8>().add(r * a.lhs_stride),
-                    at.add(r * stride),
-                    a.lhs_stride,
-                )
-            };
-        }
-        (at.cast_const(), stride)
-    } else {
-        (a.lhs.cast::<i8>(), a.lhs_stride)
-    };
+    let (lhs, lhs_stride) = (a.lhs.cast::<i8>(), a.lhs_stride);
     for panel in 0..a.cols.div_ceil(NR) {
         for half in 0..NR / UNIT {
             let c0 = panel * NR + half * UNIT;
@@ -540,7 +520,7 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
                 }
                 let mut l = Loop {
                     cfg: config(rows, kt),
-                    // SAFETY: row `first` of the tile's LHS (or its copy), inside it (first < rows of the tile).
+                    // SAFETY: row `first` of the tile's LHS, inside it (first < rows of the tile).
                     a: unsafe { lhs.add(first * lhs_stride) },
                     a_tile: MR * lhs_stride,
                     a_stride: lhs_stride,
