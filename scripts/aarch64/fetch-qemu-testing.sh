@@ -57,11 +57,21 @@ use() {
 }
 
 qdir=$A64ENV/qemu
-if [ $update = 0 ] && [ -x "$qdir/testing/qemu-aarch64" ]; then
-    [ $quiet = 1 ] || say "ok ($(readlink "$qdir/testing"), cached)"
-    use "$qdir/testing/qemu-aarch64"
-    exit 0
-fi
+cached() {
+    if [ $update = 0 ] && [ -x "$qdir/testing/qemu-aarch64" ]; then
+        [ $quiet = 1 ] || say "ok ($(readlink "$qdir/testing"), cached)"
+        use "$qdir/testing/qemu-aarch64"
+        exit 0
+    fi
+}
+cached
+# One fetch at a time: scripts/test-aarch64.sh's two lanes (the model checks and the Llama driver) can both reach
+# here first on a fresh clone, and two apt-get runs on one private state fail on its lock. The second caller waits
+# for the first and then finds its binary.
+mkdir -p "$qdir"
+exec 9> "$qdir/.fetch.lock"
+flock 9 || fail "cannot lock $qdir/.fetch.lock"
+cached
 
 for tool in apt-get dpkg-deb; do
     command -v "$tool" >/dev/null || fail "$tool not found (this script needs Debian's apt and dpkg)"
