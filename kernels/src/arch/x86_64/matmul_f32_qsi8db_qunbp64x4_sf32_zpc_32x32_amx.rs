@@ -22,9 +22,8 @@
 //! | 16 | 298–309 | 268–278 | 249–345 | 205–290 |
 //! | 32 | 322–330 | 392–411 | 248–357 | 275–350 |
 
+use super::matmul_f32_qsi8db_qunbp64x4_sf32_zpc_6x32_avx512vnni as vnni;
 use super::qunbp64x4_amx::{Scratch, tile};
-use super::qunbp64x4_vnni::unit;
-use super::tiles::run_units;
 use crate::ukernel::RunArgs;
 
 /// Tile rows from which the AMX walk is used.
@@ -38,6 +37,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         // SAFETY: the caller's guarantee, forwarded.
         Scratch::with(|s| unsafe { tile(args, s) })
     } else {
-        run_units!(gemm, int8, args, unit, g = 2, mr = [6, 5, 4, 3, 2, 1], unit_cols = 32);
+        // SAFETY: the caller's guarantee covers the VNNI kernel's (its features are a subset of these).
+        unsafe { vnni::run(args) }
     }
 }

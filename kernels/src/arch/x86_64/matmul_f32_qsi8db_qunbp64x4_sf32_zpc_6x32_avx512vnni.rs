@@ -7,7 +7,7 @@
 //! any block size 16 … 65536. Features: avx512f, avx512bw, avx512vnni. No over-reads; padding columns of the last
 //! panel are computed, never stored.
 
-use super::qunbp64x4_vnni::unit;
+use super::qunbp64x4_vnni::{FoldState, unit, unit_folded, with_fold_table};
 use super::tiles::run_units;
 use crate::ukernel::RunArgs;
 
@@ -15,5 +15,20 @@ use crate::ukernel::RunArgs;
 /// The CPU has avx512f, avx512bw and avx512vnni; `args` satisfies the `RunArgs` contract with a `qsi8db` LHS and
 /// a `qunbp64x4_sf32_zpc` RHS of `args.bits` ∈ {2, 4, 8}.
 pub(crate) unsafe fn run(args: &RunArgs) {
-    run_units!(gemm, int8, args, unit, g = 2, mr = [6, 5, 4, 3, 2, 1], unit_cols = 32);
+    if args.has_zp != 0 && args.bits < 8 && args.rows > 1 {
+        with_fold_table(2 * args.blocks, |table| {
+            run_units!(
+                gemm,
+                int8,
+                args,
+                unit_folded,
+                g = 2,
+                mr = [6, 5, 4, 3, 2, 1],
+                unit_cols = 32,
+                per_unit = |_panel, _half| FoldState { table, folds: None }
+            );
+        })
+    } else {
+        run_units!(gemm, int8, args, unit, g = 2, mr = [6, 5, 4, 3, 2, 1], unit_cols = 32);
+    }
 }

@@ -14,6 +14,15 @@
 //! one accumulator per lane, shifted back once per block: one op per 64 bytes, for one row) or shifted down to
 //! plain codes first (two ops per 64 bytes, shared by every row of a multi-row tile). int32 sums wrap
 //! modulo 2^32 inside a block but end exact: |Σ| ≤ 255·127·65536 < 2^31 at the largest block.
+//!
+//! Folded zero points (GEMM tiles of 2+ rows, 2- and 4-bit codes): where every zero point of a 32-column unit is a
+//! whole number in the code range (every uint8 zero point input), the unit's first row block turns its
+//! corrections back into bytes `128 − z` as it goes ([`FoldState`]), and the shifted-down codes of the row blocks
+//! after it get them added (one `vpaddb` per 64
+//! bytes, shared by the rows): the u8 operand is `q − z + 128` (113 … 143 at 4 bits), the sums start at
+//! `−128·Σq_a`, so `acc = Σ q_a·(q − z)` exactly and the epilogue has no correction term. On the two 512-bit
+//! ports that `vpdpbusd` and the epilogue's FMAs share, that is 120 instead of 132 operations per 6 × 32 tile and
+//! block of 32 (96 of them `vpdpbusd`).
 
 // Register tiles are indexed [row][column group]: index loops read like the algebra.
 #![allow(clippy::needless_range_loop)]
@@ -39,10 +48,104 @@ pub(crate) unsafe fn unit<const R: usize, const G: usize, const BITS: usize>(
     lhs_sum: *const i32,
     dst: *mut f32,
 ) {
-    // SAFETY: forwarded.
+    // SAFETY: forwarded (no fold table: neither mode reads it).
     unsafe {
-        crate::arch::dispatch!(unit_c::<R, G, BITS>(args, panel, half, lhs, lhs_scale, lhs_sum, dst); chunk(args.bl))
+        crate::arch::dispatch!(
+            unit_c::<R, G, BITS>(args, panel, half, lhs, lhs_scale, lhs_sum, dst, std::ptr::null_mut()); chunk(args.bl) zp(false) zp(false)
+        );
     }
+}
+
+/// What the row blocks of one 32-column unit share about folding its zero points: the unit's fold table (per
+/// block, `G` vectors of bytes `128 − z`, each column's in the 4 bytes of its dword) and whether it holds the
+/// unit's zero points. The unit's first row block computes with the corrections and fills the table from the
+/// same scales and corrections its epilogue loads ([`fold_bytes`]); the row blocks after it fold if every zero
+/// point was whole, else they keep the corrections.
+pub(crate) struct FoldState {
+    /// `blocks · G` vectors.
+    pub(crate) table: *mut __m512i,
+    /// None before the first row block; then whether the table folds the unit.
+    pub(crate) folds: Option<bool>,
+}
+
+/// [`unit`] for a unit whose zero points may fold (see [`FoldState`]). One-row blocks and 8-bit codes never fold
+/// (their codes are masked in place, or would leave u8): they take the corrections, which every record holds.
+///
+/// # Safety
+/// As [`unit_c`]; `state.table` holds `args.blocks · G` vectors, and `state` is this unit's, fresh (`folds:
+/// None`) for its first row block, which has R > 1 rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn unit_folded<const R: usize, const G: usize, const BITS: usize>(
+    args: &RunArgs,
+    panel: usize,
+    half: usize,
+    lhs: *const i8,
+    lhs_scale: *const f32,
+    lhs_sum: *const i32,
+    dst: *mut f32,
+    state: &mut FoldState,
+) {
+    let zb = state.table;
+    // SAFETY: forwarded; the table is the unit's, filled by its first row block before any folded one reads it.
+    unsafe {
+        match state.folds {
+            None if R > 1 && BITS < 8 => {
+                let all = crate::arch::dispatch!(
+                    unit_c::<R, G, BITS>(args, panel, half, lhs, lhs_scale, lhs_sum, dst, zb); chunk(args.bl) zp(false) zp(true)
+                );
+                state.folds = Some(all);
+            }
+            Some(true) if R > 1 && BITS < 8 => {
+                crate::arch::dispatch!(
+                    unit_c::<R, G, BITS>(args, panel, half, lhs, lhs_scale, lhs_sum, dst, zb); chunk(args.bl) zp(true) zp(false)
+                );
+            }
+            _ => {
+                crate::arch::dispatch!(
+                    unit_c::<R, G, BITS>(args, panel, half, lhs, lhs_scale, lhs_sum, dst, zb); chunk(args.bl) zp(false) zp(false)
+                );
+            }
+        }
+    }
+}
+
+/// The fold bytes of 16 columns of one block from their scales `s` and corrections `c`: each column's `128 − z`
+/// in the 4 bytes of its dword, and the mask of the columns whose zero point is a whole z in 0 … 2^BITS − 1,
+/// i.e. whose correction is exactly `−s·z` as the packer computed it (`s·z` rounded once, from the scale as
+/// stored; a zero scale needs c = 0 and takes z = 0).
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+fn fold_bytes<const BITS: usize>(s: __m512, c: __m512) -> (__mmask16, __m512i) {
+    let neg_c = _mm512_sub_ps(_mm512_setzero_ps(), c);
+    let live = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(s, _mm512_setzero_ps());
+    // −c/s is within 15·2^−14 of a whole z: rounding recovers it, the exact product checks it.
+    let z = _mm512_maskz_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        live,
+        _mm512_mul_ps(neg_c, _mm512_rcp14_ps(s)),
+    );
+    let exact = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(_mm512_mul_ps(s, z), neg_c);
+    let in_range = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(z, _mm512_setzero_ps())
+        & _mm512_cmp_ps_mask::<_CMP_LE_OQ>(z, _mm512_set1_ps(((1u32 << BITS) - 1) as f32));
+    let dead_ok = !live & _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(c, _mm512_setzero_ps());
+    let bias = _mm512_sub_epi32(_mm512_set1_epi32(128), _mm512_cvtps_epi32(z));
+    // The low byte of each dword into all four (z ≤ 15: 113 … 128).
+    let bytes = _mm512_shuffle_epi8(bias, _mm512_set4_epi32(0x0C0C_0C0C, 0x0808_0808, 0x0404_0404, 0));
+    ((live & exact & in_range) | dead_ok, bytes)
+}
+
+/// This thread's fold table, kept between calls (grown to the largest K seen).
+pub(crate) fn with_fold_table<T>(vectors: usize, f: impl FnOnce(*mut __m512i) -> T) -> T {
+    thread_local! {
+        static TABLE: std::cell::RefCell<Vec<__m512i>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    TABLE.with_borrow_mut(|t| {
+        if t.len() < vectors {
+            // SAFETY: all-zero bits are a valid __m512i.
+            t.resize(vectors, unsafe { std::mem::zeroed() });
+        }
+        f(t.as_mut_ptr())
+    })
 }
 
 /// Computes one unit of a tile: rows `0..R` (R ≤ 6) × the `G` groups of 16 columns of `panel` that start at
@@ -53,10 +156,21 @@ pub(crate) unsafe fn unit<const R: usize, const G: usize, const BITS: usize>(
 /// # Safety
 /// The CPU has avx512f, avx512bw and avx512vnni. `args` satisfies the `RunArgs` contract for a `qsi8db` LHS and
 /// a `qunbp64x4_sf32_zpc` RHS; `lhs`, `lhs_scale`, `lhs_sum` and `dst` point at row `r0` of that tile, which
-/// has at least `R` rows from there.
+/// has at least `R` rows from there. `FOLD`: the unit's zero points are folded into the codes by the fold table
+/// `zb` (see [`FoldState`]; R > 1, BITS < 8), so the block epilogue has no correction term. `BUILD`: computes
+/// with the corrections and writes the fold table at `zb`; returns whether every zero point folds (false
+/// otherwise).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn unit_c<const R: usize, const G: usize, const BITS: usize, const CHUNK: usize>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn unit_c<
+    const R: usize,
+    const G: usize,
+    const BITS: usize,
+    const CHUNK: usize,
+    const FOLD: bool,
+    const BUILD: bool,
+>(
     args: &RunArgs,
     panel: usize,
     half: usize,
@@ -64,8 +178,10 @@ unsafe fn unit_c<const R: usize, const G: usize, const BITS: usize, const CHUNK:
     lhs_scale: *const f32,
     lhs_sum: *const i32,
     dst: *mut f32,
-) {
+    zb: *mut __m512i,
+) -> bool {
     let a = args;
+    let mut folds: __mmask16 = 0xFFFF;
     let bl = a.bl;
     let chunk = CHUNK;
     debug_assert_eq!(bl.min(32), CHUNK);
@@ -99,8 +215,23 @@ unsafe fn unit_c<const R: usize, const G: usize, const BITS: usize, const CHUNK:
                 // SAFETY: block b's record of this panel.
                 let rec = unsafe { prec.add(b * a.rhs_record) };
                 let init: [__m512i; R] = std::array::from_fn(|r| {
-                    if has_zp { _mm512_setzero_si512() } else { _mm512_set1_epi32(-mid * qsum[r]) }
+                    if FOLD {
+                        _mm512_set1_epi32(-128 * qsum[r])
+                    } else if has_zp {
+                        _mm512_setzero_si512()
+                    } else {
+                        _mm512_set1_epi32(-mid * qsum[r])
+                    }
                 });
+                let zv: [__m512i; G] = std::array::from_fn(|g| {
+                    if FOLD {
+                        // SAFETY: FOLD only with the unit's table of blocks·G vectors (unit_folded's contract).
+                        unsafe { zb.add(b * G + g).read() }
+                    } else {
+                        field
+                    }
+                });
+                debug_assert!(!(FOLD && BUILD));
                 let mut acc = [[_mm512_setzero_si512(); G]; R];
                 for r in 0..R {
                     acc[r] = [init[r]; G];
@@ -151,6 +282,12 @@ unsafe fn unit_c<const R: usize, const G: usize, const BITS: usize, const CHUNK:
                                 let w: [__m512i; G] = std::array::from_fn(|g| {
                                     if BITS == 8 {
                                         v[g]
+                                    } else if FOLD {
+                                        // q − z + 128 (no carry between bytes: 113 … 143).
+                                        _mm512_add_epi8(
+                                            _mm512_and_si512(_mm512_srl_epi32(v[g], shift[l]), field),
+                                            zv[g],
+                                        )
                                     } else {
                                         _mm512_and_si512(_mm512_srl_epi32(v[g], shift[l]), field)
                                     }
@@ -180,17 +317,25 @@ unsafe fn unit_c<const R: usize, const G: usize, const BITS: usize, const CHUNK:
                         };
                         let z = rec.add(a.rhs_zp + 4 * col).cast::<f32>();
                         let zc: [__m512; G] = std::array::from_fn(|g| {
-                            if has_zp { _mm512_loadu_ps(z.add(16 * g)) } else { _mm512_setzero_ps() }
+                            if has_zp && !FOLD { _mm512_loadu_ps(z.add(16 * g)) } else { _mm512_setzero_ps() }
                         });
                         (sc, zc)
                     }
                 };
+                if BUILD {
+                    for g in 0..G {
+                        let (ok, bytes) = fold_bytes::<BITS>(sc[g], zc[g]);
+                        folds &= ok;
+                        // SAFETY: BUILD only with the unit's table of blocks·G vectors (unit_folded's contract).
+                        unsafe { zb.add(b * G + g).write(bytes) };
+                    }
+                }
                 for r in 0..R {
                     let sa_v = _mm512_set1_ps(sa[r]);
                     let corr = _mm512_set1_ps(sa[r] * qsum[r] as f32);
                     for g in 0..G {
                         let mut y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][g]), _mm512_mul_ps(sc[g], sa_v), f[r][g]);
-                        if has_zp {
+                        if has_zp && !FOLD {
                             y = _mm512_fmadd_ps(zc[g], corr, y);
                         }
                         f[r][g] = y;
@@ -216,4 +361,5 @@ unsafe fn unit_c<const R: usize, const G: usize, const BITS: usize, const CHUNK:
             }
         }
     }
+    BUILD && folds == 0xFFFF
 }

@@ -16,15 +16,28 @@ pub(crate) fn gemv(args: &RunArgs, mut f: impl FnMut(usize, usize)) {
 /// GEMM order: each `unit_cols`-wide column unit of each panel, then the rows in blocks of `mr` (the last block
 /// smaller): `f(panel, unit, first row, rows)`.
 pub(crate) fn gemm(args: &RunArgs, unit_cols: usize, mr: usize, mut f: impl FnMut(usize, usize, usize, usize)) {
+    gemm_per_unit(args, unit_cols, mr, |_, _| (), |_, panel, unit, r0, rows| f(panel, unit, r0, rows))
+}
+
+/// [`gemm`]'s order with state per unit: `prepare(panel, unit)` before its rows, which every row block of the
+/// unit then gets, in order: `f(&mut state, panel, unit, first row, rows)`.
+pub(crate) fn gemm_per_unit<U>(
+    args: &RunArgs,
+    unit_cols: usize,
+    mr: usize,
+    mut prepare: impl FnMut(usize, usize) -> U,
+    mut f: impl FnMut(&mut U, usize, usize, usize, usize),
+) {
     for panel in 0..args.cols.div_ceil(NR) {
         for unit in 0..NR / unit_cols {
             if panel * NR + unit * unit_cols >= args.cols {
                 break;
             }
+            let mut prepared = prepare(panel, unit);
             let mut r0 = 0;
             while r0 < args.rows {
                 let rows = (args.rows - r0).min(mr);
-                f(panel, unit, r0, rows);
+                f(&mut prepared, panel, unit, r0, rows);
                 r0 += rows;
             }
         }
@@ -35,6 +48,8 @@ pub(crate) fn gemm(args: &RunArgs, unit_cols: usize, mr: usize, mut f: impl FnMu
 /// units of `$unit_cols` columns; GEMM: `$unit_cols`-column units, rows in blocks of up to `$mr`) and calls the
 /// shared body `$body::<R, G, BITS>` with the unit's row pointers, dispatching the row count (GEMM) and the bit
 /// width (2, 4, 8: `crate::arch::dispatch!`) to constants. `$lhs` is `int8` (LHS, scales, sums, output) or `f32` (LHS, output).
+/// `per_unit = |panel, unit| expr` (int8 GEMM): `expr` makes the unit's state once per unit, and the body gets it
+/// (`&mut`) as its last argument in each of the unit's row blocks, in row order.
 macro_rules! run_units {
     (gemv, $lhs:ident, $args:ident, $body:ident, g = $g:literal, units = $units:literal, unit_cols = $unit_cols:literal) => {
         $crate::arch::x86_64::tiles::gemv($args, |r, panel| {
@@ -50,6 +65,28 @@ macro_rules! run_units {
         $crate::arch::x86_64::tiles::gemm($args, $unit_cols, [$($r),+][0], |panel, unit, r0, rows| {
             match rows {
                 $($r => $crate::arch::x86_64::tiles::run_units!(@bits $lhs, $args, $body, $r, $g, panel, unit, r0),)+
+                _ => unreachable!("row blocks are at most the first listed size"),
+            }
+        })
+    };
+    (gemm, int8, $args:ident, $body:ident, g = $g:literal, mr = [$($r:literal),+], unit_cols = $unit_cols:literal, per_unit = |$p:ident, $u:ident| $prepare:expr) => {
+        $crate::arch::x86_64::tiles::gemm_per_unit($args, $unit_cols, [$($r),+][0], |$p, $u| $prepare, |prepared, panel, unit, r0, rows| {
+            match rows {
+                $($r => {
+                    // SAFETY: as in `@bits`; `prepared` is what the body's contract asks of this unit.
+                    unsafe {
+                        $crate::arch::dispatch!($body::<$r, $g>(
+                            $args,
+                            panel,
+                            unit,
+                            $args.lhs.cast::<i8>().add(r0 * $args.lhs_stride),
+                            $args.lhs_scale.add(r0 * $args.blocks),
+                            $args.lhs_sum.add(r0 * $args.blocks),
+                            $args.dst.add(r0 * $args.dst_stride),
+                            prepared,
+                        ); bits($args.bits))
+                    }
+                })+
                 _ => unreachable!("row blocks are at most the first listed size"),
             }
         })
