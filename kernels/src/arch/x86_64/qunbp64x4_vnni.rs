@@ -22,7 +22,18 @@
 //! bytes, shared by the rows): the u8 operand is `q − z + 128` (113 … 143 at 4 bits), the sums start at
 //! `−128·Σq_a`, so `acc = Σ q_a·(q − z)` exactly and the epilogue has no correction term. On the two 512-bit
 //! ports that `vpdpbusd` and the epilogue's FMAs share, that is 120 instead of 132 operations per 6 × 32 tile and
-//! block of 32 (96 of them `vpdpbusd`).
+//! block of 32 (96 of them `vpdpbusd`). Measured on an AMD EPYC Zen 4 (family 25 model 17, KVM guest, 1 thread;
+//! `gemm_time --zp u8`, tiles alone, 4 rounds in turns, best GFLOP/s before → after): M = 128, N×K 1536×576 313 →
+//! 327, 576×1536 323 → 339, 192×576 321 → 336, 4096×4096 290 → 303; M = 512 192×576 321 → 338, 576×1536 316 →
+//! 333 (symmetric weights: 350–362). A first version that filled the table in a pass of its own before the
+//! unit's rows (the records' scales and corrections read once more, with no work to hide their latency behind)
+//! gained 0–5% on SmolLM2's shapes and lost 13% at 4096×4096 (the pass alone, folding nothing: 3–6% and 13%).
+//!
+//! On Zen 4 `vpdpbusd` zmm issues once per cycle (3.6 G/s measured with 12 independent chains: ~460 GOPS) and so
+//! does a 512-bit FMA or `vmulps`, on the same two ports; the unpack shifts and masks, `vcvtdq2ps`, broadcasts
+//! and loads go elsewhere. The block epilogue's `vmulps` (column scales × sa) and FMA per accumulator therefore
+//! bound the 6 × 32 tile at 96 / 120 = 80% of the `vpdpbusd` rate at blocks of 32 (~370 GOPS); it runs 330–360
+//! GOPS on symmetric weights (tiles alone), less where the weights stream from memory (N·K ≥ 16 M: ~320).
 
 // Register tiles are indexed [row][column group]: index loops read like the algebra.
 #![allow(clippy::needless_range_loop)]
@@ -48,12 +59,9 @@ pub(crate) unsafe fn unit<const R: usize, const G: usize, const BITS: usize>(
     lhs_sum: *const i32,
     dst: *mut f32,
 ) {
-    // SAFETY: forwarded (no fold table: neither mode reads it).
-    unsafe {
-        crate::arch::dispatch!(
-            unit_c::<R, G, BITS>(args, panel, half, lhs, lhs_scale, lhs_sum, dst, std::ptr::null_mut()); chunk(args.bl) zp(false) zp(false)
-        );
-    }
+    let mut plain = FoldState { table: std::ptr::null_mut(), folds: Some(false) };
+    // SAFETY: forwarded; a unit that does not fold never reads the (absent) table.
+    unsafe { unit_folded::<R, G, BITS>(args, panel, half, lhs, lhs_scale, lhs_sum, dst, &mut plain) }
 }
 
 /// What the row blocks of one 32-column unit share about folding its zero points: the unit's fold table (per
@@ -72,8 +80,8 @@ pub(crate) struct FoldState {
 /// (their codes are masked in place, or would leave u8): they take the corrections, which every record holds.
 ///
 /// # Safety
-/// As [`unit_c`]; `state.table` holds `args.blocks · G` vectors, and `state` is this unit's, fresh (`folds:
-/// None`) for its first row block, which has R > 1 rows.
+/// As [`unit_c`]; `state` is this unit's: fresh (`folds: None`, `table` holding `args.blocks · G` vectors) for
+/// its first row block, which has R > 1 rows, or `folds: Some(false)` for a unit that keeps its corrections.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn unit_folded<const R: usize, const G: usize, const BITS: usize>(
