@@ -363,7 +363,7 @@ impl Selected {
             (lhs.f32s[m0 * f32_stride..].as_ptr().cast(), std::ptr::null(), std::ptr::null())
         } else {
             let padded = plan.m.next_multiple_of(lhs.format.mr());
-            let stride = lhs.int8_stride;
+            let stride = lhs.int8_stride();
             assert_eq!(
                 lhs.bytes.len(),
                 padded * stride,
@@ -394,7 +394,7 @@ impl Selected {
             lhs: lhs_ptr,
             lhs_scale,
             lhs_sum,
-            lhs_stride: if lhs.format.is_f32() { f32_stride } else { lhs.int8_stride },
+            lhs_stride: if lhs.format.is_f32() { f32_stride } else { lhs.int8_stride() },
             rhs: rhs_bytes[(n0 / self.layout.nr) * rhs.panel_bytes()..].as_ptr(),
             rhs_panel_stride: rhs.panel_bytes(),
             rhs_record: rec.bytes,

@@ -272,10 +272,9 @@ pub struct PackedLhs<'a> {
     /// ([`f32_in_place`]), else rows copied [`f32_row_stride`]`(k_packed)` apart.
     pub(crate) f32s: Cow<'a, [f32]>,
     pub(crate) f32_stride: usize,
-    /// int8 formats: the values (i8 or u8 bytes), `m` rows rounded up to `mr`, row r at `r · int8_stride`
-    /// ([`LhsFormat::int8_row_stride`]; zero past `k_packed`).
+    /// int8 formats: the values (i8 or u8 bytes), `m` rows rounded up to `mr`, row r at
+    /// `r ·` [`Self::int8_stride`] (zero past `k_packed`).
     pub(crate) bytes: Vec<u8>,
-    pub(crate) int8_stride: usize,
     /// int8 formats: per (row, block) scale and Σq, `m` rows rounded up to `mr`, at
     /// [`LhsFormat::scale_index`].
     pub(crate) scale: Vec<f32>,
@@ -642,7 +641,6 @@ impl<'a> PackedLhs<'a> {
             f32s: Cow::Borrowed(&[]),
             f32_stride: kp,
             bytes: Vec::new(),
-            int8_stride: format.int8_row_stride(kp),
             scale: Vec::new(),
             sum: Vec::new(),
             act: if format.is_f32() { ActQuant::Block } else { act },
@@ -654,7 +652,7 @@ impl<'a> PackedLhs<'a> {
         }
         let act = out.act;
         let (quant_row, min_max) = crate::arch::quantize_row_for(crate::Cpu::get());
-        let stride = out.int8_stride;
+        let stride = out.int8_stride();
         let k_map = rhs.k_map.as_deref();
         let job = Job { a, m, k, kp, stride, bl, blocks, k_map, format, quant, act, quant_row, min_max };
         let mr = format.mr();
@@ -723,9 +721,14 @@ impl<'a> PackedLhs<'a> {
         self.m
     }
 
+    /// int8 formats: bytes from one packed row to the next ([`LhsFormat::int8_row_stride`] of `k_packed`).
+    pub(crate) fn int8_stride(&self) -> usize {
+        self.format.int8_row_stride(self.k_packed)
+    }
+
     /// The int8 value q of (row, packed k), read back from any int8 format (tests).
     pub fn q_at(&self, row: usize, kk: usize) -> i8 {
-        let (kp, stride) = (self.k_packed, self.int8_stride);
+        let (kp, stride) = (self.k_packed, self.int8_stride());
         match self.format {
             LhsFormat::F32 => panic!("q_at on f32 activations"),
             LhsFormat::Qsi8Db => self.bytes[row * stride + kk] as i8,
@@ -963,7 +966,6 @@ mod tests {
             f32s: Cow::Borrowed(&[]),
             f32_stride: f32_row_stride(kp),
             bytes: Vec::new(),
-            int8_stride: format.int8_row_stride(kp),
             scale: Vec::new(),
             sum: Vec::new(),
             act: ActQuant::Block,
@@ -979,7 +981,7 @@ mod tests {
             return out;
         }
         let rows = m.next_multiple_of(format.mr());
-        out.bytes = vec![0u8; rows * out.int8_stride];
+        out.bytes = vec![0u8; rows * out.int8_stride()];
         out.scale = vec![0f32; rows * blocks];
         out.sum = vec![0i32; rows * blocks];
         let (mut row, mut q) = (vec![0f32; kp], vec![0i8; kp]);
@@ -1005,7 +1007,7 @@ mod tests {
             for (kk, &v) in q.iter().enumerate() {
                 let at = match format {
                     LhsFormat::Qsi8DbP { mr, kr } => (i / mr) * mr * kp + ((kk / kr) * mr + i % mr) * kr + kk % kr,
-                    _ => i * out.int8_stride + kk,
+                    _ => i * out.int8_stride() + kk,
                 };
                 out.bytes[at] = if format == LhsFormat::Qsu8Db { (v as i32 + 128) as u8 } else { v as u8 };
             }
