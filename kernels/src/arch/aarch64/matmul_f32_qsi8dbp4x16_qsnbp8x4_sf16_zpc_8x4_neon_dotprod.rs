@@ -11,15 +11,15 @@
 //! 4 × 8 tile's sharing (field extraction 0.125 per SDOT instead of 0.25), and 8 + 8 accumulators leave room for
 //! the operands (12 × 4 or 8 × 8 do not fit beside them). The per-block epilogue is the same per accumulator
 //! whatever the tile: each (row, column quad) vector takes 8 SDOT per 32 K and MOVI + SCVTF + FMUL + FMLA per
-//! block (0.5 per SDOT; the row numerics 0.375).
+//! block (0.5 per SDOT; the row numerics, over running sums, SCVTF + FMLA: 0.25).
 //!
 //! Instruction budget per 32 K (one block of 32) × 4 columns × 8 rows, 4-bit codes, symmetric, per-block
 //! numerics, from the text (per SDOT: / 64): 64 SDOT; 4 loads of codes + 4 LD1 of 4 activation vectors, all
 //! post-indexed (0.125); 8 field extractions (SHL / AND, 0.125); per block 8 SCVTF, 8 FMUL (column scales × the
 //! row's block scale, by element: the per-block activation scale's cost), 8 FMLA, 8 MOVI (0.5); the block's
 //! scales LDR + FCVTL, the pair's 8 row scales one LDP (0.05); SUBS + B.NE once per two blocks (the record step is
-//! the last code load's post-index; 0.01). Total 116 = 1.81 per SDOT (the row numerics drop the 8 FMUL and the
-//! LDP: 107 = 1.67; zero points add LDR of the corrections, LDP of the pair's sa·Σq and 8 FMLA: 126 = 1.97). At
+//! the last code load's post-index; 0.01). Total 116 = 1.81 per SDOT (the row numerics: 98 = 1.53, below; zero
+//! points add LDR of the corrections, LDP of the pair's sa·Σq and 8 FMLA: 126 = 1.97). At
 //! blocks of 128: 4 chunks of 82 (with the chunk loop) + 34 + 4 per 256 SDOT = 1.43. The numerics, the zero points
 //! and blocks of one chunk are compile-time modes of the text (eight asm blocks), so the loop has no branches on
 //! them.
@@ -32,7 +32,15 @@
 //! cannot drop is the FMUL (0.125 per SDOT), so their whole Run stays 0.8–1.6% above ORT's while the row numerics
 //! are 5-6% below (bench/results/aarch64-icount.md).
 //!
-//! The epilogue is `y += f32(acc)·(s·sa) [+ c·sq]` (row numerics: `y += f32(acc)·s [+ c·sq]`),
+//! The row numerics (`rowsum` mode) keep running int32 sums over all blocks and weigh them by the differences of
+//! the column scales (`ops::for_each_block_weight`: Σ s_b·dot_b summed by parts), laid out per panel (8 f32 per
+//! block), so their block epilogue is one LDR of the quad's weights, 8 SCVTF (into v16–v19, v24–v27: the sums go
+//! on) and 8 FMLA: 17 per 64 SDOT, where restarting the sums took LDR + FCVTL, 8 SCVTF, 8 FMLA and 8 MOVI (26).
+//! Measured per call (2048 × 2048, neoverse-n1, the first call, which also computes the weights' column sums once:
+//! a GEMV over ones): M = 32 16331056 → 15496272 instructions (1.73 → 1.64 per SDOT), M = 64 30513200 → 28839504
+//! (1.71 → 1.62), with zero points (M = 32) 17946832 → 17112144 (1.90 → 1.81).
+//!
+//! The epilogue is `y += f32(acc)·(s·sa) [+ c·sq]` (row numerics: `y += f32(S)·w [+ c·sq]`, above),
 //! `ops::block_epilogue`'s formula in its order of roundings, with f32(acc) converted with 4 fraction bits (the
 //! fields' factor 16, exact); the column scales (f16) and corrections are read from each block's record, the rows'
 //! scales and sa·Σq from a per-call layout of the group-major `qsi8dbp4x16` ones ([`PairScales`]: a pair's 8 per
@@ -45,7 +53,7 @@
 //! whole 8-column panels (the last one's padding computed, never stored). Features: neon, dotprod. No
 //! over-reads: every load is inside a record or the tile's LHS groups.
 
-use super::ops::{Sums, store_groups};
+use super::ops::{Sums, for_each_block_weight, running_sums_fit, store_groups};
 use super::qsnbp8x4_int8::{MR, NR, gemm_group};
 use super::sve_asm::{asm_modes, movi_zero, vector_asm};
 use crate::ukernel::RunArgs;
@@ -58,11 +66,30 @@ use core::arch::aarch64::*;
 pub(crate) unsafe fn run(args: &RunArgs) {
     let a = args;
     let groups = a.rows.div_ceil(MR);
-    // The asm tiles take 4-bit codes in blocks of whole 32-K chunks, row groups in pairs.
-    let pairs = if a.bits == 4 && a.bl.is_multiple_of(32) { groups / 2 } else { 0 };
+    // The asm tiles take 4-bit codes in blocks of whole 32-K chunks, row groups in pairs (the row numerics keep
+    // running sums: where they fit).
+    let asm = a.bits == 4 && a.bl.is_multiple_of(32) && (a.row == 0 || running_sums_fit(a));
+    let pairs = if asm { groups / 2 } else { 0 };
     // SAFETY: the tile has 2·pairs row groups.
     let rows = unsafe { PairScales::new(a, pairs) };
+    // The row numerics' Abel weights of the panel's 8 columns per block (`ops::for_each_block_weight`), laid out
+    // per panel for the tiles (the per-block numerics read the records' scales).
+    let laid = a.row != 0 && pairs > 0;
+    let mut weights = vec![0f32; if laid { 8 * a.blocks } else { 0 }];
     for panel in 0..a.cols.div_ceil(NR) {
+        if laid {
+            let mut o = weights.as_mut_ptr();
+            let store = |_: *const u8, [w0, w1]: [float32x4_t; 2]| {
+                // SAFETY: `o` is the block's 8 f32 of `weights` (8 per block, one call per block).
+                unsafe {
+                    vst1q_f32(o, w0);
+                    vst1q_f32(o.add(4), w1);
+                    o = o.add(8);
+                }
+            };
+            // SAFETY: the panel is the tile's.
+            unsafe { for_each_block_weight(a, panel, store) };
+        }
         for p in 0..pairs {
             let g = 2 * p;
             if (g + 2) * MR <= a.rows && (panel + 1) * NR <= a.cols {
@@ -73,11 +100,11 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                 // SAFETY: groups g, g + 1 are the tile's, panel is the tile's, 4-bit codes in 32-K chunks (checked
                 // above), `rows` laid out for this call; the tile's 8 rows and 8 columns are real (checked), inside
                 // dst and bias; the CPU has dotprod.
-                unsafe { tile_8x4(a, panel, g, rows.pair(p), dst, 4 * a.dst_stride, bias, step) };
+                unsafe { tile_8x4(a, panel, g, rows.pair(p), &weights, dst, 4 * a.dst_stride, bias, step) };
             } else {
                 let mut out: Sums = [0f32; 96];
                 // SAFETY: as above; the sums go to `out` (rows 8 f32 apart), the bias is added by store_groups.
-                unsafe { tile_8x4(a, panel, g, rows.pair(p), out.as_mut_ptr(), 32, NO_BIAS.as_ptr(), 0) };
+                unsafe { tile_8x4(a, panel, g, rows.pair(p), &weights, out.as_mut_ptr(), 32, NO_BIAS.as_ptr(), 0) };
                 // SAFETY: the tile's groups and panel (store_groups stores only real rows and columns).
                 unsafe { store_groups(a, panel, g, 2, &out) };
             }
@@ -250,10 +277,25 @@ macro_rules! tile_text {
             "sdot v", $c, ".4s, v", $f3, ".16b, v", $v, ".4b[3]\n",
         )
     };
+    // The row numerics over running sums (`rowsum`): y += f32(S)·w, the quad's 4 Abel weights (× 2^−4 already) from
+    // the panel's laid-out ones (`{ws}`: 8 f32 per block), the sums converted into v16–v19, v24–v27 (they go on).
+    (@epilogue rowsum $zp:ident) => {
+        concat!(
+            "ldr q29, [{ws}], #32\n", "// {soff}\n",
+            "scvtf v16.4s, v0.4s\n", "scvtf v17.4s, v1.4s\n", "scvtf v18.4s, v2.4s\n", "scvtf v19.4s, v3.4s\n",
+            "scvtf v24.4s, v4.4s\n", "scvtf v25.4s, v5.4s\n", "scvtf v26.4s, v6.4s\n", "scvtf v27.4s, v7.4s\n",
+            "fmla v8.4s, v16.4s, v29.4s\n", "fmla v9.4s, v17.4s, v29.4s\n",
+            "fmla v10.4s, v18.4s, v29.4s\n", "fmla v11.4s, v19.4s, v29.4s\n",
+            "fmla v12.4s, v24.4s, v29.4s\n", "fmla v13.4s, v25.4s, v29.4s\n",
+            "fmla v14.4s, v26.4s, v29.4s\n", "fmla v15.4s, v27.4s, v29.4s\n",
+            tile_text!(@zp $zp),
+        )
+    };
     // Block epilogue: the quad's 4 column scales (f16, at `{soff}` from `{rec}` here); the int32 sums (16 × the
     // products: the fields' factor) converted with 4 fraction bits (exact); the accumulators zeroed.
     (@epilogue $act:ident $zp:ident) => {
         concat!(
+            "// {ws}\n",
             "ldr d29, [{rec}, {soff}]\n",
             "fcvtl v29.4s, v29.4h\n",
             "scvtf v0.4s, v0.4s, #4\n", "scvtf v1.4s, v1.4s, #4\n", "scvtf v2.4s, v2.4s, #4\n",
@@ -309,7 +351,7 @@ macro_rules! tile_text {
 /// # Safety
 /// The CPU has neon and dotprod; `a` satisfies the `RunArgs` contract for a `qsi8dbp4x16` LHS and a 4-bit
 /// `qsnbp8x4` RHS (f16 scales) with blocks of whole 32-K chunks; groups `g`, `g + 1` and `panel` are the tile's;
-/// `rows` is their [`PairScales`]; `dst` holds 8 rows × 8 f32 `dstride` bytes apart, `bias` 4 + `step` f32.
+/// `rows` is their [`PairScales`]; `weights` the panel's laid-out Abel weights in the row numerics; `dst` holds 8 rows × 8 f32 `dstride` bytes apart, `bias` 4 + `step` f32.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn tile_8x4(
@@ -317,12 +359,14 @@ unsafe fn tile_8x4(
     panel: usize,
     g: usize,
     rows: &[f32],
+    weights: &[f32],
     dst: *mut f32,
     dstride: usize,
     bias: *const f32,
     step: usize,
 ) {
     debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
+    debug_assert!(a.row == 0 || weights.len() == 8 * a.blocks);
     debug_assert!((g + 2) * MR <= a.rows.next_multiple_of(MR) && panel < a.cols.div_ceil(NR));
     let chunks = a.bl / 32;
     let one = chunks == 1;
@@ -357,6 +401,7 @@ unsafe fn tile_8x4(
                         soff = in(reg) a.rhs_scales as isize - ahead - 8 * quad as isize,
                         zoff = in(reg) a.rhs_zp as isize - ahead,
                         rs = inout(reg) rows.as_ptr() => _,
+                        ws = inout(reg) weights.as_ptr().wrapping_add(4 * quad) => _,
                         dst = inout(reg) dst.wrapping_add(4 * quad) => _,
                         dstride = in(reg) dstride,
                         bias = in(reg) bias.wrapping_add(step * quad),
@@ -365,6 +410,6 @@ unsafe fn tile_8x4(
                 }
             };
         }
-        asm_modes!(tile_asm; a.row != 0, a.has_zp != 0, one)
+        asm_modes!(tile_asm; rowsum; a.row != 0, a.has_zp != 0, one)
     }
 }

@@ -17,7 +17,7 @@
 //! numerics, from the text (per SMMLA: / 48): 48 SMMLA; 2 + 12 LDP (codes, activations, post-indexed: no
 //! pointer arithmetic in the chunk; 0.29); 8 field extractions (SHL / AND, 0.17); per block 12 SCVTF, 12 FMUL
 //! (column × row scales: the per-block activation scale's cost), 12 FMLA, 12 MOVI (zeroing), 4 LDP (scales)
-//! (1.08; the row numerics drop the 12 FMUL and 3 LDP: 0.77; zero points add 4 LDP and 12 FMLA); 3 pointer steps,
+//! (1.08; the row numerics 0.52, below; zero points add 4 LDP and 12 FMLA); 3 pointer steps,
 //! SUBS + B.NE (0.10). Total 127 = 2.65 per SMMLA (the 8 × 4 tile: 90 = 2.81). The numerics, the zero points and
 //! blocks of one chunk are compile-time modes of the text (eight asm blocks per tile), so the loop has no
 //! branches on them. Measured (`scripts/aarch64/icount-kernel.sh`, 2048 × 2048, qemu -cpu max,sve=off, the
@@ -25,6 +25,16 @@
 //! tile laid out its own row scales, before the row pairs moved to the LHS packing), 2.94 at M = 64 on SmolLM2's
 //! 576 × 192 (18 blocks); earlier, before that move: 3.42 with zero points (M = 32), the row numerics 2.54 and
 //! 2.68. The intrinsic 4 × 8 tile it replaces: 3.37 (block, M = 32).
+//!
+//! The row numerics (`rowsum` mode) keep running int32 sums over all blocks and weigh them by the differences of
+//! the column scales (`ops::for_each_block_weight`: Σ s_b·dot_b summed by parts, laid out per panel in the lanes'
+//! order by `ColumnScales`), so their block epilogue is 12 SCVTF (into v26–v29: the sums go on), 12 FMLA and one
+//! LDP of the half's weights: 25 per 48 SMMLA (0.52; restarting the sums, it was 12 SCVTF, 12 FMLA, 12 MOVI and
+//! the record's scales LDR + FCVTL + 2 DUP: 0.83). Total 100 = 2.08 per SMMLA. Measured per call (2048 × 2048,
+//! max,sve=off, the first call, which also computes the weights' column sums once: a GEMV over ones): M = 32
+//! 12034083 → 11127011 instructions (−7.5%), M = 64 22414627 → 20597475 (−8.1%), with zero points (M = 32)
+//! 13885475 → 13109731 (−5.6%); M = 4 (one group per panel: the one-group tile reads the records and restarts, as
+//! a per-panel layout costs more than one group saves by it) unchanged.
 //!
 //! The one-group tile per 32 K × 8 columns × 4 rows: 32 SMMLA; 2 LD1 of 64 code bytes and 4 LDP of activations,
 //! post-indexed (0.19); 16 field extractions (0.5: each field serves one row pair less than in the 12-row tile);
@@ -36,7 +46,7 @@
 //! (`PackedLhs::pairs`, read through `RunArgs::lhs_pairs`, as for the SVE 8 × 8 kernel); the column scales (f16) and corrections
 //! are read from each block's record (LDR + FCVTL + 2 DUP per half-tile and block: cheaper than laying them out
 //! per panel once M is below ~100 rows, about even at M = 128). The epilogue is `y += f32(acc)·(s·sa) [+ c·sq]`
-//! (row numerics: `y += f32(acc)·s [+ c·sq]`), `ops::block_epilogue`'s formula, with f32(acc) converted with 4
+//! (row numerics: `y += f32(S)·w [+ c·sq]` over the running sums S, above), `ops::block_epilogue`'s formula, with f32(acc) converted with 4
 //! fraction bits (the fields' factor 16, exact). The sums leave by rows (ZIP1 / ZIP2 of the 2 × 2 tiles).
 //!
 //! LHS: `qsi8dbp4x8`; RHS: `qsnbp8x8_sf16_zpc`. Features: neon, i8mm. No over-reads (a tile's groups are always
@@ -56,7 +66,8 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     let a = args;
     let asm = a.bits == 4 && a.bl.is_multiple_of(32);
     // SAFETY: the caller's guarantee; the asm tiles need only neon and i8mm.
-    unsafe { run_tiles(a, asm, false, tile_4x8, tile_8x8, Some(tile_12x8)) }
+    // The row numerics' tiles read the laid-out Abel weights (`ColumnScales`); the per-block ones the records.
+    unsafe { run_tiles(a, asm, a.row != 0, tile_4x8, tile_8x8, Some(tile_12x8)) }
 }
 
 /// The asm text of one tile of G row groups (`$g`: the group's activation operand `{a$g}`, its 4 int32
@@ -98,22 +109,15 @@ macro_rules! tile_text {
             "and v26.16b, v24.16b, v30.16b\n", "and v27.16b, v25.16b, v30.16b\n",
             $(tile_text!(@run $g ", #-32]" $c0 $c1 $c2 $c3),)+
             chunk_loop!(tail $chunks),
-            // Block epilogue: y += f32(acc)·(s·sa) [+ c·sq] (the row numerics: y += f32(acc)·s [+ c·sq]).
-            // The half's 4 column scales (f16, at `{soff}` from `{rec}` here) as [s0 s1 s0 s1], [s2 s3 s2 s3];
-            // the int32 sums (16 × the products: the fields' factor) converted with 4 fraction bits (exact).
-            "ldr d24, [{rec}, {soff}]\n",
-            "fcvtl v24.4s, v24.4h\n",
-            "dup v25.2d, v24.d[1]\n",
-            "dup v24.2d, v24.d[0]\n",
-            $("scvtf v", $c0, ".4s, v", $c0, ".4s, #4\n", "scvtf v", $c1, ".4s, v", $c1, ".4s, #4\n",
-              "scvtf v", $c2, ".4s, v", $c2, ".4s, #4\n", "scvtf v", $c3, ".4s, v", $c3, ".4s, #4\n",)+
+            // Block epilogue: y += f32(acc)·(s·sa) [+ c·sq] (the row numerics: y += f32(S)·w [+ c·sq] over the
+            // running sums S, see `ColumnScales`). The half's 4 column scales as [s0 s1 s0 s1], [s2 s3 s2 s3].
+            tile_text!(@cols $act),
             $(tile_text!(@scale $act $c0 $c1 $c2 $c3 $s0 $s1 $s2 $s3 $ro),)+
             tile_text!(@zp_head $zp),
             $(tile_text!(@zp $zp $s0 $s1 $s2 $s3 $qo),)+
-            $("movi v", $c0, ".4s, #0\n", "movi v", $c1, ".4s, #0\n", "movi v", $c2, ".4s, #0\n",
-              "movi v", $c3, ".4s, #0\n",)+
+            $(tile_text!(@restart $act $c0 $c1 $c2 $c3),)+
             "add {rec}, {rec}, {rskip}\n",
-            "add {rowp}, {rowp}, {rbytes}\n",
+            tile_text!(@rowstep $act $zp),
             "subs {nb}, {nb}, #1\n",
             "b.ne 2b\n",
             // The sums by rows: row r's 4 columns (row pair r / 2's half r % 2 of both column pairs: ZIP1 / ZIP2
@@ -133,9 +137,29 @@ macro_rules! tile_text {
             "smmla v", $c2, ".4s, v29.16b, v26.16b\n", "smmla v", $c3, ".4s, v29.16b, v27.16b\n",
         )
     };
+    // The per-block numerics read the half's column scales from the record (f16, at `{soff}` from `{rec}` here) and
+    // convert the int32 sums (16 × the products: the fields' factor) with 4 fraction bits (exact); the row numerics
+    // read the laid-out Abel weights (`{cs}`, times 2^−4 already: 128 bytes per block).
+    (@cols block) => {
+        concat!("ldr d24, [{rec}, {soff}]\n", "fcvtl v24.4s, v24.4h\n", "dup v25.2d, v24.d[1]\n", "dup v24.2d, v24.d[0]\n",
+                "// {cs}\n")
+    };
+    (@cols rowsum) => { concat!("ldp q24, q25, [{cs}], #128\n", "// {soff}\n") };
+    // The row pairs' step to the next block: the row numerics read them only for the zero points' sa·Σq.
+    (@rowstep block $zp:ident) => { "add {rowp}, {rowp}, {rbytes}\n" };
+    (@rowstep $act:ident zp) => { "add {rowp}, {rowp}, {rbytes}\n" };
+    (@rowstep $act:ident nozp) => { "// {rowp} {rbytes}\n" };
+    // The per-block numerics restart the block's int32 sums; the row numerics keep them running.
+    (@restart block $c0:literal $c1:literal $c2:literal $c3:literal) => {
+        concat!("movi v", $c0, ".4s, #0\n", "movi v", $c1, ".4s, #0\n", "movi v", $c2, ".4s, #0\n", "movi v", $c3, ".4s, #0\n")
+    };
+    (@restart rowsum $c0:literal $c1:literal $c2:literal $c3:literal) => { "" };
+    // The block's int32 sums converted in place (they restart after the block).
     (@scale block $c0:literal $c1:literal $c2:literal $c3:literal $s0:literal $s1:literal $s2:literal $s3:literal
      $ro:literal) => {
         concat!(
+            "scvtf v", $c0, ".4s, v", $c0, ".4s, #4\n", "scvtf v", $c1, ".4s, v", $c1, ".4s, #4\n",
+            "scvtf v", $c2, ".4s, v", $c2, ".4s, #4\n", "scvtf v", $c3, ".4s, v", $c3, ".4s, #4\n",
             "ldp q26, q27, [{rowp}, #", $ro, "]\n",
             "fmul v28.4s, v24.4s, v26.4s\n", "fmul v29.4s, v25.4s, v26.4s\n",
             "fmla v", $s0, ".4s, v", $c0, ".4s, v28.4s\n", "fmla v", $s1, ".4s, v", $c1, ".4s, v29.4s\n",
@@ -143,11 +167,14 @@ macro_rules! tile_text {
             "fmla v", $s2, ".4s, v", $c2, ".4s, v28.4s\n", "fmla v", $s3, ".4s, v", $c3, ".4s, v29.4s\n",
         )
     };
-    (@scale row $c0:literal $c1:literal $c2:literal $c3:literal $s0:literal $s1:literal $s2:literal $s3:literal
+    (@scale rowsum $c0:literal $c1:literal $c2:literal $c3:literal $s0:literal $s1:literal $s2:literal $s3:literal
      $ro:literal) => {
+        // The running sums converted into v26–v29 (they go on after the block).
         concat!(
-            "fmla v", $s0, ".4s, v", $c0, ".4s, v24.4s\n", "fmla v", $s1, ".4s, v", $c1, ".4s, v25.4s\n",
-            "fmla v", $s2, ".4s, v", $c2, ".4s, v24.4s\n", "fmla v", $s3, ".4s, v", $c3, ".4s, v25.4s\n",
+            "scvtf v26.4s, v", $c0, ".4s\n", "scvtf v27.4s, v", $c1, ".4s\n",
+            "scvtf v28.4s, v", $c2, ".4s\n", "scvtf v29.4s, v", $c3, ".4s\n",
+            "fmla v", $s0, ".4s, v26.4s, v24.4s\n", "fmla v", $s1, ".4s, v27.4s, v25.4s\n",
+            "fmla v", $s2, ".4s, v28.4s, v24.4s\n", "fmla v", $s3, ".4s, v29.4s, v25.4s\n",
         )
     };
     // The half's 4 corrections (f32, at `{zoff}` from `{rec}`) as [c0 c1 c0 c1], [c2 c3 c2 c3].
@@ -176,7 +203,7 @@ macro_rules! tile_fn {
         #[target_feature(enable = "neon,i8mm")]
         unsafe fn $name(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, out: &mut Sums) {
             debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
-            debug_assert!(cols.holds(0) && !a.lhs_pairs.is_null());
+            debug_assert!((a.row == 0 || cols.holds(a.blocks)) && !a.lhs_pairs.is_null());
             let chunks = a.bl / 32;
             for half in 0..2 {
                 let rec = a.rhs.wrapping_add(panel * a.rhs_panel_stride + 32 * half);
@@ -204,12 +231,13 @@ macro_rules! tile_fn {
                                 rowp = inout(reg) row_pairs(a, g) => _,
                                 rbytes = in(reg) a.lhs_pairs_stride,
                                 out = in(reg) out.as_mut_ptr().wrapping_add(4 * half),
+                                cs = inout(reg) cols.as_ptr().wrapping_add(8 * half) => _,
                                 cc = out(reg) _,
                             )
                         }
                     };
                 }
-                asm_modes!(tile_asm; a.row != 0, a.has_zp != 0, chunks == 1)
+                asm_modes!(tile_asm; rowsum; a.row != 0, a.has_zp != 0, chunks == 1)
             }
         }
     };
@@ -266,16 +294,12 @@ macro_rules! tile1_text {
             chunk_loop!(tail $chunks),
             // Block epilogue (as `tile_text!`'s): the 8 column scales (f16, at `{soff}` from `{rec}` here) as
             // [s0 s1 s0 s1], [s2 s3 s2 s3], [s4 s5 s4 s5], [s6 s7 s6 s7]; the int32 sums converted with 4 fraction bits.
-            "ldr q16, [{rec}, {soff}]\n",
-            "fcvtl v17.4s, v16.4h\n", "fcvtl2 v18.4s, v16.8h\n",
-            "dup v20.2d, v17.d[0]\n", "dup v21.2d, v17.d[1]\n", "dup v22.2d, v18.d[0]\n", "dup v23.2d, v18.d[1]\n",
-            "scvtf v0.4s, v0.4s, #4\n", "scvtf v1.4s, v1.4s, #4\n", "scvtf v2.4s, v2.4s, #4\n", "scvtf v3.4s, v3.4s, #4\n",
-            "scvtf v4.4s, v4.4s, #4\n", "scvtf v5.4s, v5.4s, #4\n", "scvtf v6.4s, v6.4s, #4\n", "scvtf v7.4s, v7.4s, #4\n",
+            tile1_text!(@cols $act),
             tile1_text!(@scale $act),
             tile1_text!(@zp $zp),
-            movi_zero!("0" "1" "2" "3" "4" "5" "6" "7"),
+            tile1_text!(@restart $act),
             "add {rec}, {rec}, {rskip}\n",
-            "add {rowp}, {rowp}, {rbytes}\n",
+            tile_text!(@rowstep $act $zp),
             "subs {nb}, {nb}, #1\n",
             "b.ne 2b\n",
             // The sums by rows: row 2p + i's 8 columns are half i of the four 2 × 2 tiles of row pair p.
@@ -297,6 +321,28 @@ macro_rules! tile1_text {
             "smmla v6.4s, v25.16b, v22.16b\n", "smmla v7.4s, v25.16b, v23.16b\n",
         )
     };
+    // The column scales from the record (f16, at `{soff}` from `{rec}` here), the int32 sums converted with 4
+    // fraction bits; the row numerics: the laid-out Abel weights (`{cs}`, × 2^−4 already) over the running sums.
+    (@cols block) => {
+        concat!(
+            "ldr q16, [{rec}, {soff}]\n",
+            "fcvtl v17.4s, v16.4h\n", "fcvtl2 v18.4s, v16.8h\n",
+            "dup v20.2d, v17.d[0]\n", "dup v21.2d, v17.d[1]\n", "dup v22.2d, v18.d[0]\n", "dup v23.2d, v18.d[1]\n",
+            "scvtf v0.4s, v0.4s, #4\n", "scvtf v1.4s, v1.4s, #4\n", "scvtf v2.4s, v2.4s, #4\n", "scvtf v3.4s, v3.4s, #4\n",
+            "scvtf v4.4s, v4.4s, #4\n", "scvtf v5.4s, v5.4s, #4\n", "scvtf v6.4s, v6.4s, #4\n", "scvtf v7.4s, v7.4s, #4\n",
+            "// {cs}\n",
+        )
+    };
+    (@cols row) => { tile1_text!(@cols block) };
+    (@cols rowsum) => {
+        concat!(
+            "ldp q22, q23, [{cs}, #32]\n", "ldp q20, q21, [{cs}], #128\n",
+            "// {soff}\n",
+        )
+    };
+    (@restart block) => { movi_zero!("0" "1" "2" "3" "4" "5" "6" "7") };
+    (@restart row) => { tile1_text!(@restart block) };
+    (@restart rowsum) => { "" };
     // y += f32(acc)·(s·sa): the row pairs' scales [sa0 sa0 sa1 sa1], [sa2 sa2 sa3 sa3] times the column pairs'.
     (@scale block) => {
         concat!(
@@ -311,13 +357,25 @@ macro_rules! tile1_text {
             "fmla v14.4s, v6.4s, v18.4s\n", "fmla v15.4s, v7.4s, v19.4s\n",
         )
     };
-    // y += f32(acc)·s (the rows' scale applies after the sums).
+    // y += f32(acc)·s (the rows' scale applies after the sums; the sums converted in place by `@cols`).
     (@scale row) => {
         concat!(
             "fmla v8.4s, v0.4s, v20.4s\n", "fmla v9.4s, v1.4s, v21.4s\n",
             "fmla v10.4s, v2.4s, v22.4s\n", "fmla v11.4s, v3.4s, v23.4s\n",
             "fmla v12.4s, v4.4s, v20.4s\n", "fmla v13.4s, v5.4s, v21.4s\n",
             "fmla v14.4s, v6.4s, v22.4s\n", "fmla v15.4s, v7.4s, v23.4s\n",
+        )
+    };
+    // y += f32(S)·w over the running sums (the Abel weights laid out per panel, see `ColumnScales`), converted into
+    // v16–v19 (they go on after the block).
+    (@scale rowsum) => {
+        concat!(
+            "scvtf v16.4s, v0.4s\n", "scvtf v17.4s, v1.4s\n", "scvtf v18.4s, v2.4s\n", "scvtf v19.4s, v3.4s\n",
+            "fmla v8.4s, v16.4s, v20.4s\n", "fmla v9.4s, v17.4s, v21.4s\n",
+            "fmla v10.4s, v18.4s, v22.4s\n", "fmla v11.4s, v19.4s, v23.4s\n",
+            "scvtf v16.4s, v4.4s\n", "scvtf v17.4s, v5.4s\n", "scvtf v18.4s, v6.4s\n", "scvtf v19.4s, v7.4s\n",
+            "fmla v12.4s, v16.4s, v20.4s\n", "fmla v13.4s, v17.4s, v21.4s\n",
+            "fmla v14.4s, v18.4s, v22.4s\n", "fmla v15.4s, v19.4s, v23.4s\n",
         )
     };
     // + c·sq: the 8 corrections (f32, at `{zoff}` from `{rec}`; `{cc}` free as the address) by column pairs, the
@@ -345,7 +403,7 @@ macro_rules! tile1_text {
 /// RHS with blocks of whole 32-K chunks; group `g` and `panel` are the tile's (and so are its row pairs,
 /// `a.lhs_pairs`).
 #[target_feature(enable = "neon,i8mm")]
-pub(crate) unsafe fn tile_4x8(a: &RunArgs, panel: usize, g: usize, _cols: &ColumnScales, out: &mut Sums) {
+pub(crate) unsafe fn tile_4x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, out: &mut Sums) {
     debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0 && !a.lhs_pairs.is_null());
     let chunks = a.bl / 32;
     let rec = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
@@ -370,10 +428,15 @@ pub(crate) unsafe fn tile_4x8(a: &RunArgs, panel: usize, g: usize, _cols: &Colum
                     rowp = inout(reg) row_pairs(a, g) => _,
                     rbytes = in(reg) a.lhs_pairs_stride,
                     out = in(reg) out.as_mut_ptr(),
+                    cs = inout(reg) cols.as_ptr() => _,
                     cc = out(reg) _,
                 )
             }
         };
     }
-    asm_modes!(tile_asm; a.row != 0, a.has_zp != 0, chunks == 1)
+    if cols.holds(a.blocks) && a.row != 0 {
+        asm_modes!(tile_asm; rowsum; true, a.has_zp != 0, chunks == 1)
+    } else {
+        asm_modes!(tile_asm; a.row != 0, a.has_zp != 0, chunks == 1)
+    }
 }

@@ -14,7 +14,8 @@
 //! Instruction budget per 32 K (one block of 32) × 8 columns × 8 rows, 4-bit codes, symmetric, per-block
 //! numerics (per SVE SMMLA: / 32): 32 SMMLA; 4 code loads + 16 activation loads (0.63); 8 field extractions
 //! (0.25); per block 8 DUP (zeroing), 8 SCVTF, 8 FMUL (row × column scales), 8 FMLA, 2 + 4 scale loads (1.06; the
-//! row numerics drop the 8 FMUL and 4 loads: 0.69; zero points add 4 loads and 8 FMLA); loop ~9 (0.28). Total
+//! row numerics keep running sums over all blocks (the Abel weights of `ops::for_each_block_weight`, as the NEON
+//! i8mm tiles): no DUP, no FMUL, 2 loads: 0.56; zero points add 4 loads and 8 FMLA); loop ~9 (0.28). Total
 //! ~3.2 per SVE SMMLA = ~1.6 per NEON-SMMLA-equivalent (the NEON 4×8 tile measures 3.37). The column scales
 //! (× 2^−4, the field's factor, exact), their zero-point corrections and the rows' activation scales and
 //! sa·Σq are laid out in the lane order of the 2 × 2 tiles (`ColumnScales` per panel, the LHS packing's
@@ -172,14 +173,14 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, out
             "add {a1}, {a1}, #128",
             "subs {cc}, {cc}, #1",
             "b.ne 3b",
-            // Block epilogue: y += f32(acc)·(s·sa) [+ c·sq] (the row numerics: y += f32(acc)·s [+ c·sq]).
+            // Block epilogue: y += f32(acc)·(s·sa) [+ c·sq] (the row numerics: y += f32(S)·w [+ c·sq]).
             "ld1w {{z25.s}}, p1/z, [{col}]",
             "ld1w {{z26.s}}, p1/z, [{col}, {e8}, lsl #2]",
+            "cbnz {row}, 4f",
             "scvtf z0.s, p1/m, z0.s", "scvtf z1.s, p1/m, z1.s",
             "scvtf z2.s, p1/m, z2.s", "scvtf z3.s, p1/m, z3.s",
             "scvtf z4.s, p1/m, z4.s", "scvtf z5.s, p1/m, z5.s",
             "scvtf z6.s, p1/m, z6.s", "scvtf z7.s, p1/m, z7.s",
-            "cbnz {row}, 4f",
             "ld1rqw {{z27.s}}, p1/z, [{rowp}]",
             "fmul z28.s, z25.s, z27.s", "fmul z29.s, z26.s, z27.s",
             "fmla z8.s, p1/m, z0.s, z28.s", "fmla z9.s, p1/m, z1.s, z29.s",
@@ -193,11 +194,16 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, out
             "fmul z28.s, z25.s, z27.s", "fmul z29.s, z26.s, z27.s",
             "fmla z14.s, p1/m, z6.s, z28.s", "fmla z15.s, p1/m, z7.s, z29.s",
             "b 5f",
+            // The row numerics: y += f32(S)·w over the running sums, converted into z27–z30 (they go on).
             "4:",
-            "fmla z8.s, p1/m, z0.s, z25.s", "fmla z9.s, p1/m, z1.s, z26.s",
-            "fmla z10.s, p1/m, z2.s, z25.s", "fmla z11.s, p1/m, z3.s, z26.s",
-            "fmla z12.s, p1/m, z4.s, z25.s", "fmla z13.s, p1/m, z5.s, z26.s",
-            "fmla z14.s, p1/m, z6.s, z25.s", "fmla z15.s, p1/m, z7.s, z26.s",
+            "scvtf z27.s, p1/m, z0.s", "scvtf z28.s, p1/m, z1.s",
+            "scvtf z29.s, p1/m, z2.s", "scvtf z30.s, p1/m, z3.s",
+            "fmla z8.s, p1/m, z27.s, z25.s", "fmla z9.s, p1/m, z28.s, z26.s",
+            "fmla z10.s, p1/m, z29.s, z25.s", "fmla z11.s, p1/m, z30.s, z26.s",
+            "scvtf z27.s, p1/m, z4.s", "scvtf z28.s, p1/m, z5.s",
+            "scvtf z29.s, p1/m, z6.s", "scvtf z30.s, p1/m, z7.s",
+            "fmla z12.s, p1/m, z27.s, z25.s", "fmla z13.s, p1/m, z28.s, z26.s",
+            "fmla z14.s, p1/m, z29.s, z25.s", "fmla z15.s, p1/m, z30.s, z26.s",
             "5:",
             "cbz {zp}, 6f",
             "ld1w {{z30.s}}, p1/z, [{col}, {e16}, lsl #2]",
@@ -211,7 +217,10 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, out
             "ld1rqw {{z27.s}}, p1/z, [{rowp}, #112]",
             "fmla z14.s, p1/m, z30.s, z27.s", "fmla z15.s, p1/m, z31.s, z27.s",
             "6:",
+            // The row numerics keep running sums (the Abel weights of `ColumnScales`).
+            "cbnz {row}, 7f",
             zero_acc!(),
+            "7:",
             "add {col}, {col}, #128",
             "add {rowp}, {rowp}, {rbytes}",
             "subs {nb}, {nb}, #1",

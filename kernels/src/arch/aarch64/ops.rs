@@ -120,6 +120,44 @@ pub(crate) unsafe fn scales8(p: *const u8) -> [float32x4_t; 2] {
     [f16x4_to_f32(vget_low_u16(h)), f16x8_high_to_f32(h)]
 }
 
+/// Whether the row numerics' running int32 sums fit (`for_each_block_weight`): |q_a| ≤ 128 and |16·q_w| ≤ 128
+/// (the 4-bit field's factor), so each product is at most 2^14 in magnitude and a sum over fewer than 2^17 K
+/// values stays below 2^31.
+pub(crate) fn running_sums_fit(a: &RunArgs) -> bool {
+    a.blocks * a.bl < 1 << 17
+}
+
+/// Calls `f(record, w)` for each block of `panel` in order, with the block's record and the weights of its 8
+/// columns (two f32 vectors, columns 0..3 and 4..7, from the record's f16 scales) times 2^−4 (the 4-bit field's
+/// factor, exact, so an asm tile converts its int32 sums without a fixed-point shift).
+///
+/// The weights are the scales s_b in the per-block numerics. In the row numerics (`a.row` = 1) they are the
+/// differences w_b = s_b − s_(b+1) (the last block's: its s), for asm tiles that never reset their int32
+/// accumulators: after block b these hold the running sum S_b of blocks 0..=b, and y = Σ_b f32(S_b)·w_b is
+/// Σ_b s_b·dot_b summed by parts (Abel), one SCVTF and one FMLA per accumulator and block instead of SCVTF, FMLA and
+/// the MOVI that restarted the block. S_b is exact in int32 (where [`running_sums_fit`]); its conversion rounds only
+/// beyond 2^24 (relatively 2^−24), and each term's rounding is relative to |S_b·w_b|: within the row numerics' f32
+/// tolerance. The difference of two f16 scales is exact in f32 unless they are more than 13 binades apart.
+///
+/// # Safety
+/// `panel` is one of the tile's panels in `a`'s `qsnbp8x4` / `qsnbp8x8` layout (f16 scales).
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn for_each_block_weight(a: &RunArgs, panel: usize, mut f: impl FnMut(*const u8, [float32x4_t; 2])) {
+    let mut rec = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
+    // SAFETY: `r` is one of the panel's block records (RunArgs contract): 8 f16 scales at `a.rhs_scales`.
+    let scaled = |r: *const u8| unsafe {
+        let s = scales8(r.add(a.rhs_scales));
+        [vmulq_n_f32(s[0], 1.0 / 16.0), vmulq_n_f32(s[1], 1.0 / 16.0)]
+    };
+    let mut s = scaled(rec);
+    for b in 0..a.blocks {
+        let next = rec.wrapping_add(a.rhs_record);
+        let s_next = if b + 1 < a.blocks { scaled(next) } else { [vdupq_n_f32(0.0); 2] };
+        f(rec, if a.row != 0 { [vsubq_f32(s[0], s_next[0]), vsubq_f32(s[1], s_next[1])] } else { s });
+        (s, rec) = (s_next, next);
+    }
+}
+
 /// Field `l` of every byte of `v` (signed `BITS`-bit two's-complement codes; lane l in bits l·BITS..), as int8
 /// times 2^(8−BITS): shifted to the top of the byte and masked below, so no sign extension is needed (4-bit:
 /// `shl #4` for the low field, `and #0xF0` for the high one). `BITS` = 8 is the byte itself.

@@ -7,7 +7,7 @@
 //! Lane order of a 2 × 2 SMMLA tile: (r0 c0, r0 c1, r1 c0, r1 c1). A tile's sums leave the asm by rows: row r's
 //! 8 columns at 8·r f32 (`super::ops::Sums`).
 
-use super::ops::{Sums, scales8, store_groups};
+use super::ops::{Sums, for_each_block_weight, running_sums_fit, store_groups};
 use super::qsnbp8x8_int8::{MR, NR, dup_pair, gemm_pairs};
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
@@ -46,6 +46,9 @@ pub(crate) unsafe fn run_tiles(
     tile3: Option<Tile>,
 ) {
     debug_assert!(!asm || (a.bits == 4 && a.bl.is_multiple_of(32)));
+    // The row numerics' asm keeps running int32 sums over all K (see `ColumnScales`): only where they cannot
+    // overflow.
+    let asm = asm && (a.row == 0 || running_sums_fit(a));
     let groups = a.rows.div_ceil(MR);
     // The asm tiles: threes (with `tile3`), then twos; groups from `single` on run `tile1` (with asm) or the
     // NEON body (without).
@@ -56,7 +59,9 @@ pub(crate) unsafe fn run_tiles(
     };
     let single = 3 * threes + 2 * twos;
     assert!(!asm || !a.lhs_pairs.is_null(), "the asm tiles read the row pairs of a qsi8dbp4x8 pack");
-    // Laid out per panel only for the asm tiles (none: the NEON body reads the records itself).
+    // Laid out per panel only for the asm tiles of several groups (none: the NEON body reads the records itself;
+    // the one-group tile reads the records, or in the row numerics the Abel weights when they are laid out: per
+    // panel they cost more than one group saves by them).
     let fill = col_scales && single > 0;
     let mut cols = ColumnScales::new(if fill { a.blocks } else { 0 });
     // One buffer for every asm tile: each writes its groups' rows before `store_groups` reads them.
@@ -102,6 +107,8 @@ pub(crate) unsafe fn run_tiles(
 /// One panel's column scales per block in the lanes of the 2 × 2 tiles: [s0 s1 s0 s1], [s2 s3 s2 s3], [s4 s5 s4
 /// s5], [s6 s7 s6 s7] (times 2^−4: the 4-bit field's factor, exact, so the asm converts its int32 sums without
 /// a fixed-point shift), then the zero-point corrections c in the same order (when the weights have them).
+/// In the row numerics the scales are the Abel weights of `super::ops::for_each_block_weight`, for tiles that keep
+/// running sums (the asm's `rowsum` mode).
 pub(crate) struct ColumnScales(Vec<f32>);
 
 impl ColumnScales {
@@ -123,15 +130,11 @@ impl ColumnScales {
     /// `panel` is one of the tile's panels in `a`'s `qsnbp8x8` layout (f16 scales).
     #[target_feature(enable = "neon")]
     unsafe fn fill(&mut self, a: &RunArgs, panel: usize) {
-        // SAFETY: the panel's records (RunArgs contract).
-        let mut rec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
         let mut o = self.0.as_mut_ptr();
-        for _ in 0..a.blocks {
-            // SAFETY: the block's record: 8 f16 scales, and 8 f32 corrections with zero points; `o` is the block's
-            // 32 f32 of the buffer (blocks × 32); the corrections' half stays 0 without zero points.
+        let store = |rec: *const u8, [s0, s1]: [float32x4_t; 2]| {
+            // SAFETY: the block's record: 8 f32 corrections with zero points; `o` is the block's 32 f32 of the buffer
+            // (blocks × 32, one call per block); the corrections' half stays 0 without zero points.
             unsafe {
-                let s = scales8(rec.add(a.rhs_scales));
-                let (s0, s1) = (vmulq_n_f32(s[0], 1.0 / 16.0), vmulq_n_f32(s[1], 1.0 / 16.0));
                 vst1q_f32(o, dup_pair::<0>(s0));
                 vst1q_f32(o.add(4), dup_pair::<1>(s0));
                 vst1q_f32(o.add(8), dup_pair::<0>(s1));
@@ -145,7 +148,8 @@ impl ColumnScales {
                 }
                 o = o.add(PER_BLOCK);
             }
-            rec = rec.wrapping_add(a.rhs_record);
-        }
+        };
+        // SAFETY: the panel is the tile's (the caller's guarantee).
+        unsafe { for_each_block_weight(a, panel, store) }
     }
 }

@@ -27,15 +27,19 @@ pub(crate) use vector_asm;
 /// `one` | `many` (`$one`).
 macro_rules! asm_modes {
     ($tile:ident; $row:expr, $zp:expr, $one:expr) => {
+        $crate::arch::aarch64::sve_asm::asm_modes!($tile; row; $row, $zp, $one)
+    };
+    // `$rowact`: the row numerics' mode name (`row`, or `rowsum`: running sums, see `qsnbp8x8_tiles::ColumnScales`).
+    ($tile:ident; $rowact:ident; $row:expr, $zp:expr, $one:expr) => {
         match ($row, $zp, $one) {
             (false, false, true) => $tile!(block nozp one),
             (false, false, false) => $tile!(block nozp many),
             (false, true, true) => $tile!(block zp one),
             (false, true, false) => $tile!(block zp many),
-            (true, false, true) => $tile!(row nozp one),
-            (true, false, false) => $tile!(row nozp many),
-            (true, true, true) => $tile!(row zp one),
-            (true, true, false) => $tile!(row zp many),
+            (true, false, true) => $tile!($rowact nozp one),
+            (true, false, false) => $tile!($rowact nozp many),
+            (true, true, true) => $tile!($rowact zp one),
+            (true, true, false) => $tile!($rowact zp many),
         }
     };
 }
