@@ -149,13 +149,18 @@ pub(crate) unsafe fn for_each_block_weight(a: &RunArgs, panel: usize, mut f: imp
         let s = scales8(r.add(a.rhs_scales));
         [vmulq_n_f32(s[0], 1.0 / 16.0), vmulq_n_f32(s[1], 1.0 / 16.0)]
     };
+    if a.blocks == 0 {
+        return;
+    }
     let mut s = scaled(rec);
-    for b in 0..a.blocks {
+    // The last block apart (its weight is its s): no branch in the loop.
+    for _ in 1..a.blocks {
         let next = rec.wrapping_add(a.rhs_record);
-        let s_next = if b + 1 < a.blocks { scaled(next) } else { [vdupq_n_f32(0.0); 2] };
+        let s_next = scaled(next);
         f(rec, if a.row != 0 { [vsubq_f32(s[0], s_next[0]), vsubq_f32(s[1], s_next[1])] } else { s });
         (s, rec) = (s_next, next);
     }
+    f(rec, s);
 }
 
 /// Field `l` of every byte of `v` (signed `BITS`-bit two's-complement codes; lane l in bits l·BITS..), as int8
