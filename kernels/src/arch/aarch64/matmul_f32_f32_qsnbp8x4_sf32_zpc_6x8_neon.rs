@@ -1,0 +1,215 @@
+//! fp32-path GEMM for prefill, NEON, dequantizing B once per tile: Y = A·dequant(B)ᵀ with f32 A and f32
+//! accumulation (accuracy_level 1–3; the family's kernel for M > 1).
+//!
+//! Tiles of at least [`MIN_ROWS`] rows: each 8-column panel is dequantized piece by piece (up to [`PIECE_K`] K
+//! values: 32 KiB of f32) into a buffer, each value `s·2^−(8−bits)·code + c` once (the correction c = −s·z only
+//! with zero points), stored K-major per column quad by ST4 (4 K × 4 columns per store: the transpose is the
+//! store's); all rows of the tile then walk the piece with a 6 × 8 register tile (12 f32 accumulators, FMLA by
+//! element of 4 activations). Smaller tiles take the in-register 4 × 4 body (`super::qsnbp8x4_fp32::unit`: codes
+//! widened per 4 rows, never stored), which wins there because a dequantized piece would serve too few rows.
+//!
+//! Instruction budget per 4 K × 8 columns × 6 rows (per FMLA: / 48): 48 FMLA; 2 LD1 of the piece's 4 × 4 values
+//! per quad, 6 LDR of the rows' 4 activations (0.17); loop 2 (0.04): 1.21 per FMLA; as compiled, 68 (1.42: LLVM
+//! steps a row pointer per row; interleaving the rows per tile to walk them with one pointer cost more than it
+//! saved, since a call's tiles would each interleave the same rows). Dequantizing, per 16 values
+//! (one field of a quad's 16 code bytes: 4 K × 4 columns): the field (1), SXTL / SXTL2 to int16 and int32 (6),
+//! SCVTF (4), DUP of the correction and FMLA by the scale's lane (8), ST4 (1): 20, paid once per tile for all its
+//! rows. Against ORT 1.31.1's accuracy_level-1 path on aarch64 (B dequantized, then SGEMM: ~1.5 instructions
+//! per FMLA per Run) the in-register body alone was 2.8 per FMLA at M = 32 (1.85x ORT's instructions); measured
+//! figures in bench/results/aarch64-icount.md.
+//!
+//! LHS: `f32` rows (K padded with zeros to the packed length). RHS: `qsnbp8x4_sf32_zpc`, bits 2/4/8, any block
+//! size 16 … 65536. Columns: whole 8-column panels from the tile's start (the last one's padding computed, never
+//! stored). Features: neon. No over-reads.
+
+use super::ops::{field, store4};
+use super::qsnbp8x4_fp32::{NR, unit};
+use super::qsnbp8x4_int8::KR;
+use crate::ukernel::RunArgs;
+use core::arch::aarch64::*;
+
+/// Tile rows from which the dequantizing walk is used (below: the in-register body).
+pub(crate) const MIN_ROWS: usize = 4;
+
+/// K values per dequantized piece (whole blocks; a larger block is one piece): 32 KiB of f32 for 8 columns.
+pub(crate) const PIECE_K: usize = 1024;
+
+/// Rows per register tile.
+const MR: usize = 6;
+
+/// # Safety
+/// The CPU has neon; `args` satisfies the `RunArgs` contract with an `f32` LHS and a `qsnbp8x4_sf32_zpc` RHS
+/// of `args.bits` ∈ {2, 4, 8}.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn run(args: &RunArgs) {
+    let a = args;
+    if a.rows < MIN_ROWS {
+        super::walk_quads!(a, unit, nr = NR, rows = [4, 3, 2, 1]);
+        return;
+    }
+    // SAFETY: forwarded.
+    unsafe { crate::arch::dispatch!(panels::<>(a); bits(a.bits)) }
+}
+
+/// The dequantizing walk: per panel, per piece of whole blocks, the piece dequantized into `w` (column quad q's
+/// values at `4·pk·q`, K-major: 4 f32 per K), then every row tile over it into the sums `y` (8 f32 per row),
+/// which leave with the bias after the panel's last piece.
+///
+/// # Safety
+/// As [`run`], with `a.bits` = `BITS`.
+#[target_feature(enable = "neon")]
+unsafe fn panels<const BITS: usize>(a: &RunArgs) {
+    let piece_blocks = (PIECE_K / a.bl).max(1).min(a.blocks);
+    let mut w = vec![0f32; 8 * piece_blocks * a.bl];
+    let mut y = vec![0f32; a.rows * NR];
+    let lhs = a.lhs.cast::<f32>();
+    for panel in 0..a.cols.div_ceil(NR) {
+        y.fill(0.0);
+        let mut b0 = 0;
+        while b0 < a.blocks {
+            let nb = piece_blocks.min(a.blocks - b0);
+            let pk = nb * a.bl;
+            // SAFETY: blocks b0..b0 + nb of the tile's panel (RunArgs contract); `w` holds 8·pk values.
+            unsafe { dequantize::<BITS>(a, panel, b0, nb, w.as_mut_ptr()) };
+            let mut r0 = 0;
+            while r0 < a.rows {
+                let rows = (a.rows - r0).min(MR);
+                // SAFETY: rows r0..r0 + rows of the tile: their LHS values b0·bl .. + pk (inside the packed length:
+                // RunArgs contract) and their 8 sums in `y`; the piece's 8·pk values in `w`.
+                unsafe {
+                    let (x, ys) = (lhs.add(r0 * a.lhs_stride + b0 * a.bl), y.as_mut_ptr().add(r0 * NR));
+                    let wp = w.as_ptr();
+                    match rows {
+                        6 => rows_x8::<6>(x, a.lhs_stride, wp, pk, ys),
+                        5 => rows_x8::<5>(x, a.lhs_stride, wp, pk, ys),
+                        4 => rows_x8::<4>(x, a.lhs_stride, wp, pk, ys),
+                        3 => rows_x8::<3>(x, a.lhs_stride, wp, pk, ys),
+                        2 => rows_x8::<2>(x, a.lhs_stride, wp, pk, ys),
+                        _ => rows_x8::<1>(x, a.lhs_stride, wp, pk, ys),
+                    }
+                }
+                r0 += rows;
+            }
+            b0 += nb;
+        }
+        for r in 0..a.rows {
+            for quad in 0..2 {
+                let col = panel * NR + 4 * quad;
+                if col >= a.cols {
+                    break;
+                }
+                // SAFETY: row r of the tile; the quad's columns below cols are inside dst and bias; 4 sums in `y`.
+                unsafe {
+                    let v = vld1q_f32(y.as_ptr().add(r * NR + 4 * quad));
+                    store4(a.dst.add(r * a.dst_stride), a.bias, col, a.cols, v);
+                }
+            }
+        }
+    }
+}
+
+/// Blocks `b0 .. b0 + nb` of `panel` dequantized into `w`: column quad q's K value k (from block b0's first) at
+/// `w[4·pk·q + 4·k ..][..4]` (its 4 columns), pk = nb·bl.
+///
+/// # Safety
+/// The blocks are the panel's (RunArgs contract, `BITS` bits); `w` holds 8·nb·bl f32.
+#[target_feature(enable = "neon")]
+unsafe fn dequantize<const BITS: usize>(a: &RunArgs, panel: usize, b0: usize, nb: usize, w: *mut f32) {
+    let cpb = 8 / BITS;
+    let chunk = a.bl.min(32);
+    let lane_len = chunk / cpb;
+    let groups = lane_len / KR;
+    let chunk_bytes = chunk * NR * BITS / 8;
+    let unscale = 1.0 / (1u32 << (8 - BITS)) as f32;
+    let pk = nb * a.bl;
+    let prec = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
+    for b in 0..nb {
+        let rec = prec.wrapping_add((b0 + b) * a.rhs_record);
+        for quad in 0..2 {
+            // SAFETY: the quad's 4 f32 scales (and corrections, with zero points) of the block's record.
+            let (s, c) = unsafe {
+                let s = vmulq_n_f32(vld1q_f32(rec.add(a.rhs_scales + 16 * quad).cast()), unscale);
+                let c = if a.has_zp != 0 { vld1q_f32(rec.add(a.rhs_zp + 16 * quad).cast()) } else { vdupq_n_f32(0.0) };
+                (s, c)
+            };
+            let wq = w.wrapping_add(4 * pk * quad);
+            for ch in 0..a.bl / chunk {
+                for grp in 0..groups {
+                    // SAFETY: code group grp of chunk ch: 32 bytes inside the record; this quad's 16.
+                    let v = unsafe { vld1q_s8(rec.add(ch * chunk_bytes + 32 * grp + 16 * quad).cast()) };
+                    for l in 0..cpb {
+                        let x = field::<BITS>(v, l);
+                        let (lo, hi) = (vmovl_s8(vget_low_s8(x)), vmovl_high_s8(x));
+                        let f = [
+                            vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))),
+                            vcvtq_f32_s32(vmovl_high_s16(lo)),
+                            vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))),
+                            vcvtq_f32_s32(vmovl_high_s16(hi)),
+                        ];
+                        // Column j's 4 K values: s_j·code + c_j (without zero points s_j·code: no copy of c).
+                        let d = if a.has_zp != 0 {
+                            float32x4x4_t(
+                                vfmaq_laneq_f32::<0>(vdupq_laneq_f32::<0>(c), f[0], s),
+                                vfmaq_laneq_f32::<1>(vdupq_laneq_f32::<1>(c), f[1], s),
+                                vfmaq_laneq_f32::<2>(vdupq_laneq_f32::<2>(c), f[2], s),
+                                vfmaq_laneq_f32::<3>(vdupq_laneq_f32::<3>(c), f[3], s),
+                            )
+                        } else {
+                            float32x4x4_t(
+                                vmulq_laneq_f32::<0>(f[0], s),
+                                vmulq_laneq_f32::<1>(f[1], s),
+                                vmulq_laneq_f32::<2>(f[2], s),
+                                vmulq_laneq_f32::<3>(f[3], s),
+                            )
+                        };
+                        let k = b * a.bl + ch * chunk + l * lane_len + KR * grp;
+                        // SAFETY: K values k .. k + 4 < pk of quad `quad`: 16 f32 inside `w` (the caller's
+                        // guarantee); ST4 stores them K-major (value i of each column, then i + 1).
+                        unsafe { vst4q_f32(wq.add(4 * k), d) };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `R` rows × 8 columns over a dequantized piece of `pk` K values (`w`: quad 0's K-major values, quad 1's at
+/// `4·pk`), added to the rows' 8 sums at `y`.
+///
+/// # Safety
+/// `x` is row 0's first activation of the piece (rows `stride` f32 apart, `pk` values each, a multiple of 4);
+/// `w` holds the piece's 8·pk values; `y` holds R × 8 f32.
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn rows_x8<const R: usize>(x: *const f32, stride: usize, w: *const f32, pk: usize, y: *mut f32) {
+    // SAFETY: the caller's guarantee (R rows of 8 sums).
+    let mut acc: [[float32x4_t; 2]; R] =
+        std::array::from_fn(|r| unsafe { [vld1q_f32(y.add(8 * r)), vld1q_f32(y.add(8 * r + 4))] });
+    let (w0, w1) = (w, w.wrapping_add(4 * pk));
+    let mut k = 0;
+    while k < pk {
+        // SAFETY: K values k .. k + 4 of both quads (16 f32 each) and of every row: inside (the caller's guarantee).
+        unsafe {
+            let (q0, q1) = (vld1q_f32_x4(w0.add(4 * k)), vld1q_f32_x4(w1.add(4 * k)));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let a = vld1q_f32(x.add(r * stride + k));
+                acc[0] = vfmaq_laneq_f32::<0>(acc[0], q0.0, a);
+                acc[1] = vfmaq_laneq_f32::<0>(acc[1], q1.0, a);
+                acc[0] = vfmaq_laneq_f32::<1>(acc[0], q0.1, a);
+                acc[1] = vfmaq_laneq_f32::<1>(acc[1], q1.1, a);
+                acc[0] = vfmaq_laneq_f32::<2>(acc[0], q0.2, a);
+                acc[1] = vfmaq_laneq_f32::<2>(acc[1], q1.2, a);
+                acc[0] = vfmaq_laneq_f32::<3>(acc[0], q0.3, a);
+                acc[1] = vfmaq_laneq_f32::<3>(acc[1], q1.3, a);
+            }
+        }
+        k += 4;
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        // SAFETY: row r's 8 sums (the caller's guarantee).
+        unsafe {
+            vst1q_f32(y.add(8 * r), acc[0]);
+            vst1q_f32(y.add(8 * r + 4), acc[1]);
+        }
+    }
+}
