@@ -10,7 +10,7 @@
 //!   the same family's GEMV with vector SDOT against 8 activations duplicated in both halves.
 
 mod matmul_f32_f32_qsnbp8x4_sf32_zpc_1x8_neon;
-mod matmul_f32_f32_qsnbp8x4_sf32_zpc_6x8_neon;
+mod matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_4x8_neon;
@@ -202,13 +202,13 @@ pub static FP32_GEMV_NEON: UKernel = UKernel {
     run: matmul_f32_f32_qsnbp8x4_sf32_zpc_1x8_neon::run,
 };
 
-/// fp32-path GEMM, NEON: each panel dequantized once per tile and walked by 6 × 8 register tiles (tiles of at
+/// fp32-path GEMM, NEON: each panel dequantized once per tile and walked by 8 × 8 register tiles (tiles of at
 /// least 4 rows), else 4 rows × 4 columns per unit with the codes widened in registers.
 pub static FP32_GEMM_NEON: UKernel = UKernel {
-    name: "matmul_f32_f32_qsnbp8x4_sf32_zpc_6x8_neon",
-    // Tasks of up to 64 rows: each dequantizes its panels once for all its rows.
-    geometry: |_, _| Geometry { max_task_rows: 64, ..Geometry::new(4, qsnbp8x4_fp32::NR, usize::MAX) },
-    run: matmul_f32_f32_qsnbp8x4_sf32_zpc_6x8_neon::run,
+    name: "matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon",
+    // Tasks of up to 128 rows: each dequantizes its panels once for all its rows.
+    geometry: |_, _| Geometry { max_task_rows: 128, ..Geometry::new(4, qsnbp8x4_fp32::NR, usize::MAX) },
+    run: matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon::run,
     ..FP32_GEMV_NEON
 };
 

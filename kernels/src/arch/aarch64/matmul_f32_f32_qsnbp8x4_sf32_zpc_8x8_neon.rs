@@ -4,15 +4,15 @@
 //! Tiles of at least [`MIN_ROWS`] rows: each 8-column panel is dequantized piece by piece (up to [`PIECE_K`] K
 //! values: 32 KiB of f32) into a buffer, each value `s·2^−(8−bits)·code + c` once (the correction c = −s·z only
 //! with zero points), stored K-major per column quad by ST4 (4 K × 4 columns per store: the transpose is the
-//! store's); all rows of the tile then walk the piece with a 6 × 8 register tile (12 f32 accumulators, FMLA by
-//! element of 4 activations). Smaller tiles take the in-register 4 × 4 body (`super::qsnbp8x4_fp32::unit`: codes
+//! store's); all rows of the tile then walk the piece with an 8 × 8 register tile (16 f32 accumulators, FMLA by
+//! element of 4 activations; the whole loop one asm block using all 32 vector registers). Smaller tiles take the in-register 4 × 4 body (`super::qsnbp8x4_fp32::unit`: codes
 //! widened per 4 rows, never stored), which wins there because a dequantized piece would serve too few rows.
 //!
-//! Instruction budget per 4 K × 8 columns × 6 rows (per FMLA: / 48): 48 FMLA; 2 LD1 of the piece's 4 × 4 values
-//! per quad, 6 LDR of the rows' 4 activations, post-indexed (0.17); loop 2 (0.04): 58 = 1.21 per FMLA (the 6-row
-//! loop is asm: as intrinsics LLVM stepped one row pointer and added the stride per row, 68 = 1.42; interleaving
-//! the rows per tile to walk them with one pointer cost more than it saved, since a call's tiles would each
-//! interleave the same rows). Dequantizing, per 16 values
+//! Instruction budget per 4 K × 8 columns × 8 rows (per FMLA: / 64): 64 FMLA; 2 LD1 of the piece's 4 × 4 values
+//! per quad, 8 LDR of the rows' 4 activations, post-indexed (0.16); loop 2 (0.03): 76 = 1.19 per FMLA (the 8-row
+//! loop is asm: as intrinsics, at 6 rows, LLVM stepped one row pointer and added the stride per row, 68 per 48
+//! FMLA = 1.42; interleaving the rows per tile to walk them with one pointer cost more than it saved, since a
+//! call's tiles would each interleave the same rows). Tiles of 1–7 rows left over run the intrinsic loop. Dequantizing, per 16 values
 //! (one field of a quad's 16 code bytes: 4 K × 4 columns): the field (1), SXTL / SXTL2 to int16 and int32 (6),
 //! SCVTF (4), DUP of the correction and FMLA by the scale's lane (8), ST4 (1): 20, paid once per tile for all its
 //! rows. Against ORT 1.31.1's accuracy_level-1 path on aarch64 (B dequantized, then SGEMM: ~1.5 instructions
@@ -36,7 +36,7 @@ pub(crate) const MIN_ROWS: usize = 4;
 pub(crate) const PIECE_K: usize = 1024;
 
 /// Rows per register tile.
-const MR: usize = 6;
+const MR: usize = 8;
 
 /// # Safety
 /// The CPU has neon; `args` satisfies the `RunArgs` contract with an `f32` LHS and a `qsnbp8x4_sf32_zpc` RHS
@@ -81,7 +81,9 @@ unsafe fn panels<const BITS: usize>(a: &RunArgs) {
                     let (x, ys) = (lhs.add(r0 * a.lhs_stride + b0 * a.bl), y.as_mut_ptr().add(r0 * NR));
                     let wp = w.as_ptr();
                     match rows {
-                        6 => rows6_x8(x, a.lhs_stride, wp, pk, ys),
+                        8 => rows8_x8(x, a.lhs_stride, wp, pk, ys),
+                        7 => rows_x8::<7>(x, a.lhs_stride, wp, pk, ys),
+                        6 => rows_x8::<6>(x, a.lhs_stride, wp, pk, ys),
                         5 => rows_x8::<5>(x, a.lhs_stride, wp, pk, ys),
                         4 => rows_x8::<4>(x, a.lhs_stride, wp, pk, ys),
                         3 => rows_x8::<3>(x, a.lhs_stride, wp, pk, ys),
@@ -174,25 +176,29 @@ unsafe fn dequantize<const BITS: usize>(a: &RunArgs, panel: usize, b0: usize, nb
     }
 }
 
-/// The text of [`rows6_x8`]'s loop over 4 K: row r's accumulators v(2r), v(2r + 1) (column quads 0, 1), the
-/// quads' 4 K-rows of values v16–v19 and v20–v23, row r's 4 activations v(24 + r).
+/// The text of [`rows8_x8`]'s loop over 4 K: row r's accumulators v(2r), v(2r + 1) (column quads 0, 1), the
+/// quads' 4 K-rows of values v16–v19 and v20–v23, row r's 4 activations v(24 + r): all 32 registers.
 #[rustfmt::skip]
-macro_rules! rows6_text {
+macro_rules! rows8_text {
     () => {
         concat!(
             "ldp q0, q1, [{y}]\n", "ldp q2, q3, [{y}, #32]\n", "ldp q4, q5, [{y}, #64]\n",
             "ldp q6, q7, [{y}, #96]\n", "ldp q8, q9, [{y}, #128]\n", "ldp q10, q11, [{y}, #160]\n",
+            "ldp q12, q13, [{y}, #192]\n", "ldp q14, q15, [{y}, #224]\n",
             "2:\n",
             "ld1 {{v16.4s, v17.4s, v18.4s, v19.4s}}, [{w0}], #64\n",
             "ld1 {{v20.4s, v21.4s, v22.4s, v23.4s}}, [{w1}], #64\n",
             "ldr q24, [{x0}], #16\n", "ldr q25, [{x1}], #16\n", "ldr q26, [{x2}], #16\n",
             "ldr q27, [{x3}], #16\n", "ldr q28, [{x4}], #16\n", "ldr q29, [{x5}], #16\n",
-            rows6_text!(@row 0 1 24), rows6_text!(@row 2 3 25), rows6_text!(@row 4 5 26),
-            rows6_text!(@row 6 7 27), rows6_text!(@row 8 9 28), rows6_text!(@row 10 11 29),
+            "ldr q30, [{x6}], #16\n", "ldr q31, [{x7}], #16\n",
+            rows8_text!(@row 0 1 24), rows8_text!(@row 2 3 25), rows8_text!(@row 4 5 26),
+            rows8_text!(@row 6 7 27), rows8_text!(@row 8 9 28), rows8_text!(@row 10 11 29),
+            rows8_text!(@row 12 13 30), rows8_text!(@row 14 15 31),
             "subs {n}, {n}, #1\n",
             "b.ne 2b\n",
             "stp q0, q1, [{y}]\n", "stp q2, q3, [{y}, #32]\n", "stp q4, q5, [{y}, #64]\n",
             "stp q6, q7, [{y}, #96]\n", "stp q8, q9, [{y}, #128]\n", "stp q10, q11, [{y}, #160]\n",
+            "stp q12, q13, [{y}, #192]\n", "stp q14, q15, [{y}, #224]\n",
         )
     };
     (@row $c0:literal $c1:literal $x:literal) => {
@@ -205,22 +211,23 @@ macro_rules! rows6_text {
     };
 }
 
-/// [`rows_x8`] for 6 rows, the loop in asm: every row's activations by a post-indexed load of its own pointer
-/// (as intrinsics, LLVM stepped one pointer and added the stride per row: 68 instructions per 4 K, here 58).
+/// [`rows_x8`] for 8 rows, the loop in asm: every row's activations by a post-indexed load of its own pointer
+/// (as intrinsics, LLVM stepped one pointer and added the stride per row: 68 instructions per 4 K × 6 rows; here
+/// 76 per 4 K × 8 rows).
 ///
 /// # Safety
-/// As [`rows_x8`] with R = 6.
+/// As [`rows_x8`] with R = 8.
 #[target_feature(enable = "neon")]
-unsafe fn rows6_x8(x: *const f32, stride: usize, w: *const f32, pk: usize, y: *mut f32) {
+unsafe fn rows8_x8(x: *const f32, stride: usize, w: *const f32, pk: usize, y: *mut f32) {
     debug_assert!(pk > 0 && pk.is_multiple_of(4));
     let xr = |r: usize| x.wrapping_add(r * stride);
-    // SAFETY: reads: 4 f32 per K of each quad's piece (`w`, quad 1 at 4·pk) and of each of the 6 rows (`stride`
-    // apart), pk K: inside (the caller's guarantee); reads and writes the 6 × 8 sums at `y`. Every vector register
+    // SAFETY: reads: 4 f32 per K of each quad's piece (`w`, quad 1 at 4·pk) and of each of the 8 rows (`stride`
+    // apart), pk K: inside (the caller's guarantee); reads and writes the 8 × 8 sums at `y`. Every vector register
     // the block touches is declared; d8–d15 (callee-saved) are clobbered and saved by the compiler; the flags are
     // clobbered; no stack use.
     unsafe {
         super::sve_asm::vector_asm!(
-            [] rows6_text!(),
+            [] rows8_text!(),
             w0 = inout(reg) w => _,
             w1 = inout(reg) w.wrapping_add(4 * pk) => _,
             x0 = inout(reg) xr(0) => _,
@@ -229,6 +236,8 @@ unsafe fn rows6_x8(x: *const f32, stride: usize, w: *const f32, pk: usize, y: *m
             x3 = inout(reg) xr(3) => _,
             x4 = inout(reg) xr(4) => _,
             x5 = inout(reg) xr(5) => _,
+            x6 = inout(reg) xr(6) => _,
+            x7 = inout(reg) xr(7) => _,
             n = inout(reg) pk / 4 => _,
             y = in(reg) y,
         )
