@@ -23,8 +23,8 @@
 //! size 16 … 65536. Columns: whole 8-column panels from the tile's start (the last one's padding computed, never
 //! stored). Features: neon. No over-reads.
 
-use super::ops::{field, store4};
-use super::qsnbp8x4_fp32::{NR, unit};
+use super::ops::{Sums, field, store_groups};
+use super::qsnbp8x4_fp32::{NR, columns_f32, unit};
 use super::qsnbp8x4_int8::KR;
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
@@ -54,7 +54,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 
 /// The dequantizing walk: per panel, per piece of whole blocks, the piece dequantized into `w` (column quad q's
 /// values at `4·pk·q`, K-major: 4 f32 per K), then every row tile over it into the sums `y` (8 f32 per row),
-/// which leave with the bias after the panel's last piece.
+/// which leave with the bias after the panel's last piece (`ops::store_groups`).
 ///
 /// # Safety
 /// As [`run`], with `a.bits` = `BITS`.
@@ -62,7 +62,8 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 unsafe fn panels<const BITS: usize>(a: &RunArgs) {
     let piece_blocks = (PIECE_K / a.bl).max(1).min(a.blocks);
     let mut w = vec![0f32; 8 * piece_blocks * a.bl];
-    let mut y = vec![0f32; a.rows * NR];
+    // The rows' sums, 8 per row, in whole runs of 12 rows (`Sums`) for `store_groups`.
+    let mut y = vec![0f32; a.rows.next_multiple_of(12) * NR];
     let lhs = a.lhs.cast::<f32>();
     for panel in 0..a.cols.div_ceil(NR) {
         y.fill(0.0);
@@ -95,18 +96,12 @@ unsafe fn panels<const BITS: usize>(a: &RunArgs) {
             }
             b0 += nb;
         }
-        for r in 0..a.rows {
-            for quad in 0..2 {
-                let col = panel * NR + 4 * quad;
-                if col >= a.cols {
-                    break;
-                }
-                // SAFETY: row r of the tile; the quad's columns below cols are inside dst and bias; 4 sums in `y`.
-                unsafe {
-                    let v = vld1q_f32(y.as_ptr().add(r * NR + 4 * quad));
-                    store4(a.dst.add(r * a.dst_stride), a.bias, col, a.cols, v);
-                }
-            }
+        // The sums leave with the bias by 12-row runs of row groups (`store_groups`: real rows and columns only).
+        for g in (0..a.rows.div_ceil(4)).step_by(3) {
+            let n = (a.rows.div_ceil(4) - g).min(3);
+            let out: &Sums = y[32 * g..][..96].try_into().expect("y holds whole 12-row runs");
+            // SAFETY: groups g..g + n and the panel are the tile's.
+            unsafe { store_groups(a, panel, g, n, out) };
         }
     }
 }
@@ -141,14 +136,7 @@ unsafe fn dequantize<const BITS: usize>(a: &RunArgs, panel: usize, b0: usize, nb
                     // SAFETY: code group grp of chunk ch: 32 bytes inside the record; this quad's 16.
                     let v = unsafe { vld1q_s8(rec.add(ch * chunk_bytes + 32 * grp + 16 * quad).cast()) };
                     for l in 0..cpb {
-                        let x = field::<BITS>(v, l);
-                        let (lo, hi) = (vmovl_s8(vget_low_s8(x)), vmovl_high_s8(x));
-                        let f = [
-                            vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))),
-                            vcvtq_f32_s32(vmovl_high_s16(lo)),
-                            vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))),
-                            vcvtq_f32_s32(vmovl_high_s16(hi)),
-                        ];
+                        let f = columns_f32(field::<BITS>(v, l));
                         // Column j's 4 K values: s_j·code + c_j (without zero points s_j·code: no copy of c).
                         let d = if a.has_zp != 0 {
                             float32x4x4_t(

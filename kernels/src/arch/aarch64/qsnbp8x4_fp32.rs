@@ -18,6 +18,20 @@ use core::arch::aarch64::*;
 use super::qsnbp8x4_int8::KR;
 pub(crate) use super::qsnbp8x4_int8::NR;
 
+/// One field of a quad's 16 code bytes (4 columns × 4 consecutive K, as int8 × 2^(8−bits)) as f32: column j's 4 K
+/// values in vector j (SXTL / SXTL2 to int16 and int32, SCVTF).
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) fn columns_f32(x: int8x16_t) -> [float32x4_t; 4] {
+    let (lo, hi) = (vmovl_s8(vget_low_s8(x)), vmovl_high_s8(x));
+    [
+        vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))),
+        vcvtq_f32_s32(vmovl_high_s16(lo)),
+        vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))),
+        vcvtq_f32_s32(vmovl_high_s16(hi)),
+    ]
+}
+
 /// Rows `0..R` of the tile × column quad `quad` (0 or 1) of `panel`, over all K, for `BITS`-bit codes. The f32
 /// LHS rows start at `lhs` (stride `args.lhs_stride`), the output rows at `dst` (the tile's column 0).
 ///
@@ -76,14 +90,7 @@ unsafe fn unit_c<const R: usize, const BITS: usize, const CHUNK: usize>(
                 // SAFETY: group grp: 32 bytes inside the chunk; this quad's 16.
                 let w = unsafe { vld1q_s8(codes.add(32 * grp + 16 * quad).cast()) };
                 for l in 0..cpb {
-                    let x = field::<BITS>(w, l);
-                    let (lo, hi) = (vmovl_s8(vget_low_s8(x)), vmovl_high_s8(x));
-                    let v = [
-                        vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))),
-                        vcvtq_f32_s32(vmovl_high_s16(lo)),
-                        vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))),
-                        vcvtq_f32_s32(vmovl_high_s16(hi)),
-                    ];
+                    let v = columns_f32(field::<BITS>(w, l));
                     let k = b * a.bl + c * CHUNK + l * lane_len + KR * grp;
                     for r in 0..R {
                         // SAFETY: row r < R of the tile: 4 values at k + 3 < k_packed.
