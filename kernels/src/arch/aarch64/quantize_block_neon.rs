@@ -251,7 +251,11 @@ unsafe fn write_codes<const CLAMP: bool>(
     lo: i32,
     hi: i32,
 ) -> i32 {
-    debug_assert!(if CLAMP { lo == -128 && hi == 127 && (-128..=127).contains(&zero) } else { zero == 0 && lo == -127 && hi == 127 });
+    debug_assert!(if CLAMP {
+        lo == -128 && hi == 127 && (-128..=127).contains(&zero)
+    } else {
+        zero == 0 && lo == -127 && hi == 127
+    });
     let (n, p) = (a.len(), a.as_ptr());
     let (lo, hi, z) = (vdupq_n_s32(lo), vdupq_n_s32(hi), vdupq_n_s32(zero));
     let flip = vdup_n_u8(runs.flip);
