@@ -29,12 +29,24 @@ impl TilePlan {
     /// in 24 of 66, one thread).
     pub const MIN_TILES: usize = 16;
 
+    /// Most rows a task takes through a geometry's `task_lhs_bytes` budget.
+    pub const TALL_ROWS: usize = 128;
+
+    /// The most rows per task for `g` at depth `k`: `max_task_rows`, or more within the activation budget.
+    fn max_rows(g: &Geometry, k: usize) -> usize {
+        let floor = g.max_task_rows.max(1);
+        if g.task_lhs_bytes == 0 {
+            return floor;
+        }
+        (g.task_lhs_bytes / k.max(1)).clamp(floor, Self::TALL_ROWS.max(floor))
+    }
+
     /// Tiles of whole register tiles (`m_step × n_step`), at most `max_task_rows` rows (rounded up to m_step),
     /// at least `min_task_macs` multiply-adds where the matrix allows, and up to [`Self::TARGET_TILES`] of them.
     pub fn new(m: usize, n: usize, k: usize, g: &Geometry) -> Self {
         let (m_step, n_step) = (g.m_step.max(1), g.n_step.max(1));
         let units = n.div_ceil(n_step);
-        let mut m_tile = m.clamp(1, g.max_task_rows.max(1)).next_multiple_of(m_step);
+        let mut m_tile = m.clamp(1, Self::max_rows(g, k)).next_multiple_of(m_step);
         while m_tile >= 128
             && m.div_ceil(m_tile) * units < Self::MIN_TILES
             && !(m.div_ceil(m_tile) * units).is_multiple_of(4)
@@ -145,6 +157,13 @@ mod tests {
         assert_eq!(TilePlan::new(512, 1536, 576, &tall).count(), 2 * 12);
         assert_eq!(TilePlan::new(512, 192, 576, &tall).tile_shape().0, 132);
         assert_eq!(TilePlan::new(512, 192, 576, &tall).count(), 12);
+        // An activation budget: 256 KiB of int8 rows per task, from 32 rows up to TALL_ROWS.
+        let budget = Geometry { task_lhs_bytes: 256 << 10, ..Geometry::new(4, 8, usize::MAX) };
+        assert_eq!(TilePlan::new(128, 2048, 2048, &budget).tile_shape().0, 128);
+        assert_eq!(TilePlan::new(128, 4096, 4096, &budget).tile_shape().0, 64);
+        assert_eq!(TilePlan::new(128, 14336, 14336, &budget).tile_shape().0, 32);
+        assert_eq!(TilePlan::new(512, 192, 576, &budget).tile_shape().0, 128);
+        assert_eq!(TilePlan::new(128, 2048, 2048, &Geometry::new(4, 8, usize::MAX)).tile_shape().0, 32);
         // Decode shapes are split along N into many tasks; a tiny matrix stays one task.
         assert!(TilePlan::new(1, 4096, 4096, &Geometry::new(1, 8, 1)).count() >= 16);
         assert_eq!(TilePlan::new(1, 5, 93, &Geometry::new(1, 8, 1)).count(), 1);

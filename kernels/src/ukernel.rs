@@ -34,12 +34,17 @@ pub struct Geometry {
     /// blocking: one task's rows of A should stay in L1/L2 while it walks its weight panels).
     pub min_task_macs: usize,
     pub max_task_rows: usize,
+    /// With a nonzero budget, tasks take more rows than `max_task_rows` where their packed int8 activations
+    /// (rows × K bytes) stay within it, up to [`TilePlan::TALL_ROWS`](crate::plan::TilePlan::TALL_ROWS): fewer
+    /// tasks per call repeat the column-side work each task does per panel (the row numerics' column weights) and
+    /// leave fewer short tiles.
+    pub task_lhs_bytes: usize,
 }
 
 impl Geometry {
     /// A geometry with the planner's default hints.
     pub const fn new(m_step: usize, n_step: usize, max_m: usize) -> Geometry {
-        Geometry { m_step, n_step, max_m, min_task_macs: 1 << 16, max_task_rows: 32 }
+        Geometry { m_step, n_step, max_m, min_task_macs: 1 << 16, max_task_rows: 32, task_lhs_bytes: 0 }
     }
 }
 

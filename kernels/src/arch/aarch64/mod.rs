@@ -138,7 +138,12 @@ pub static INT8_GEMM_I8MM: UKernel = UKernel {
     lhs: LhsFormat::Qsi8DbP { mr: qsnbp8x8_int8::MR, kr: qsnbp8x8_int8::KR },
     rhs: RhsReads::Only(|_: &Cpu| QSNBP8X8_SF16_ZPC),
     supports: supports_p8x8,
-    geometry: |_, _| Geometry::new(qsnbp8x8_int8::MR, qsnbp8x8_int8::NR, usize::MAX),
+    // Tasks of up to 128 rows within 256 KiB of activations (L2 on every core with i8mm): fewer three-group
+    // tiles cut short, and the row numerics' column weights laid out once per panel for more rows.
+    geometry: |_, _| Geometry {
+        task_lhs_bytes: 256 << 10,
+        ..Geometry::new(qsnbp8x8_int8::MR, qsnbp8x8_int8::NR, usize::MAX)
+    },
     run: matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_12x4_neon_i8mm::run,
 };
 
