@@ -16,9 +16,10 @@
 //! Instruction budget per 32 K (one block of 32) × 4 columns × 12 rows, 4-bit codes, symmetric, per-block
 //! numerics, from the text (per SMMLA: / 48): 48 SMMLA; 2 + 12 LDP (codes, activations, post-indexed: no
 //! pointer arithmetic in the chunk; 0.29); 8 field extractions (SHL / AND, 0.17); per block 12 SCVTF, 12 FMUL
-//! (column × row scales: the per-block activation scale's cost), 12 FMLA, 12 MOVI (zeroing), 4 LDP (scales)
-//! (1.08; the row numerics 0.52, below; zero points add 4 LDP and 12 FMLA); 3 pointer steps,
-//! SUBS + B.NE (0.10). Total 127 = 2.65 per SMMLA (the 8 × 4 tile: 90 = 2.81). The numerics, the zero points and
+//! (column × row scales: the per-block activation scale's cost), 12 FMLA, 12 MOVI (zeroing), 3 LDP (row scales), the
+//! half's column scales by LD2R (the pairs (s0 s1), (s2 s3), each in both halves of a register) + 2 FCVTL (1.06;
+//! the row numerics 0.52, below; zero points add one LD2R of the corrections, 3 LDP and 12 FMLA); 3 pointer
+//! steps, SUBS + B.NE (0.10). Total 126 = 2.63 per SMMLA (the 8 × 4 tile: 89 = 2.78). The numerics, the zero points and
 //! blocks of one chunk are compile-time modes of the text (eight asm blocks per tile), so the loop has no
 //! branches on them. Measured (`scripts/aarch64/icount-kernel.sh`, 2048 × 2048, qemu -cpu max,sve=off, the
 //! whole kernel: storing the sums included): 2.79 per SMMLA at M = 32 and at M = 128 (2.95 and 2.83 while each
@@ -38,9 +39,13 @@
 //!
 //! The one-group tile per 32 K × 8 columns × 4 rows: 32 SMMLA; 2 LD1 of 64 code bytes and 4 LDP of activations,
 //! post-indexed (0.19); 16 field extractions (0.5: each field serves one row pair less than in the 12-row tile);
-//! per block 8 SCVTF, 8 FMUL, 8 FMLA, 8 MOVI, the 8 column scales LDR + FCVTL + FCVTL2 + 4 DUP, the row pairs'
-//! LDP, 4 for pointers and loop (1.34). Total 98 = 3.06 per SMMLA; measured at M = 4 (2048 × 2048, max,sve=off,
-//! the whole kernel): 3.15 per SMMLA, against 3.54 for the intrinsic body it replaces there.
+//! per block 8 SCVTF, 8 FMUL, 8 FMLA, 8 MOVI, the 8 column scales LD4R (the 4 pairs, each in both halves of a
+//! register) + 4 FCVTL, the row pairs' LDP, 4 for pointers and loop (1.28). Total 96 = 3.0 per SMMLA (with zero
+//! points + 10: one LD4R of the corrections as pairs, an LDP, 8 FMLA); measured at M = 4 (2048 × 2048,
+//! max,sve=off, the whole kernel): 3.09 per SMMLA (3.15 with LDR + FCVTL + FCVTL2 + 4 DUP, and with zero points
+//! 15 instructions more per block), against 3.54 for the intrinsic body it replaces there. Whole call at M = 4
+//! (`kernel_icount`): 1693844 → 1661050 instructions, with zero points 1939620 → 1824890; at M = 32 11918362 →
+//! 11818756 and 13524074 → 13227776.
 //!
 //! The rows' activation scales and sa·Σq are laid out once per call in the tiles' lane order by the LHS packing
 //! (`PackedLhs::pairs`, read through `RunArgs::lhs_pairs`, as for the SVE 8 × 8 kernel); the column scales (f16) and corrections
@@ -137,14 +142,14 @@ macro_rules! tile_text {
             "smmla v", $c2, ".4s, v29.16b, v26.16b\n", "smmla v", $c3, ".4s, v29.16b, v27.16b\n",
         )
     };
-    // The per-block numerics read the half's column scales from the record (f16, at `{soff}` from `{rec}` here) and
-    // convert the int32 sums (16 × the products: the fields' factor) with 4 fraction bits (exact); the row numerics
+    // The per-block numerics read the half's column scales from the record (f16, from `{sp}`, which steps by a
+    // record per block: one LD2R puts the pairs (s0 s1), (s2 s3) in both halves of a register each) and convert the int32 sums (16 × the products: the fields' factor) with 4 fraction bits (exact); the row numerics
     // read the laid-out Abel weights (`{cs}`, times 2^−4 already: 128 bytes per block).
     (@cols block) => {
-        concat!("ldr d24, [{rec}, {soff}]\n", "fcvtl v24.4s, v24.4h\n", "dup v25.2d, v24.d[1]\n", "dup v24.2d, v24.d[0]\n",
+        concat!("ld2r {{v24.2s, v25.2s}}, [{sp}], {rrec}\n", "fcvtl v24.4s, v24.4h\n", "fcvtl v25.4s, v25.4h\n",
                 "// {cs}\n")
     };
-    (@cols rowsum) => { concat!("ldp q24, q25, [{cs}], #128\n", "// {soff}\n") };
+    (@cols rowsum) => { concat!("ldp q24, q25, [{cs}], #128\n", "// {sp} {rrec}\n") };
     // The row pairs' step to the next block: the row numerics read them only for the zero points' sa·Σq.
     (@rowstep block $zp:ident) => { "add {rowp}, {rowp}, {rbytes}\n" };
     (@rowstep $act:ident zp) => { "add {rowp}, {rowp}, {rbytes}\n" };
@@ -177,9 +182,9 @@ macro_rules! tile_text {
             "fmla v", $s2, ".4s, v28.4s, v24.4s\n", "fmla v", $s3, ".4s, v29.4s, v25.4s\n",
         )
     };
-    // The half's 4 corrections (f32, at `{zoff}` from `{rec}`) as [c0 c1 c0 c1], [c2 c3 c2 c3].
-    (@zp_head zp) => { concat!("ldr q24, [{rec}, {zoff}]\n", "dup v25.2d, v24.d[1]\n", "dup v24.2d, v24.d[0]\n") };
-    (@zp_head nozp) => { "// {zoff}\n" };
+    // The half's 4 corrections (f32, from `{zc}`, a record per block) as [c0 c1 c0 c1], [c2 c3 c2 c3]: one LD2R.
+    (@zp_head zp) => { "ld2r {{v24.2d, v25.2d}}, [{zc}], {rrec}\n" };
+    (@zp_head nozp) => { "// {zc}\n" };
     (@zp zp $s0:literal $s1:literal $s2:literal $s3:literal $qo:literal) => {
         concat!(
             "ldp q26, q27, [{rowp}, #", $qo, "]\n",
@@ -226,8 +231,9 @@ macro_rules! tile_fn {
                                 chunks = in(reg) chunks,
                                 nb = inout(reg) a.blocks => _,
                                 $($ga = inout(reg) a.lhs.wrapping_add((g + $gi) * MR * a.lhs_stride) => _,)+
-                                soff = in(reg) a.rhs_scales as isize - 128 * chunks as isize - 24 * half as isize,
-                                zoff = in(reg) a.rhs_zp as isize - 128 * chunks as isize - 16 * half as isize,
+                                sp = inout(reg) rec.wrapping_add(a.rhs_scales - 24 * half) => _,
+                                zc = inout(reg) rec.wrapping_add(a.rhs_zp - 16 * half) => _,
+                                rrec = in(reg) a.rhs_record,
                                 rowp = inout(reg) row_pairs(a, g) => _,
                                 rbytes = in(reg) a.lhs_pairs_stride,
                                 out = in(reg) out.as_mut_ptr().wrapping_add(4 * half),
@@ -292,7 +298,7 @@ macro_rules! tile1_text {
             "and v22.16b, v18.16b, v26.16b\n", "and v23.16b, v19.16b, v26.16b\n",
             tile1_text!(@run ", #-32]"),
             chunk_loop!(tail $chunks),
-            // Block epilogue (as `tile_text!`'s): the 8 column scales (f16, at `{soff}` from `{rec}` here) as
+            // Block epilogue (as `tile_text!`'s): the 8 column scales (f16, from `{sp}`: one LD4R and 4 FCVTL) as
             // [s0 s1 s0 s1], [s2 s3 s2 s3], [s4 s5 s4 s5], [s6 s7 s6 s7]; the int32 sums converted with 4 fraction bits.
             tile1_text!(@cols $act),
             tile1_text!(@scale $act),
@@ -321,13 +327,12 @@ macro_rules! tile1_text {
             "smmla v6.4s, v25.16b, v22.16b\n", "smmla v7.4s, v25.16b, v23.16b\n",
         )
     };
-    // The column scales from the record (f16, at `{soff}` from `{rec}` here), the int32 sums converted with 4
+    // The column scales from the record (f16, from `{sp}`, a record per block), the int32 sums converted with 4
     // fraction bits; the row numerics: the laid-out Abel weights (`{cs}`, × 2^−4 already) over the running sums.
     (@cols block) => {
         concat!(
-            "ldr q16, [{rec}, {soff}]\n",
-            "fcvtl v17.4s, v16.4h\n", "fcvtl2 v18.4s, v16.8h\n",
-            "dup v20.2d, v17.d[0]\n", "dup v21.2d, v17.d[1]\n", "dup v22.2d, v18.d[0]\n", "dup v23.2d, v18.d[1]\n",
+            "ld4r {{v16.2s, v17.2s, v18.2s, v19.2s}}, [{sp}], {rrec}\n",
+            "fcvtl v20.4s, v16.4h\n", "fcvtl v21.4s, v17.4h\n", "fcvtl v22.4s, v18.4h\n", "fcvtl v23.4s, v19.4h\n",
             "scvtf v0.4s, v0.4s, #4\n", "scvtf v1.4s, v1.4s, #4\n", "scvtf v2.4s, v2.4s, #4\n", "scvtf v3.4s, v3.4s, #4\n",
             "scvtf v4.4s, v4.4s, #4\n", "scvtf v5.4s, v5.4s, #4\n", "scvtf v6.4s, v6.4s, #4\n", "scvtf v7.4s, v7.4s, #4\n",
             "// {cs}\n",
@@ -337,7 +342,7 @@ macro_rules! tile1_text {
     (@cols rowsum) => {
         concat!(
             "ldp q22, q23, [{cs}, #32]\n", "ldp q20, q21, [{cs}], #128\n",
-            "// {soff}\n",
+            "// {sp} {rrec}\n",
         )
     };
     (@restart block) => { movi_zero!("0" "1" "2" "3" "4" "5" "6" "7") };
@@ -378,12 +383,11 @@ macro_rules! tile1_text {
             "fmla v14.4s, v18.4s, v22.4s\n", "fmla v15.4s, v19.4s, v23.4s\n",
         )
     };
-    // + c·sq: the 8 corrections (f32, at `{zoff}` from `{rec}`; `{cc}` free as the address) by column pairs, the
-    // row pairs' sa·Σq at 32 bytes.
+    // + c·sq: the 8 corrections (f32, from `{zc}`, which steps by a record per block) as column pairs [c0 c1 c0
+    // c1] … by one LD4R, the row pairs' sa·Σq at 32 bytes.
     (@zp zp) => {
         concat!(
-            "add {cc}, {rec}, {zoff}\n", "ldp q16, q17, [{cc}]\n",
-            "dup v20.2d, v16.d[0]\n", "dup v21.2d, v16.d[1]\n", "dup v22.2d, v17.d[0]\n", "dup v23.2d, v17.d[1]\n",
+            "ld4r {{v20.2d, v21.2d, v22.2d, v23.2d}}, [{zc}], {rrec}\n",
             "ldp q24, q25, [{rowp}, #32]\n",
             "fmla v8.4s, v20.4s, v24.4s\n", "fmla v9.4s, v21.4s, v24.4s\n",
             "fmla v10.4s, v22.4s, v24.4s\n", "fmla v11.4s, v23.4s, v24.4s\n",
@@ -391,7 +395,7 @@ macro_rules! tile1_text {
             "fmla v14.4s, v22.4s, v25.4s\n", "fmla v15.4s, v23.4s, v25.4s\n",
         )
     };
-    (@zp nozp) => { "// {zoff}\n" };
+    (@zp nozp) => { "// {zc}\n" };
 }
 
 /// Row group `g` × the 8 columns of `panel` in one pass (`tile1_text!`): 8 int32 accumulators (v0–v7), 8 f32 sums
@@ -423,8 +427,9 @@ pub(crate) unsafe fn tile_4x8(a: &RunArgs, panel: usize, g: usize, cols: &Column
                     chunks = in(reg) chunks,
                     nb = inout(reg) a.blocks => _,
                     a0 = inout(reg) a.lhs.wrapping_add(g * MR * a.lhs_stride) => _,
-                    soff = in(reg) a.rhs_scales as isize - 128 * chunks as isize,
-                    zoff = in(reg) a.rhs_zp as isize - 128 * chunks as isize,
+                    sp = inout(reg) rec.wrapping_add(a.rhs_scales) => _,
+                    zc = inout(reg) rec.wrapping_add(a.rhs_zp) => _,
+                    rrec = in(reg) a.rhs_record,
                     rowp = inout(reg) row_pairs(a, g) => _,
                     rbytes = in(reg) a.lhs_pairs_stride,
                     out = in(reg) out.as_mut_ptr(),
