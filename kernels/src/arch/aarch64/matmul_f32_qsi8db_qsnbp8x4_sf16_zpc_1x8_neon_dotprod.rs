@@ -8,9 +8,10 @@
 //! register (8 int32, 8 f32 sums). Instruction budget per 32-K block of the 32 columns (64 SDOT): 64 field
 //! extractions (`shl #4` / `and #0xF0`, one per SDOT: the layout pairs K with K + 16 in a byte, so each SDOT needs
 //! its own operand), 8 four-register LD1 of codes and 1 of activations, and the block epilogue: 8 SCVTF, 4 LDR + 8
-//! FCVTL (scales), 1 LD1R + 8 FMUL (the block's activation scale; not in the row numerics), 8 FMLA, 8 MOVI, 6 for
-//! pointers and loop: 188, 2.94 per SDOT (zero points add 19). Measured (`scripts/aarch64/icount-kernel.sh`,
-//! M = 1, 2048 × 2048, qemu -cpu neoverse-n1, the whole kernel): 3.01 per SDOT, against 3.15 for the intrinsic
+//! FCVTL (scales), 1 LD1R + 8 FMUL (the block's activation scale; not in the row numerics), 8 FMLA, 2 LD1 of zeros (the
+//! accumulators' restart, 4 per load: `sve_asm::ld1_zero`), 6 for pointers and loop: 182, 2.84 per SDOT (zero
+//! points add 19; 188 while 8 MOVI zeroed them). Measured (`scripts/aarch64/icount-kernel.sh`,
+//! M = 1, 2048 × 2048, qemu -cpu neoverse-n1, the whole kernel): 2.92 per SDOT (3.01 with MOVI zeroing), against 3.15 for the intrinsic
 //! body (`super::qsnbp8x4_int8::unit`, four panels per pass) it replaces there. The field extraction (1.0) and the
 //! epilogue (0.8) keep this above the ~2.6–2.7 that 0.6× ORT's GEMV needs: with the two fields of a byte belonging
 //! to two columns at the same K (a layout change), the raw byte and its `and #0x0F` would feed the two SDOTs and
@@ -24,7 +25,7 @@
 
 use super::ops::store_row;
 use super::qsnbp8x4_int8::{NR, SDOT, unit};
-use super::sve_asm::{asm_modes, chunk_loop, movi_zero, vector_asm};
+use super::sve_asm::{ZEROS, asm_modes, chunk_loop, ld1_zero, movi_zero, vector_asm};
 use super::walk_panels;
 use crate::ukernel::RunArgs;
 
@@ -73,6 +74,7 @@ macro_rules! gemv_text {
         concat!(
             ".arch_extension dotprod\n",
             "movi v26.16b, #0xf0\n",
+            "// {zeros}\n",
             movi_zero!("0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15"),
             // Block loop.
             "2:\n",
@@ -98,7 +100,7 @@ macro_rules! gemv_text {
             "fmla v12.4s, v4.4s, v16.4s\n", "fmla v13.4s, v5.4s, v17.4s\n",
             "fmla v14.4s, v6.4s, v18.4s\n", "fmla v15.4s, v7.4s, v19.4s\n",
             gemv_text!(@zp $act $zp),
-            movi_zero!("0" "1" "2" "3" "4" "5" "6" "7"),
+            ld1_zero!(["0" "1" "2" "3"] ["4" "5" "6" "7"]),
             "add {r0}, {r0}, {rskip}\n", "add {r1}, {r1}, {rskip}\n",
             "add {r2}, {r2}, {rskip}\n", "add {r3}, {r3}, {rskip}\n",
             "subs {nb}, {nb}, #1\n",
@@ -204,6 +206,7 @@ unsafe fn gemv_1x32(a: &RunArgs, panel: usize, lhs: *const i8, sa: *const f32, s
                     zoff = in(reg) a.rhs_zp as isize - codes as isize,
                     out = in(reg) out.as_mut_ptr(),
                     cc = out(reg) _,
+                    zeros = in(reg) ZEROS.0.as_ptr(),
                     t = out(reg) _,
                 )
             }

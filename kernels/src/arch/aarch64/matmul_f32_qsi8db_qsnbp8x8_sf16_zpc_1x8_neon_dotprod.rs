@@ -7,9 +7,10 @@
 //! register, the chunk's activations by one LD4R (four 8-K runs, each in both halves), each panel's 64-byte groups
 //! by one 4-register LD1. Budget per 32-K block of the 16 columns (32 SDOT): 32 field extractions (one per SDOT:
 //! the layout pairs K with K + 16 in a byte), 4 LD1 + 1 LD4R, and the block epilogue: 4 ADDP, 4 SCVTF, 2 LDR + 4
-//! FCVTL (scales), 1 LD1R + 4 FMUL (the block's activation scale; not in the row numerics), 4 FMLA, 8 MOVI, 4 for
-//! pointers and loop: 104, 3.25 per SDOT (zero points add 10). Measured (`scripts/aarch64/icount-kernel.sh`, M = 1,
-//! 2048 × 2048, qemu 7.2 `-cpu max,sve=off`, the whole kernel): 3.33 per SDOT, against 3.62 for the intrinsic body
+//! FCVTL (scales), 1 LD1R + 4 FMUL (the block's activation scale; not in the row numerics), 4 FMLA, 2 LD1 of zeros
+//! (the accumulators' restart, 4 per load: `sve_asm::ld1_zero`; 8 MOVI before), 4 for pointers and loop: 98, 3.06
+//! per SDOT (zero points add 10). Measured (`scripts/aarch64/icount-kernel.sh`, M = 1,
+//! 2048 × 2048, qemu 7.2 `-cpu max,sve=off`, the whole kernel): 3.15 per SDOT (3.33 with MOVI zeroing), against 3.62 for the intrinsic body
 //! (`super::qsnbp8x8_int8::gemv_unit`) it replaces there. The epilogue is a third of it: per 4 columns and block,
 //! 8 SDOT against ~7.5 instructions of ADDP, conversion, scales and zeroing, so at blocks of 32 this body stays
 //! above the ~2.7 per SDOT that 0.6× ORT's GEMV would need. Two rows, a last odd panel, 2- and 8-bit codes and
@@ -22,7 +23,7 @@
 
 use super::ops::store_row;
 use super::qsnbp8x8_int8::{NR, gemv_unit};
-use super::sve_asm::{asm_modes, chunk_loop, movi_zero, vector_asm};
+use super::sve_asm::{ZEROS, asm_modes, chunk_loop, ld1_zero, movi_zero, vector_asm};
 use crate::ukernel::RunArgs;
 
 /// # Safety
@@ -78,6 +79,7 @@ macro_rules! gemv_text {
         concat!(
             ".arch_extension dotprod\n",
             "movi v12.16b, #0xf0\n",
+            "// {zeros}\n",
             movi_zero!("0" "1" "2" "3" "4" "5" "6" "7"),
             movi_zero!("8" "9" "10" "11"),
             // Block loop.
@@ -104,7 +106,7 @@ macro_rules! gemv_text {
             "fmla v8.4s, v0.4s, v25.4s\n", "fmla v9.4s, v1.4s, v26.4s\n",
             "fmla v10.4s, v2.4s, v24.4s\n", "fmla v11.4s, v3.4s, v27.4s\n",
             gemv_text!(@zp $act $zp),
-            movi_zero!("0" "1" "2" "3" "4" "5" "6" "7"),
+            ld1_zero!(["0" "1" "2" "3"] ["4" "5" "6" "7"]),
             "add {r0}, {r0}, {rskip}\n", "add {r1}, {r1}, {rskip}\n",
             "subs {nb}, {nb}, #1\n",
             "b.ne 2b\n",
@@ -199,6 +201,7 @@ unsafe fn gemv_1x16(a: &RunArgs, panel: usize, lhs: *const i8, sa: *const f32, s
                     zoff = in(reg) a.rhs_zp as isize - codes as isize,
                     out = in(reg) out.as_mut_ptr(),
                     cc = out(reg) _,
+                    zeros = in(reg) ZEROS.0.as_ptr(),
                     t = out(reg) _,
                 )
             }

@@ -16,10 +16,11 @@
 //! Instruction budget per 32 K (one block of 32) × 4 columns × 8 rows, 4-bit codes, symmetric, per-block
 //! numerics, from the text (per SDOT: / 64): 64 SDOT; 4 loads of codes + 4 LD1 of 4 activation vectors, all
 //! post-indexed (0.125); 8 field extractions (SHL / AND, 0.125); per block 8 SCVTF, 8 FMUL (column scales × the
-//! row's block scale, by element: the per-block activation scale's cost), 8 FMLA, 8 MOVI (0.5); the block's
+//! row's block scale, by element: the per-block activation scale's cost), 8 FMLA, 2 LD1 of zeros (the
+//! accumulators' restart, 4 per load from `sve_asm::ZEROS`, where 8 MOVI took a vector-pipe slot each; 0.41); the block's
 //! scales LDR + FCVTL, the pair's 8 row scales one LDP (0.05); SUBS + B.NE once per two blocks (the record step is
-//! the last code load's post-index; 0.01). Total 116 = 1.81 per SDOT (the row numerics: 98 = 1.53, below; zero
-//! points add LDR of the corrections, LDP of the pair's sa·Σq and 8 FMLA: 126 = 1.97). At
+//! the last code load's post-index; 0.01). Total 110 = 1.72 per SDOT (116 = 1.81 with MOVI; the row numerics: 98 = 1.53,
+//! below; zero points add LDR of the corrections, LDP of the pair's sa·Σq and 8 FMLA: 120 = 1.88). At
 //! blocks of 128: 4 chunks of 82 (with the chunk loop) + 34 + 4 per 256 SDOT = 1.43. The numerics, the zero points
 //! and blocks of one chunk are compile-time modes of the text (eight asm blocks), so the loop has no branches on
 //! them.
@@ -55,7 +56,7 @@
 
 use super::ops::{Sums, for_each_block_weight, running_sums_fit, store_groups};
 use super::qsnbp8x4_int8::{MR, NR, gemm_group};
-use super::sve_asm::{asm_modes, movi_zero, vector_asm};
+use super::sve_asm::{ZEROS, asm_modes, ld1_zero, movi_zero, vector_asm};
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
 
@@ -220,6 +221,7 @@ macro_rules! tile_text {
     (@head) => {
         concat!(
             ".arch_extension dotprod\n",
+            "// {zeros}\n",
             "movi v28.16b, #0xf0\n",
             movi_zero!("0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15"),
         )
@@ -303,7 +305,7 @@ macro_rules! tile_text {
             "scvtf v6.4s, v6.4s, #4\n", "scvtf v7.4s, v7.4s, #4\n",
             tile_text!(@scale $act),
             tile_text!(@zp $zp),
-            movi_zero!("0" "1" "2" "3" "4" "5" "6" "7"),
+            ld1_zero!(["0" "1" "2" "3"] ["4" "5" "6" "7"]),
         )
     };
     // y += f32(acc)·(s·sa): the product s·sa first (by element of the pair's row scales), as `block_epilogue`.
@@ -406,6 +408,7 @@ unsafe fn tile_8x4(
                         dstride = in(reg) dstride,
                         bias = in(reg) bias.wrapping_add(step * quad),
                         cc = out(reg) _,
+                        zeros = in(reg) ZEROS.0.as_ptr(),
                     )
                 }
             };

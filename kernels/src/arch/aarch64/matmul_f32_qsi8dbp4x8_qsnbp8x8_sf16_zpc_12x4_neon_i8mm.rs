@@ -16,10 +16,12 @@
 //! Instruction budget per 32 K (one block of 32) × 4 columns × 12 rows, 4-bit codes, symmetric, per-block
 //! numerics, from the text (per SMMLA: / 48): 48 SMMLA; 2 + 12 LDP (codes, activations, post-indexed: no
 //! pointer arithmetic in the chunk; 0.29); 8 field extractions (SHL / AND, 0.17); per block 12 SCVTF, 12 FMUL
-//! (column × row scales: the per-block activation scale's cost), 12 FMLA, 12 MOVI (zeroing), 3 LDP (row scales), the
-//! half's column scales by LD2R (the pairs (s0 s1), (s2 s3), each in both halves of a register) + 2 FCVTL (1.06;
+//! (column × row scales: the per-block activation scale's cost), 12 FMLA, 3 LD1 of 64 zero bytes (zeroing: 4
+//! accumulators per load, from `sve_asm::ZEROS`; 12 MOVI took a vector-pipe slot each), 3 LDP (row scales), the
+//! half's column scales by LD2R (the pairs (s0 s1), (s2 s3), each in both halves of a register) + 2 FCVTL (0.88;
 //! the row numerics 0.52, below; zero points add one LD2R of the corrections, 3 LDP and 12 FMLA); 3 pointer
-//! steps, SUBS + B.NE (0.10). Total 126 = 2.63 per SMMLA (the 8 × 4 tile: 89 = 2.78). The numerics, the zero points and
+//! steps, SUBS + B.NE (0.10). Total 117 = 2.44 per SMMLA (the 8 × 4 tile: 83 = 2.59; with MOVI
+//! zeroing 126 and 89). The numerics, the zero points and
 //! blocks of one chunk are compile-time modes of the text (eight asm blocks per tile), so the loop has no
 //! branches on them. Measured (`scripts/aarch64/icount-kernel.sh`, 2048 × 2048, qemu -cpu max,sve=off, the
 //! whole kernel: storing the sums included): 2.79 per SMMLA at M = 32 and at M = 128 (2.95 and 2.83 while each
@@ -39,8 +41,8 @@
 //!
 //! The one-group tile per 32 K × 8 columns × 4 rows: 32 SMMLA; 2 LD1 of 64 code bytes and 4 LDP of activations,
 //! post-indexed (0.19); 16 field extractions (0.5: each field serves one row pair less than in the 12-row tile);
-//! per block 8 SCVTF, 8 FMUL, 8 FMLA, 8 MOVI, the 8 column scales LD4R (the 4 pairs, each in both halves of a
-//! register) + 4 FCVTL, the row pairs' LDP, 4 for pointers and loop (1.28). Total 96 = 3.0 per SMMLA (with zero
+//! per block 8 SCVTF, 8 FMUL, 8 FMLA, 2 LD1 of zeros (8 MOVI before), the 8 column scales LD4R (the 4 pairs, each in both halves of a
+//! register) + 4 FCVTL, the row pairs' LDP, 4 for pointers and loop (1.09). Total 90 = 2.81 per SMMLA (96 with MOVI) (with zero
 //! points + 10: one LD4R of the corrections as pairs, an LDP, 8 FMLA); measured at M = 4 (2048 × 2048,
 //! max,sve=off, the whole kernel): 3.09 per SMMLA (3.15 with LDR + FCVTL + FCVTL2 + 4 DUP, and with zero points
 //! 15 instructions more per block), against 3.54 for the intrinsic body it replaces there. Whole call at M = 4
@@ -60,7 +62,7 @@
 use super::ops::Sums;
 use super::qsnbp8x8_int8::MR;
 use super::qsnbp8x8_tiles::{ColumnScales, row_pairs, run_tiles};
-use super::sve_asm::{asm_modes, chunk_loop, movi_zero, vector_asm};
+use super::sve_asm::{ZEROS, asm_modes, chunk_loop, ld1_zero, movi_zero, vector_asm};
 use crate::ukernel::RunArgs;
 
 /// # Safety
@@ -93,6 +95,7 @@ macro_rules! tile_text {
        $ro:literal $qo:literal $oo:literal);+) => {
         concat!(
             ".arch_extension i8mm\n",
+            "// {zeros}\n",
             "movi v30.16b, #0xf0\n",
             $("movi v", $c0, ".4s, #0\n", "movi v", $c1, ".4s, #0\n", "movi v", $c2, ".4s, #0\n",
               "movi v", $c3, ".4s, #0\n", "movi v", $s0, ".4s, #0\n", "movi v", $s1, ".4s, #0\n",
@@ -155,9 +158,7 @@ macro_rules! tile_text {
     (@rowstep $act:ident zp) => { "add {rowp}, {rowp}, {rbytes}\n" };
     (@rowstep $act:ident nozp) => { "// {rowp} {rbytes}\n" };
     // The per-block numerics restart the block's int32 sums; the row numerics keep them running.
-    (@restart block $c0:literal $c1:literal $c2:literal $c3:literal) => {
-        concat!("movi v", $c0, ".4s, #0\n", "movi v", $c1, ".4s, #0\n", "movi v", $c2, ".4s, #0\n", "movi v", $c3, ".4s, #0\n")
-    };
+    (@restart block $c0:literal $c1:literal $c2:literal $c3:literal) => { ld1_zero!([$c0 $c1 $c2 $c3]) };
     (@restart rowsum $c0:literal $c1:literal $c2:literal $c3:literal) => { "" };
     // The block's int32 sums converted in place (they restart after the block).
     (@scale block $c0:literal $c1:literal $c2:literal $c3:literal $s0:literal $s1:literal $s2:literal $s3:literal
@@ -239,6 +240,7 @@ macro_rules! tile_fn {
                                 out = in(reg) out.as_mut_ptr().wrapping_add(4 * half),
                                 cs = inout(reg) cols.as_ptr().wrapping_add(8 * half) => _,
                                 cc = out(reg) _,
+                                zeros = in(reg) ZEROS.0.as_ptr(),
                             )
                         }
                     };
@@ -276,6 +278,7 @@ macro_rules! tile1_text {
     ($act:ident $zp:ident $chunks:ident) => {
         concat!(
             ".arch_extension i8mm\n",
+            "// {zeros}\n",
             "movi v26.16b, #0xf0\n",
             movi_zero!("0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15"),
             // Block loop.
@@ -345,7 +348,7 @@ macro_rules! tile1_text {
             "// {sp} {rrec}\n",
         )
     };
-    (@restart block) => { movi_zero!("0" "1" "2" "3" "4" "5" "6" "7") };
+    (@restart block) => { ld1_zero!(["0" "1" "2" "3"] ["4" "5" "6" "7"]) };
     (@restart row) => { tile1_text!(@restart block) };
     (@restart rowsum) => { "" };
     // y += f32(acc)·(s·sa): the row pairs' scales [sa0 sa0 sa1 sa1], [sa2 sa2 sa3 sa3] times the column pairs'.
@@ -435,6 +438,7 @@ pub(crate) unsafe fn tile_4x8(a: &RunArgs, panel: usize, g: usize, cols: &Column
                     out = in(reg) out.as_mut_ptr(),
                     cs = inout(reg) cols.as_ptr() => _,
                     cc = out(reg) _,
+                    zeros = in(reg) ZEROS.0.as_ptr(),
                 )
             }
         };

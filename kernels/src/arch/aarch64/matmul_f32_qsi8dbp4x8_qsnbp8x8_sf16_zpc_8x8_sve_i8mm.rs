@@ -13,7 +13,8 @@
 //!
 //! Instruction budget per 32 K (one block of 32) × 8 columns × 8 rows, 4-bit codes, symmetric, per-block
 //! numerics (per SVE SMMLA: / 32): 32 SMMLA; 4 code loads + 16 activation loads (0.63); 8 field extractions
-//! (0.25); per block 8 DUP (zeroing), 8 SCVTF, 8 FMUL (row × column scales), 8 FMLA, 2 + 4 scale loads (1.06; the
+//! (0.25); per block 2 NEON LD1 of zeros (zeroing 4 accumulators each, their bits above 128 included; 8 DUP
+//! before), 8 SCVTF, 8 FMUL (row × column scales), 8 FMLA, 2 + 4 scale loads (0.88; the
 //! row numerics keep running sums over all blocks (the Abel weights of `ops::for_each_block_weight`, as the NEON
 //! i8mm tiles): no DUP, no FMUL, 2 loads: 0.56; zero points add 4 loads and 8 FMLA); loop ~9 (0.28). Total
 //! ~3.2 per SVE SMMLA = ~1.6 per NEON-SMMLA-equivalent (the NEON 4×8 tile measures 3.37). The column scales
@@ -248,6 +249,7 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, out
             e24 = in(reg) 24usize,
             xc = out(reg) _,
             cc = out(reg) _,
+            zeros = in(reg) super::sve_asm::ZEROS.0.as_ptr(),
         );
     }
 }

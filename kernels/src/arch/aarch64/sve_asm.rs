@@ -53,6 +53,24 @@ macro_rules! movi_zero {
 }
 pub(crate) use movi_zero;
 
+/// 64 zero bytes, what the NEON asm tiles restart their int32 block accumulators from: one LD1 of four registers
+/// ([`ld1_zero`]) zeroes four accumulators, where MOVI takes one instruction each (and a slot on the vector pipes
+/// that the tiles' SMMLA / SDOT are bound by; the loads issue on the load pipes, which the tiles leave mostly idle).
+/// An AdvSIMD write also zeroes the Z register's bits above 128, so this serves SVE code too.
+#[repr(C, align(64))]
+pub(crate) struct Zeros(pub(crate) [u8; 64]);
+
+pub(crate) static ZEROS: Zeros = Zeros([0; 64]);
+
+/// `ld1 {vA.16b - vD.16b}, [{zeros}]` for each listed quadruple of consecutive registers: four accumulators zeroed
+/// from [`ZEROS`] (the asm's `zeros` operand) per instruction.
+macro_rules! ld1_zero {
+    ($([$a:literal $b:literal $c:literal $d:literal])+) => {
+        concat!($("ld1 {{v", $a, ".16b, v", $b, ".16b, v", $c, ".16b, v", $d, ".16b}}, [{zeros}]\n",)+)
+    };
+}
+pub(crate) use ld1_zero;
+
 /// The chunk loop inside the block loop of the whole-loop NEON kernels, `head` / `tail` of one mode (`asm_modes!`'s
 /// `one` | `many`): blocks of one 32-K chunk have no loop (`{cc}` and `{chunks}` named in a comment only), longer ones
 /// count `{chunks}` down in `{cc}` (label 3).
@@ -84,19 +102,11 @@ macro_rules! sve_asm {
 }
 pub(crate) use sve_asm;
 
-/// Zeroes the 8 int32 accumulators z0–z7.
+/// Zeroes the 8 int32 accumulators z0–z7: two NEON LD1 of [`ZEROS`] (the asm's `zeros` operand; an AdvSIMD
+/// write zeroes a Z register's bits above 128), where DUP takes one instruction per register.
 macro_rules! zero_acc {
     () => {
-        concat!(
-            "dup z0.s, #0\n",
-            "dup z1.s, #0\n",
-            "dup z2.s, #0\n",
-            "dup z3.s, #0\n",
-            "dup z4.s, #0\n",
-            "dup z5.s, #0\n",
-            "dup z6.s, #0\n",
-            "dup z7.s, #0\n",
-        )
+        $crate::arch::aarch64::sve_asm::ld1_zero!(["0" "1" "2" "3"] ["4" "5" "6" "7"])
     };
 }
 pub(crate) use zero_acc;
