@@ -124,6 +124,7 @@ unsafe fn pass(a: &RunArgs, panel: usize, row: &RowBlocks, out: &mut [f32; 64]) 
     // buffers (the caller's guarantee); writes: the 64 f32 of `out`. Every vector, predicate and scratch register
     // the block touches is declared; d8–d15 (callee-saved) are clobbered and saved by the compiler; the flags are
     // clobbered.
+    // The accumulators restart from the 64 bytes of `sve_asm::ZEROS` (a static).
     unsafe {
         sve_asm!(
             ".arch_extension sve",

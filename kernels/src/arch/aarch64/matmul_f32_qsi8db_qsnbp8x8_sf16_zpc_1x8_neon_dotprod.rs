@@ -186,6 +186,7 @@ unsafe fn gemv_1x16(a: &RunArgs, panel: usize, lhs: *const i8, sa: *const f32, s
             // tile's buffers (the caller's guarantee); the pointers step past the last block without reading
             // there. Writes: `out`'s 16 f32. Every vector register the block touches is declared; d8–d15
             // (callee-saved) are clobbered and saved by the compiler; the flags are clobbered; no stack use.
+            // The accumulators restart from the 64 bytes of `sve_asm::ZEROS` (a static).
             unsafe {
                 vector_asm!(
                     [] gemv_text!($act $zp $chunks),

@@ -390,6 +390,7 @@ unsafe fn tile_8x4(
                 // 8 rows × 4 columns from `dst` + 4·quad, `dstride` bytes apart (the caller's guarantee). Every
                 // vector register the block touches is declared; d8–d15 (callee-saved) are clobbered and saved by
                 // the compiler; the flags are clobbered (no preserves_flags); no stack use.
+                // The accumulators restart from the 64 bytes of `sve_asm::ZEROS` (a static).
                 unsafe {
                     vector_asm!(
                         [] tile_text!($act $zp $chunks),

@@ -224,6 +224,7 @@ macro_rules! tile_fn {
                         // f32). Every vector register the block touches is declared; d8–d15 (callee-saved) are
                         // clobbered and saved by the compiler; the flags are clobbered (no preserves_flags); no
                         // stack use.
+                        // The accumulators restart from the 64 bytes of `sve_asm::ZEROS` (a static).
                         unsafe {
                             vector_asm!(
                                 [] tile_text!($act $zp $chunks; $($groups)+),
@@ -422,6 +423,7 @@ pub(crate) unsafe fn tile_4x8(a: &RunArgs, panel: usize, g: usize, cols: &Column
             // reading there. Writes: the group's 4 rows × 8 columns of `out`. Every vector register the block
             // touches is declared; d8–d15 (callee-saved) are clobbered and saved by the compiler; the flags are
             // clobbered; no stack use.
+            // The accumulators restart from the 64 bytes of `sve_asm::ZEROS` (a static).
             unsafe {
                 vector_asm!(
                     [] tile1_text!($act $zp $chunks),

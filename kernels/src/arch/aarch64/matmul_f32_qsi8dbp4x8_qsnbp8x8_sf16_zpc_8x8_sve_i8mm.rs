@@ -121,6 +121,7 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, out
     // the tile's buffers (the caller's guarantee). Writes: the 64 f32 of `out`. Every vector, predicate and
     // scratch register the block touches is declared; d8–d15 (callee-saved) are clobbered and saved by the
     // compiler; the flags are clobbered (no preserves_flags).
+    // The accumulators restart from the 64 bytes of `sve_asm::ZEROS` (a static).
     unsafe {
         sve_asm!(
             ".arch_extension sve",
