@@ -130,17 +130,26 @@ B='' N=''
 [ -t 1 ] && B=$'\033[1m' N=$'\033[0m'   # bold step headers on a terminal only
 declare -a SUMMARY=()
 failed=0
+# Each step's output (stdout and stderr) is also kept in $STEP_LOGS/NN.log; the last lines of every failed step's
+# log are printed again after the summary, so a CI record that keeps only the end of the output still says why.
+STEP_LOGS=$TARGET/test-logs
+rm -rf "$STEP_LOGS" && mkdir -p "$STEP_LOGS"
+declare -a FAILED_LOGS=()
 # step NAME CMD... — runs CMD, records "PASS|FAIL  seconds  NAME".
 step() {
     local name=$1; shift
     printf '\n%s==> %s%s\n    $ %s\n' "$B" "$name" "$N" "$*"
-    local t0=$SECONDS rc=0
-    "$@" || rc=$?
+    local t0=$SECONDS rc=0 log
+    log=$STEP_LOGS/$(printf '%02d' ${#SUMMARY[@]}).log
+    # the command runs in this shell (a function may set variables); tee is waited for before the log is read
+    "$@" > >(tee "$log") 2>&1 || rc=$?
+    wait $! 2>/dev/null || true
     local dt=$((SECONDS - t0))
     if [ $rc = 0 ]; then
         SUMMARY+=("$(printf 'PASS  %4ds  %s' "$dt" "$name")")
     else
         SUMMARY+=("$(printf 'FAIL  %4ds  %s (exit %d)' "$dt" "$name" "$rc")")
+        FAILED_LOGS+=("$name"$'\t'"$log")
         failed=1
     fi
 }
@@ -320,6 +329,7 @@ if [ $quick = 0 ]; then
         SUMMARY+=("$(printf 'PASS  %4ds  %s' $((SECONDS - A64_T0)) "$a64_name")")
     else
         SUMMARY+=("$(printf 'FAIL  %4ds  %s (exit %d)' $((SECONDS - A64_T0)) "$a64_name" "$a64_rc")")
+        FAILED_LOGS+=("$a64_name"$'\t'"$A64_LOG")
         failed=1
     fi
 else
@@ -335,6 +345,12 @@ printf '    %s\n' "${SUMMARY[@]}"
 if [ $failed = 0 ]; then
     echo "ALL PASSED"
 else
+    for entry in "${FAILED_LOGS[@]}"; do
+        printf '\n==> the end of the failed step "%s" (whole log: %s)\n' "${entry%%$'\t'*}" "${entry#*$'\t'}"
+        tail -n 30 "${entry#*$'\t'}" | sed 's/^/    | /'
+    done
+    printf '\n'
+    printf '%s\n' "${SUMMARY[@]}" | grep '^FAIL' | sed 's/^/    /'
     echo "FAILED"
 fi
 exit $failed
