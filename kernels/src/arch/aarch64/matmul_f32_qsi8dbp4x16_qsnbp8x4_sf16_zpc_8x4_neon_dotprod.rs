@@ -4,8 +4,8 @@
 //! (v8–v15), a group's 4 rows of one 16-K run of activations (v16–v19, one LD1 of 64 bytes), the chunk's 4 code
 //! vectors of the quad (v20–v23, later their high fields in place), their low fields (v24–v27), the field mask
 //! (v28). A panel is two such tiles (column quads); a tile's activations are read once per quad. A last single
-//! row group (and 2- and 8-bit codes, blocks of 16) runs the intrinsic 4 × 8 body of the same layout
-//! (`super::qsnbp8x4_int8::gemm_group`).
+//! row group (M = 4 is one) runs a one-group asm tile of the panel's 8 columns (`tile_4x8`, below); 2- and 8-bit
+//! codes and blocks of 16 run the intrinsic 4 × 8 body of the same layout (`super::qsnbp8x4_int8::gemm_group`).
 //!
 //! Why 8 × 4: per 32 K a column quad's 4 code vectors (4 loads, 8 field extractions) serve 8 rows, twice the
 //! 4 × 8 tile's sharing (field extraction 0.125 per SDOT instead of 0.25), and 8 + 8 accumulators leave room for
@@ -40,6 +40,18 @@
 //! Measured per call (2048 × 2048, neoverse-n1, the first call, which also computes the weights' column sums once:
 //! a GEMV over ones): M = 32 16331056 → 15496272 instructions (1.73 → 1.64 per SDOT), M = 64 30513200 → 28839504
 //! (1.71 → 1.62), with zero points (M = 32) 17946832 → 17112144 (1.90 → 1.81).
+//!
+//! The one-group tile (`tile_4x8`, `group_text!`) holds 4 rows × both column quads: 8 accumulators, 8 sums, both
+//! runs of the chunk's activations (8 vectors), two code groups and one group's low fields. Each code group's two
+//! quad vectors serve 4 rows of both runs (16 SDOT per 2 SHL + 2 AND), and a chunk takes 2 LD1 of 64 bytes of
+//! codes and 2 of activations. Budget per 32 K × 8 columns × 4 rows (64 SDOT): 4 loads, 16 field extractions; per
+//! block LDR of the 8 column scales + 2 FCVTL, LDR of the group's 4 row scales (consecutive per block:
+//! group-major, no per-call layout), 8 SCVTF, 8 FMUL, 8 FMLA, 2 LD1 of zeros; the loop 1: 115 = 1.80 per SDOT.
+//! The row numerics restart per block where no weights are laid out (a lone group: M = 4; LDR + 2 FCVTL, 8 SCVTF,
+//! 8 FMLA, 2 LD1 of zeros: 106 = 1.66), and sum by parts with the pair tiles' weights otherwise (102 = 1.59).
+//! Measured (the symbol, per call, 2048 × 2048, neoverse-n1): 1.81 per SDOT at M = 4, the row numerics 1.67
+//! (M = 4) and 1.61 (M = 12); the intrinsic body it replaces took 2.06 / 1.91. The whole call at M = 4: −11.4%
+//! (row −12.0%, zero points −10.4% / −11.0%).
 //!
 //! The epilogue is `y += f32(acc)·(s·sa) [+ c·sq]` (row numerics: `y += f32(S)·w [+ c·sq]`, above),
 //! `ops::block_epilogue`'s formula in its order of roundings, with f32(acc) converted with 4 fraction bits (the
@@ -112,9 +124,23 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         }
         for g in 2 * pairs..groups {
             let real = (a.rows - g * MR).min(MR);
-            // SAFETY: row group g is the tile's (whole, padding rows zero), so are its scales, sums and the output
-            // rows of its `real` rows (RunArgs contract); panel is the tile's; the CPU has dotprod.
-            unsafe { crate::arch::dispatch!(gemm_group::<>(a, panel, g, real); bits(a.bits)) }
+            if !asm {
+                // SAFETY: row group g is the tile's (whole, padding rows zero), so are its scales, sums and the
+                // output rows of its `real` rows (RunArgs contract); panel is the tile's; the CPU has dotprod.
+                unsafe { crate::arch::dispatch!(gemm_group::<>(a, panel, g, real); bits(a.bits)) }
+            } else if real == MR && (panel + 1) * NR <= a.cols {
+                let bias = if a.bias.is_null() { NO_BIAS.as_ptr() } else { a.bias.wrapping_add(panel * NR) };
+                let dst = a.dst.wrapping_add(g * MR * a.dst_stride + panel * NR);
+                // SAFETY: group g and panel are the tile's, 4-bit codes in 32-K chunks (checked above); its 4 rows
+                // and the panel's 8 columns are real (checked), inside dst and bias; the CPU has dotprod.
+                unsafe { tile_4x8(a, panel, g, &weights, dst, 4 * a.dst_stride, bias) };
+            } else {
+                let mut out: Sums = [0f32; 96];
+                // SAFETY: as above; the sums go to `out` (rows 8 f32 apart), the bias is added by store_groups.
+                unsafe { tile_4x8(a, panel, g, &weights, out.as_mut_ptr(), 32, NO_BIAS.as_ptr()) };
+                // SAFETY: the tile's group and panel (store_groups stores only real rows and columns).
+                unsafe { store_groups(a, panel, g, 1, &out) };
+            }
         }
     }
 }
@@ -172,7 +198,7 @@ impl PairScales {
 }
 
 /// Bias for tiles whose sums leave through [`Sums`] (`store_groups` adds the bias) and for a null bias.
-static NO_BIAS: [f32; 4] = [0.0; 4];
+static NO_BIAS: [f32; 8] = [0.0; 8];
 
 /// The asm text of the 8 × 4 tile over all blocks, for one mode: `$act` `block` (y += f32(acc)·(s·sa)) or `row`
 /// (y += f32(acc)·s), `$zp` `zp` (+ c·sq) or `nozp`, `$chunks` `one` (blocks of 32 K: no chunk loop, two blocks
@@ -414,6 +440,248 @@ unsafe fn tile_8x4(
                 }
             };
         }
+        asm_modes!(tile_asm; rowsum; a.row != 0, a.has_zp != 0, one)
+    }
+}
+
+/// The asm text of the one-group tile (4 rows × the panel's 8 columns) over all blocks, for one mode (as
+/// `tile_text!`'s: `$act` `block` | `rowsum`, `$zp` `zp` | `nozp`, `$chunks` `one` | `many`). Registers:
+/// accumulators v0–v7 (row r, column quad q: v(2r + q)), sums v8–v15 (the same order: a row's 8 columns are two
+/// consecutive registers), the chunk's activations v16–v19 (run 0, rows 0..3) and v20–v23 (run 1), the codes of
+/// two code groups v24–v27 (group j quad 0, quad 1, group j + 1 quad 0, quad 1; their high fields in place), the
+/// low fields of one group v28, v29, the mask v31; in the epilogue v16–v23 hold the products (or the converted
+/// sums), v24–v30 scales, corrections and sq. Each code group's two quads serve the 4 rows of both runs: 16 SDOT
+/// per 4 field extractions, and per chunk 2 code loads and 2 activation loads of 64 bytes (`{rec}`, `{a0}`
+/// post-indexed; the block's last code load steps to the next record in `one` mode). `{rs}` / `{rq}` walk the
+/// group's 4 scales / Σq per block (group-major: consecutive), `{ws}` the panel's laid-out weights (8 per block).
+/// The sums leave plus the 8 f32 at `{bias}`, 4 rows `{dstride}` bytes apart from `{dst}`.
+#[rustfmt::skip]
+macro_rules! group_text {
+    ($act:ident $zp:ident one) => {
+        concat!(
+            group_text!(@head),
+            "tbnz {odd}, #0, 5f\n",
+            "4:\n",
+            group_text!(@block $act $zp one),
+            "5:\n",
+            group_text!(@block $act $zp one),
+            "subs {nb}, {nb}, #2\n",
+            "b.ne 4b\n",
+            group_text!(@tail),
+        )
+    };
+    ($act:ident $zp:ident many) => {
+        concat!(
+            group_text!(@head),
+            "// {odd}\n",
+            "2:\n",
+            "mov {cc}, {chunks}\n",
+            "3:\n",
+            group_text!(@chunk "ld1 {{v24.16b, v25.16b, v26.16b, v27.16b}}, [{rec}], #64\n"),
+            "subs {cc}, {cc}, #1\n",
+            "b.ne 3b\n",
+            group_text!(@epilogue $act $zp),
+            "add {rec}, {rec}, {rstep}\n",
+            "subs {nb}, {nb}, #1\n",
+            "b.ne 2b\n",
+            group_text!(@tail),
+        )
+    };
+    (@head) => {
+        concat!(
+            ".arch_extension dotprod\n",
+            "movi v31.16b, #0xf0\n",
+            ld1_zero!(["0" "1" "2" "3"] ["4" "5" "6" "7"] ["8" "9" "10" "11"] ["12" "13" "14" "15"]),
+        )
+    };
+    (@tail) => {
+        concat!(
+            "ldp q16, q17, [{bias}]\n",
+            "fadd v8.4s, v8.4s, v16.4s\n", "fadd v9.4s, v9.4s, v17.4s\n", "fadd v10.4s, v10.4s, v16.4s\n",
+            "fadd v11.4s, v11.4s, v17.4s\n", "fadd v12.4s, v12.4s, v16.4s\n", "fadd v13.4s, v13.4s, v17.4s\n",
+            "fadd v14.4s, v14.4s, v16.4s\n", "fadd v15.4s, v15.4s, v17.4s\n",
+            "st1 {{v8.4s, v9.4s}}, [{dst}], {dstride}\n", "st1 {{v10.4s, v11.4s}}, [{dst}], {dstride}\n",
+            "st1 {{v12.4s, v13.4s}}, [{dst}], {dstride}\n", "st1 {{v14.4s, v15.4s}}, [{dst}], {dstride}\n",
+        )
+    };
+    (@block $act:ident $zp:ident one) => {
+        concat!(
+            "// {cc} {chunks}\n",
+            group_text!(@chunk "ld1 {{v24.16b, v25.16b, v26.16b, v27.16b}}, [{rec}], {rstep}\n"),
+            group_text!(@epilogue $act $zp),
+        )
+    };
+    // One 32-K chunk (`$last`: the load of code groups 2 and 3).
+    (@chunk $last:literal) => {
+        concat!(
+            "ld1 {{v16.16b, v17.16b, v18.16b, v19.16b}}, [{a0}], #64\n",
+            "ld1 {{v20.16b, v21.16b, v22.16b, v23.16b}}, [{a0}], #64\n",
+            "ld1 {{v24.16b, v25.16b, v26.16b, v27.16b}}, [{rec}], #64\n",
+            group_text!(@group 24 25 0), group_text!(@group 26 27 1),
+            $last,
+            group_text!(@group 24 25 2), group_text!(@group 26 27 3),
+        )
+    };
+    // Code group `$j` (its quads' codes in `$q0`, `$q1`): the low fields (run 0) into v28, v29, the high ones (run
+    // 1) in place, each against element `$j` of the 4 rows' activations of its run.
+    (@group $q0:literal $q1:literal $j:literal) => {
+        concat!(
+            "shl v28.16b, v", $q0, ".16b, #4\n", "shl v29.16b, v", $q1, ".16b, #4\n",
+            "and v", $q0, ".16b, v", $q0, ".16b, v31.16b\n", "and v", $q1, ".16b, v", $q1, ".16b, v31.16b\n",
+            group_text!(@rows "28" "29" 16 17 18 19 $j),
+            group_text!(@rows $q0 $q1 20 21 22 23 $j),
+        )
+    };
+    (@rows $f0:literal $f1:literal $a0:literal $a1:literal $a2:literal $a3:literal $j:literal) => {
+        concat!(
+            "sdot v0.4s, v", $f0, ".16b, v", $a0, ".4b[", $j, "]\n", "sdot v1.4s, v", $f1, ".16b, v", $a0, ".4b[", $j, "]\n",
+            "sdot v2.4s, v", $f0, ".16b, v", $a1, ".4b[", $j, "]\n", "sdot v3.4s, v", $f1, ".16b, v", $a1, ".4b[", $j, "]\n",
+            "sdot v4.4s, v", $f0, ".16b, v", $a2, ".4b[", $j, "]\n", "sdot v5.4s, v", $f1, ".16b, v", $a2, ".4b[", $j, "]\n",
+            "sdot v6.4s, v", $f0, ".16b, v", $a3, ".4b[", $j, "]\n", "sdot v7.4s, v", $f1, ".16b, v", $a3, ".4b[", $j, "]\n",
+        )
+    };
+    // The row numerics over running sums: y += f32(S)·w, the panel's 8 laid-out weights of the block.
+    (@epilogue rowsum $zp:ident) => {
+        concat!(
+            "ldp q24, q25, [{ws}], #32\n", "// {soff} {rs}\n",
+            "scvtf v16.4s, v0.4s\n", "scvtf v17.4s, v1.4s\n", "scvtf v18.4s, v2.4s\n", "scvtf v19.4s, v3.4s\n",
+            "scvtf v20.4s, v4.4s\n", "scvtf v21.4s, v5.4s\n", "scvtf v22.4s, v6.4s\n", "scvtf v23.4s, v7.4s\n",
+            "fmla v8.4s, v16.4s, v24.4s\n", "fmla v9.4s, v17.4s, v25.4s\n",
+            "fmla v10.4s, v18.4s, v24.4s\n", "fmla v11.4s, v19.4s, v25.4s\n",
+            "fmla v12.4s, v20.4s, v24.4s\n", "fmla v13.4s, v21.4s, v25.4s\n",
+            "fmla v14.4s, v22.4s, v24.4s\n", "fmla v15.4s, v23.4s, v25.4s\n",
+            group_text!(@zp row $zp),
+        )
+    };
+    // The row numerics restarting the accumulators per block (a lone group: no weights laid out): y += f32(acc)·s.
+    (@epilogue row $zp:ident) => {
+        concat!(
+            "// {ws} {rs}\n",
+            "ldr q24, [{rec}, {soff}]\n",
+            "fcvtl v25.4s, v24.4h\n", "fcvtl2 v26.4s, v24.8h\n",
+            group_text!(@convert),
+            "fmla v8.4s, v0.4s, v25.4s\n", "fmla v9.4s, v1.4s, v26.4s\n",
+            "fmla v10.4s, v2.4s, v25.4s\n", "fmla v11.4s, v3.4s, v26.4s\n",
+            "fmla v12.4s, v4.4s, v25.4s\n", "fmla v13.4s, v5.4s, v26.4s\n",
+            "fmla v14.4s, v6.4s, v25.4s\n", "fmla v15.4s, v7.4s, v26.4s\n",
+            group_text!(@zp row $zp),
+            ld1_zero!(["0" "1" "2" "3"] ["4" "5" "6" "7"]),
+        )
+    };
+    // The int32 sums (16 × the products: the fields' factor) converted with 4 fraction bits (exact).
+    (@convert) => {
+        concat!(
+            "scvtf v0.4s, v0.4s, #4\n", "scvtf v1.4s, v1.4s, #4\n", "scvtf v2.4s, v2.4s, #4\n",
+            "scvtf v3.4s, v3.4s, #4\n", "scvtf v4.4s, v4.4s, #4\n", "scvtf v5.4s, v5.4s, #4\n",
+            "scvtf v6.4s, v6.4s, #4\n", "scvtf v7.4s, v7.4s, #4\n",
+        )
+    };
+    // Per-block numerics: the panel's 8 column scales (f16, at `{soff}` from `{rec}` here), the group's 4 row
+    // scales; y += f32(acc)·(s·sa), the product first (as `block_epilogue`); the accumulators restart.
+    (@epilogue block $zp:ident) => {
+        concat!(
+            "// {ws}\n",
+            "ldr q24, [{rec}, {soff}]\n",
+            "ldr q27, [{rs}], #16\n",
+            "fcvtl v25.4s, v24.4h\n", "fcvtl2 v26.4s, v24.8h\n",
+            group_text!(@convert),
+            "fmul v16.4s, v25.4s, v27.s[0]\n", "fmul v17.4s, v26.4s, v27.s[0]\n",
+            "fmul v18.4s, v25.4s, v27.s[1]\n", "fmul v19.4s, v26.4s, v27.s[1]\n",
+            "fmul v20.4s, v25.4s, v27.s[2]\n", "fmul v21.4s, v26.4s, v27.s[2]\n",
+            "fmul v22.4s, v25.4s, v27.s[3]\n", "fmul v23.4s, v26.4s, v27.s[3]\n",
+            "fmla v8.4s, v0.4s, v16.4s\n", "fmla v9.4s, v1.4s, v17.4s\n",
+            "fmla v10.4s, v2.4s, v18.4s\n", "fmla v11.4s, v3.4s, v19.4s\n",
+            "fmla v12.4s, v4.4s, v20.4s\n", "fmla v13.4s, v5.4s, v21.4s\n",
+            "fmla v14.4s, v6.4s, v22.4s\n", "fmla v15.4s, v7.4s, v23.4s\n",
+            group_text!(@zp block $zp),
+            ld1_zero!(["0" "1" "2" "3"] ["4" "5" "6" "7"]),
+        )
+    };
+    // y += c·sq: the panel's 8 corrections (f32, at `{zoff}` / `{zoff16}` from `{rec}`), the group's 4 Σq of the
+    // block (int32) as f32, times the row scales (v27) in the per-block numerics (sq = sa·Σq, as PairScales).
+    (@zp $act:ident zp) => {
+        concat!(
+            "ldr q28, [{rec}, {zoff}]\n", "ldr q29, [{rec}, {zoff16}]\n",
+            "ldr q30, [{rq}], #16\n",
+            "scvtf v30.4s, v30.4s\n",
+            group_text!(@sq $act),
+            "fmla v8.4s, v28.4s, v30.s[0]\n", "fmla v9.4s, v29.4s, v30.s[0]\n",
+            "fmla v10.4s, v28.4s, v30.s[1]\n", "fmla v11.4s, v29.4s, v30.s[1]\n",
+            "fmla v12.4s, v28.4s, v30.s[2]\n", "fmla v13.4s, v29.4s, v30.s[2]\n",
+            "fmla v14.4s, v28.4s, v30.s[3]\n", "fmla v15.4s, v29.4s, v30.s[3]\n",
+        )
+    };
+    (@zp $act:ident nozp) => { "// {zoff} {zoff16} {rq}\n" };
+    (@sq block) => { "fmul v30.4s, v27.4s, v30.4s\n" };
+    (@sq row) => { "" };
+}
+
+/// Row group `g` × the 8 columns of `panel`, over all K, in one of `group_text!`'s eight modes chosen per call; the
+/// sums plus the 8 f32 at `bias` leave as 4 rows `dstride` bytes apart from `dst`.
+///
+/// # Safety
+/// The CPU has neon and dotprod; `a` satisfies the `RunArgs` contract for a `qsi8dbp4x16` LHS and a 4-bit
+/// `qsnbp8x4` RHS (f16 scales) with blocks of whole 32-K chunks; group `g` and `panel` are the tile's; `weights`
+/// the panel's laid-out Abel weights in the row numerics; `dst` holds 4 rows × 8 f32 `dstride` bytes apart,
+/// `bias` 8 f32.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn tile_4x8(
+    a: &RunArgs,
+    panel: usize,
+    g: usize,
+    weights: &[f32],
+    dst: *mut f32,
+    dstride: usize,
+    bias: *const f32,
+) {
+    debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
+    debug_assert!(weights.is_empty() || weights.len() == 8 * a.blocks);
+    debug_assert!((g + 1) * MR <= a.rows.next_multiple_of(MR) && panel < a.cols.div_ceil(NR));
+    let chunks = a.bl / 32;
+    let one = chunks == 1;
+    // Bytes of a record's codes the post-indexed loads of a block walk (one chunk: but the last load, which steps
+    // to the next record), and how far past the record's start `{rec}` is in the epilogue.
+    let walked = if one { 64 } else { 128 * chunks };
+    let ahead = if one { a.rhs_record } else { 128 * chunks } as isize;
+    let at = g * MR * a.blocks;
+    macro_rules! tile_asm {
+        ($act:ident $zp:ident $chunks:ident) => {
+            // SAFETY: reads: per block, the record's codes (128 bytes per chunk), its 8 scales (and 8 corrections
+            // with zero points), the group's 128 bytes per chunk (2 runs of 16 K × 4 rows), its 4 row scales (not
+            // in the row numerics) and with zero points its 4 Σq, and in the row numerics the panel's 8 laid-out
+            // weights (`weights`), for a.blocks blocks: all inside the tile's buffers (the caller's guarantee); the
+            // pointers step past the last block without reading there; 8 f32 of bias; the 64 bytes of
+            // `sve_asm::ZEROS` (a static). Writes: 4 rows × 8 columns from `dst`, `dstride` bytes apart (the
+            // caller's guarantee). Every vector register the block touches is declared; d8–d15 (callee-saved) are
+            // clobbered and saved by the compiler; the flags are clobbered (no preserves_flags); no stack use.
+            unsafe {
+                vector_asm!(
+                    [] group_text!($act $zp $chunks),
+                    rec = inout(reg) a.rhs.wrapping_add(panel * a.rhs_panel_stride) => _,
+                    rstep = in(reg) a.rhs_record - walked,
+                    chunks = in(reg) chunks,
+                    nb = inout(reg) if one { a.blocks.next_multiple_of(2) } else { a.blocks } => _,
+                    odd = in(reg) a.blocks,
+                    a0 = inout(reg) a.lhs.wrapping_add(g * MR * a.lhs_stride) => _,
+                    soff = in(reg) a.rhs_scales as isize - ahead,
+                    zoff = in(reg) a.rhs_zp as isize - ahead,
+                    zoff16 = in(reg) a.rhs_zp as isize - ahead + 16,
+                    rs = inout(reg) a.lhs_scale.wrapping_add(at) => _,
+                    rq = inout(reg) a.lhs_sum.wrapping_add(at) => _,
+                    ws = inout(reg) weights.as_ptr() => _,
+                    dst = inout(reg) dst => _,
+                    dstride = in(reg) dstride,
+                    bias = in(reg) bias,
+                    cc = out(reg) _,
+                    zeros = in(reg) ZEROS.0.as_ptr(),
+                )
+            }
+        };
+    }
+    // The row numerics sum by parts where the weights are laid out (for the pair tiles), else restart per block.
+    if a.row == 0 || weights.is_empty() {
+        asm_modes!(tile_asm; row; a.row != 0, a.has_zp != 0, one)
+    } else {
         asm_modes!(tile_asm; rowsum; a.row != 0, a.has_zp != 0, one)
     }
 }
