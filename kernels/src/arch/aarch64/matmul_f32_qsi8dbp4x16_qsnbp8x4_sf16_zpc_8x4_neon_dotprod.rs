@@ -51,7 +51,9 @@
 //! 8 FMLA, 2 LD1 of zeros: 106 = 1.66), and sum by parts with the pair tiles' weights otherwise (102 = 1.59).
 //! Measured (the symbol, per call, 2048 × 2048, neoverse-n1): 1.81 per SDOT at M = 4, the row numerics 1.67
 //! (M = 4) and 1.61 (M = 12); the intrinsic body it replaces took 2.06 / 1.91. The whole call at M = 4: −11.4%
-//! (row −12.0%, zero points −10.4% / −11.0%).
+//! (row −12.0%, zero points −10.4% / −11.0%). Where the task is that one group (M = 4), one asm call walks all its
+//! whole panels (the group's pointers restart from their bases per panel, ~30 instructions) instead of a Rust loop
+//! with a call per panel (~130): another −1.1% per call.
 //!
 //! The epilogue is `y += f32(acc)·(s·sa) [+ c·sq]` (row numerics: `y += f32(S)·w [+ c·sq]`, above),
 //! `ops::block_epilogue`'s formula in its order of roundings, with f32(acc) converted with 4 fraction bits (the
@@ -89,7 +91,15 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     // per panel for the tiles (the per-block numerics read the records' scales).
     let laid = a.row != 0 && pairs > 0;
     let mut weights = vec![0f32; if laid { 8 * a.blocks } else { 0 }];
-    for panel in 0..a.cols.div_ceil(NR) {
+    // A lone whole row group (M = 4): one asm call walks all whole panels (no weights: the pairs lay them out).
+    let whole = if asm && groups == 1 && a.rows == MR { a.cols / NR } else { 0 };
+    if whole > 0 {
+        let (bias, bstep) = if a.bias.is_null() { (NO_BIAS.as_ptr(), 0) } else { (a.bias, 4 * NR) };
+        // SAFETY: group 0 and panels 0..whole are the tile's, 4-bit codes in 32-K chunks (checked above); its 4
+        // rows and the panels' columns are real (whole panels below cols), inside dst and bias; the CPU has dotprod.
+        unsafe { tile_4x8(a, 0, whole, 0, &weights, a.dst, 4 * a.dst_stride, bias, bstep) };
+    }
+    for panel in whole..a.cols.div_ceil(NR) {
         if laid {
             let mut o = weights.as_mut_ptr();
             let store = |_: *const u8, [w0, w1]: [float32x4_t; 2]| {
@@ -133,11 +143,11 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                 let dst = a.dst.wrapping_add(g * MR * a.dst_stride + panel * NR);
                 // SAFETY: group g and panel are the tile's, 4-bit codes in 32-K chunks (checked above); its 4 rows
                 // and the panel's 8 columns are real (checked), inside dst and bias; the CPU has dotprod.
-                unsafe { tile_4x8(a, panel, g, &weights, dst, 4 * a.dst_stride, bias) };
+                unsafe { tile_4x8(a, panel, 1, g, &weights, dst, 4 * a.dst_stride, bias, 0) };
             } else {
                 let mut out: Sums = [0f32; 96];
                 // SAFETY: as above; the sums go to `out` (rows 8 f32 apart), the bias is added by store_groups.
-                unsafe { tile_4x8(a, panel, g, &weights, out.as_mut_ptr(), 32, NO_BIAS.as_ptr()) };
+                unsafe { tile_4x8(a, panel, 1, g, &weights, out.as_mut_ptr(), 32, NO_BIAS.as_ptr(), 0) };
                 // SAFETY: the tile's group and panel (store_groups stores only real rows and columns).
                 unsafe { store_groups(a, panel, g, 1, &out) };
             }
@@ -457,23 +467,39 @@ unsafe fn tile_8x4(
 /// The sums leave plus the 8 f32 at `{bias}`, 4 rows `{dstride}` bytes apart from `{dst}`.
 #[rustfmt::skip]
 macro_rules! group_text {
-    ($act:ident $zp:ident one) => {
+    // `{np}` panels, `{pstride}` bytes apart from `{recb}`; the output `{dstb}` + 32 bytes and the bias
+    // `{bstep}` bytes further per panel. The group's pointers restart from their bases for each panel.
+    ($act:ident $zp:ident $chunks:ident) => {
         concat!(
-            group_text!(@head),
-            "tbnz {odd}, #0, 5f\n",
+            ".arch_extension dotprod\n",
+            "movi v31.16b, #0xf0\n",
+            "1:\n",
+            ld1_zero!(["0" "1" "2" "3"] ["4" "5" "6" "7"] ["8" "9" "10" "11"] ["12" "13" "14" "15"]),
+            "mov {rec}, {recb}\n", "mov {a0}, {a0b}\n", "mov {rs}, {rsb}\n", "mov {rq}, {rqb}\n",
+            "mov {dst}, {dstb}\n",
+            group_text!(@blocks $act $zp $chunks),
+            group_text!(@tail),
+            "add {recb}, {recb}, {pstride}\n", "add {dstb}, {dstb}, #32\n", "add {bias}, {bias}, {bstep}\n",
+            "subs {np}, {np}, #1\n",
+            "b.ne 1b\n",
+        )
+    };
+    // Two blocks per pass; an odd count enters at the second.
+    (@blocks $act:ident $zp:ident one) => {
+        concat!(
+            "add {nb}, {blocks}, #1\n", "and {nb}, {nb}, #-2\n",
+            "tbnz {blocks}, #0, 5f\n",
             "4:\n",
             group_text!(@block $act $zp one),
             "5:\n",
             group_text!(@block $act $zp one),
             "subs {nb}, {nb}, #2\n",
             "b.ne 4b\n",
-            group_text!(@tail),
         )
     };
-    ($act:ident $zp:ident many) => {
+    (@blocks $act:ident $zp:ident many) => {
         concat!(
-            group_text!(@head),
-            "// {odd}\n",
+            "mov {nb}, {blocks}\n",
             "2:\n",
             "mov {cc}, {chunks}\n",
             "3:\n",
@@ -484,14 +510,6 @@ macro_rules! group_text {
             "add {rec}, {rec}, {rstep}\n",
             "subs {nb}, {nb}, #1\n",
             "b.ne 2b\n",
-            group_text!(@tail),
-        )
-    };
-    (@head) => {
-        concat!(
-            ".arch_extension dotprod\n",
-            "movi v31.16b, #0xf0\n",
-            ld1_zero!(["0" "1" "2" "3"] ["4" "5" "6" "7"] ["8" "9" "10" "11"] ["12" "13" "14" "15"]),
         )
     };
     (@tail) => {
@@ -597,11 +615,11 @@ macro_rules! group_text {
             ld1_zero!(["0" "1" "2" "3"] ["4" "5" "6" "7"]),
         )
     };
-    // y += c·sq: the panel's 8 corrections (f32, at `{zoff}` / `{zoff16}` from `{rec}`), the group's 4 Σq of the
-    // block (int32) as f32, times the row scales (v27) in the per-block numerics (sq = sa·Σq, as PairScales).
+    // y += c·sq: the panel's 8 corrections (f32, at `{zoff}` from `{rec}`: `{cc}` is free in the epilogue), the
+    // group's 4 Σq of the block (int32) as f32, times the row scales (v27) in the per-block numerics (sq = sa·Σq, as PairScales).
     (@zp $act:ident zp) => {
         concat!(
-            "ldr q28, [{rec}, {zoff}]\n", "ldr q29, [{rec}, {zoff16}]\n",
+            "add {cc}, {rec}, {zoff}\n", "ldp q28, q29, [{cc}]\n",
             "ldr q30, [{rq}], #16\n",
             "scvtf v30.4s, v30.4s\n",
             group_text!(@sq $act),
@@ -611,32 +629,37 @@ macro_rules! group_text {
             "fmla v14.4s, v28.4s, v30.s[3]\n", "fmla v15.4s, v29.4s, v30.s[3]\n",
         )
     };
-    (@zp $act:ident nozp) => { "// {zoff} {zoff16} {rq}\n" };
+    (@zp $act:ident nozp) => { "// {zoff} {rq}\n" };
     (@sq block) => { "fmul v30.4s, v27.4s, v30.4s\n" };
     (@sq row) => { "" };
 }
 
-/// Row group `g` × the 8 columns of `panel`, over all K, in one of `group_text!`'s eight modes chosen per call; the
-/// sums plus the 8 f32 at `bias` leave as 4 rows `dstride` bytes apart from `dst`.
+/// Row group `g` × the 8 columns of each of `np` panels from `panel`, over all K, in one of `group_text!`'s modes
+/// chosen per call; each panel's sums plus the 8 f32 at `bias` (`bstep` bytes further per panel) leave as 4 rows
+/// `dstride` bytes apart from `dst` (8 f32 further per panel).
 ///
 /// # Safety
 /// The CPU has neon and dotprod; `a` satisfies the `RunArgs` contract for a `qsi8dbp4x16` LHS and a 4-bit
-/// `qsnbp8x4` RHS (f16 scales) with blocks of whole 32-K chunks; group `g` and `panel` are the tile's; `weights`
-/// the panel's laid-out Abel weights in the row numerics; `dst` holds 4 rows × 8 f32 `dstride` bytes apart,
-/// `bias` 8 f32.
+/// `qsnbp8x4` RHS (f16 scales) with blocks of whole 32-K chunks; group `g` and panels `panel..panel + np` are the
+/// tile's; `weights` the panel's laid-out Abel weights in the row numerics (then `np` = 1) or empty; `dst` holds
+/// 4 rows × 8·np f32 `dstride` bytes apart, `bias` 8 f32 plus `bstep` bytes per further panel.
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn tile_4x8(
     a: &RunArgs,
     panel: usize,
+    np: usize,
     g: usize,
     weights: &[f32],
     dst: *mut f32,
     dstride: usize,
     bias: *const f32,
+    bstep: usize,
 ) {
     debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
     debug_assert!(weights.is_empty() || weights.len() == 8 * a.blocks);
-    debug_assert!((g + 1) * MR <= a.rows.next_multiple_of(MR) && panel < a.cols.div_ceil(NR));
+    debug_assert!((g + 1) * MR <= a.rows.next_multiple_of(MR) && np > 0 && panel + np <= a.cols.div_ceil(NR));
+    debug_assert!(np == 1 || weights.is_empty());
     let chunks = a.bl / 32;
     let one = chunks == 1;
     // Bytes of a record's codes the post-indexed loads of a block walk (one chunk: but the last load, which steps
@@ -657,21 +680,28 @@ unsafe fn tile_4x8(
             unsafe {
                 vector_asm!(
                     [] group_text!($act $zp $chunks),
-                    rec = inout(reg) a.rhs.wrapping_add(panel * a.rhs_panel_stride) => _,
+                    recb = inout(reg) a.rhs.wrapping_add(panel * a.rhs_panel_stride) => _,
+                    rec = out(reg) _,
+                    pstride = in(reg) a.rhs_panel_stride,
                     rstep = in(reg) a.rhs_record - walked,
                     chunks = in(reg) chunks,
-                    nb = inout(reg) if one { a.blocks.next_multiple_of(2) } else { a.blocks } => _,
-                    odd = in(reg) a.blocks,
-                    a0 = inout(reg) a.lhs.wrapping_add(g * MR * a.lhs_stride) => _,
+                    blocks = in(reg) a.blocks,
+                    nb = out(reg) _,
+                    a0b = in(reg) a.lhs.wrapping_add(g * MR * a.lhs_stride),
+                    a0 = out(reg) _,
                     soff = in(reg) a.rhs_scales as isize - ahead,
                     zoff = in(reg) a.rhs_zp as isize - ahead,
-                    zoff16 = in(reg) a.rhs_zp as isize - ahead + 16,
-                    rs = inout(reg) a.lhs_scale.wrapping_add(at) => _,
-                    rq = inout(reg) a.lhs_sum.wrapping_add(at) => _,
+                    rsb = in(reg) a.lhs_scale.wrapping_add(at),
+                    rs = out(reg) _,
+                    rqb = in(reg) a.lhs_sum.wrapping_add(at),
+                    rq = out(reg) _,
                     ws = inout(reg) weights.as_ptr() => _,
-                    dst = inout(reg) dst => _,
+                    dstb = inout(reg) dst => _,
+                    dst = out(reg) _,
                     dstride = in(reg) dstride,
-                    bias = in(reg) bias,
+                    bias = inout(reg) bias => _,
+                    bstep = in(reg) bstep,
+                    np = inout(reg) np => _,
                     cc = out(reg) _,
                     zeros = in(reg) ZEROS.0.as_ptr(),
                 )
