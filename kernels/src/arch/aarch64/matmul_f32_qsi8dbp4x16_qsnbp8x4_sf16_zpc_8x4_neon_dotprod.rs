@@ -30,8 +30,9 @@
 //! intrinsic tile it replaces: 2.06); zero points 2.01 / 1.99 (were 2.26); the row numerics 1.73 / 1.70 (were
 //! 1.93); block 128 1.45. Against ORT 1.31.1's own kernel (KleidiAI, per-row activation scales: no FMUL per
 //! accumulator; 1.85–1.89 instructions per SDOT per Run, quantizer and op included): what the per-block numerics
-//! cannot drop is the FMUL (0.125 per SDOT), so their whole Run stays 0.8–1.6% above ORT's while the row numerics
-//! are 5-6% below (bench/results/aarch64-icount.md).
+//! cannot drop is the FMUL (0.125 per SDOT). Those figures predate the accumulators' restart by loads (110 per 64
+//! SDOT above, was 116): the whole Run is now 0.95x ORT's at M = 32 and 128 (2048², bs32), the row numerics 0.87x
+//! (bench/results/aarch64-icount.md).
 //!
 //! The row numerics (`rowsum` mode) keep running int32 sums over all blocks and weigh them by the differences of
 //! the column scales (`ops::for_each_block_weight`: Σ s_b·dot_b summed by parts), laid out per panel (8 f32 per
