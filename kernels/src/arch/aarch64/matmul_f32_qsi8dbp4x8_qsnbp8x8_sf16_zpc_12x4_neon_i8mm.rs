@@ -59,9 +59,8 @@
 //! LHS: `qsi8dbp4x8`; RHS: `qsnbp8x8_sf16_zpc`. Features: neon, i8mm. No over-reads (a tile's groups are always
 //! groups of the call's tile).
 
-use super::ops::Sums;
 use super::qsnbp8x8_int8::MR;
-use super::qsnbp8x8_tiles::{ColumnScales, row_pairs, run_tiles};
+use super::qsnbp8x8_tiles::{ColumnScales, Dest, row_pairs, run_tiles};
 use super::sve_asm::{ZEROS, asm_modes, chunk_loop, ld1_zero, movi_zero, vector_asm};
 use crate::ukernel::RunArgs;
 
@@ -80,8 +79,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 /// The asm text of one tile of G row groups (`$g`: the group's activation operand `{a$g}`, its 4 int32
 /// accumulators `$c*` = [row pair 0: column pair 0, 1; row pair 1: 0, 1], its 4 f32 sums `$s*` in the same
 /// order, the offsets of its row scales `$ro` and sa·Σq `$qo` from the tile's first group's record of a block in the
-/// row pairs (64 bytes per group), and of its 4 rows `$oo`
-/// in the output) × 4 columns (two column pairs), over all blocks, for one mode: `$act` `block` (y +=
+/// row pairs (64 bytes per group)) × 4 columns (two column pairs), over all blocks, for one mode: `$act` `block` (y +=
 /// f32(acc)·(s·sa)) or `row` (y += f32(acc)·s), `$zp` `zp` (+ c·sq) or `nozp`, `$chunks` `one` (blocks of 32 K:
 /// no chunk loop) or `many`. Registers: codes v24, v25 (one 64-byte group of the chunk at a time: column pairs
 /// 2·half, 2·half + 1), fields v26, v27, a row-pair pair of activations v28, v29, the field mask v30; in the
@@ -92,7 +90,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 macro_rules! tile_text {
     ($act:ident $zp:ident $chunks:ident;
      $($g:literal [$c0:literal $c1:literal $c2:literal $c3:literal] [$s0:literal $s1:literal $s2:literal $s3:literal]
-       $ro:literal $qo:literal $oo:literal);+) => {
+       $ro:literal $qo:literal);+) => {
         concat!(
             ".arch_extension i8mm\n",
             "// {zeros}\n",
@@ -129,11 +127,15 @@ macro_rules! tile_text {
             "subs {nb}, {nb}, #1\n",
             "b.ne 2b\n",
             // The sums by rows: row r's 4 columns (row pair r / 2's half r % 2 of both column pairs: ZIP1 / ZIP2
-            // of the two 2 × 2 tiles' 64-bit halves) at 8·r f32 (+ 4·half: in `{out}`).
+            // of the two 2 × 2 tiles' 64-bit halves) plus the half's 4 bias values, `{dstride}` bytes apart from
+            // `{dst}` (its half's columns).
+            "ldr q30, [{bias}]\n",
             $("zip1 v26.2d, v", $s0, ".2d, v", $s1, ".2d\n", "zip2 v27.2d, v", $s0, ".2d, v", $s1, ".2d\n",
               "zip1 v28.2d, v", $s2, ".2d, v", $s3, ".2d\n", "zip2 v29.2d, v", $s2, ".2d, v", $s3, ".2d\n",
-              "str q26, [{out}, #", $oo, "]\n", "str q27, [{out}, #", $oo, " + 32]\n",
-              "str q28, [{out}, #", $oo, " + 64]\n", "str q29, [{out}, #", $oo, " + 96]\n",)+
+              "fadd v26.4s, v26.4s, v30.4s\n", "fadd v27.4s, v27.4s, v30.4s\n",
+              "fadd v28.4s, v28.4s, v30.4s\n", "fadd v29.4s, v29.4s, v30.4s\n",
+              "st1 {{v26.4s}}, [{dst}], {dstride}\n", "st1 {{v27.4s}}, [{dst}], {dstride}\n",
+              "st1 {{v28.4s}}, [{dst}], {dstride}\n", "st1 {{v29.4s}}, [{dst}], {dstride}\n",)+
         )
     };
     // One run of 8 K of one group (`$at`: how its activations are addressed after `[{a$g}`): its two row pairs
@@ -207,7 +209,7 @@ macro_rules! tile_fn {
         /// `qsnbp8x8` RHS with blocks of whole 32-K chunks; the tile's groups from `g` and `panel` are the
         /// tile's (and so are their row pairs, `a.lhs_pairs`).
         #[target_feature(enable = "neon,i8mm")]
-        unsafe fn $name(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, out: &mut Sums) {
+        unsafe fn $name(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, dest: Dest) {
             debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
             debug_assert!((a.row == 0 || cols.holds(a.blocks)) && !a.lhs_pairs.is_null());
             let chunks = a.bl / 32;
@@ -220,8 +222,8 @@ macro_rules! tile_fn {
                         // bytes of each of a chunk's 64-byte groups, inside the record), each group's 128 bytes
                         // per chunk (4 runs of 8 K × 4 rows) and the buffers' scales per block, for a.blocks
                         // blocks: all inside the tile's buffers (the caller's guarantee); the pointers step past
-                        // the last block without reading there. Writes: the tile's sums in `out` (from 8·half
-                        // f32). Every vector register the block touches is declared; d8–d15 (callee-saved) are
+                        // the last block without reading there; the half's 4 f32 of `dest.bias`. Writes: the
+                        // tile's rows × the half's 4 columns of `dest` (the caller's guarantee). Every vector register the block touches is declared; d8–d15 (callee-saved) are
                         // clobbered and saved by the compiler; the flags are clobbered (no preserves_flags); no
                         // stack use.
                         // The accumulators restart from the 64 bytes of `sve_asm::ZEROS` (a static).
@@ -238,7 +240,9 @@ macro_rules! tile_fn {
                                 rrec = in(reg) a.rhs_record,
                                 rowp = inout(reg) row_pairs(a, g) => _,
                                 rbytes = in(reg) a.lhs_pairs_stride,
-                                out = in(reg) out.as_mut_ptr().wrapping_add(4 * half),
+                                dst = inout(reg) dest.ptr.wrapping_add(4 * half) => _,
+                                dstride = in(reg) dest.stride,
+                                bias = in(reg) dest.bias.wrapping_add(4 * half),
                                 cs = inout(reg) cols.as_ptr().wrapping_add(8 * half) => _,
                                 cc = out(reg) _,
                                 zeros = in(reg) ZEROS.0.as_ptr(),
@@ -255,16 +259,16 @@ macro_rules! tile_fn {
 tile_fn!(
     /// Row groups `g`, `g + 1`: 8 int32 accumulators (v0–v7), 8 f32 sums (v12–v19), 32 SMMLA per 32 K.
     tile_8x8, 2, [a0 = 0, a1 = 1],
-    0 [0 1 2 3] [12 13 14 15] 0 32 0;
-    1 [4 5 6 7] [16 17 18 19] 64 96 128
+    0 [0 1 2 3] [12 13 14 15] 0 32;
+    1 [4 5 6 7] [16 17 18 19] 64 96
 );
 
 tile_fn!(
     /// Row groups `g` .. `g + 3`: 12 int32 accumulators (v0–v11), 12 f32 sums (v12–v23), 48 SMMLA per 32 K.
     tile_12x8, 3, [a0 = 0, a1 = 1, a2 = 2],
-    0 [0 1 2 3] [12 13 14 15] 0 32 0;
-    1 [4 5 6 7] [16 17 18 19] 64 96 128;
-    2 [8 9 10 11] [20 21 22 23] 128 160 256
+    0 [0 1 2 3] [12 13 14 15] 0 32;
+    1 [4 5 6 7] [16 17 18 19] 64 96;
+    2 [8 9 10 11] [20 21 22 23] 128 160
 );
 
 /// The asm text of the one-group tile (`tile_4x8`): one row group (two row pairs) × the whole 8-column panel (four
@@ -312,13 +316,19 @@ macro_rules! tile1_text {
             tile_text!(@rowstep $act $zp),
             "subs {nb}, {nb}, #1\n",
             "b.ne 2b\n",
-            // The sums by rows: row 2p + i's 8 columns are half i of the four 2 × 2 tiles of row pair p.
+            // The sums by rows: row 2p + i's 8 columns are half i of the four 2 × 2 tiles of row pair p; plus the
+            // 8 bias values, `{dstride}` bytes apart from `{dst}`.
+            "ldp q24, q25, [{bias}]\n",
             "zip1 v16.2d, v8.2d, v9.2d\n", "zip1 v17.2d, v10.2d, v11.2d\n",
             "zip2 v18.2d, v8.2d, v9.2d\n", "zip2 v19.2d, v10.2d, v11.2d\n",
-            "stp q16, q17, [{out}]\n", "stp q18, q19, [{out}, #32]\n",
-            "zip1 v16.2d, v12.2d, v13.2d\n", "zip1 v17.2d, v14.2d, v15.2d\n",
-            "zip2 v18.2d, v12.2d, v13.2d\n", "zip2 v19.2d, v14.2d, v15.2d\n",
-            "stp q16, q17, [{out}, #64]\n", "stp q18, q19, [{out}, #96]\n",
+            "zip1 v20.2d, v12.2d, v13.2d\n", "zip1 v21.2d, v14.2d, v15.2d\n",
+            "zip2 v22.2d, v12.2d, v13.2d\n", "zip2 v23.2d, v14.2d, v15.2d\n",
+            "fadd v16.4s, v16.4s, v24.4s\n", "fadd v17.4s, v17.4s, v25.4s\n",
+            "fadd v18.4s, v18.4s, v24.4s\n", "fadd v19.4s, v19.4s, v25.4s\n",
+            "fadd v20.4s, v20.4s, v24.4s\n", "fadd v21.4s, v21.4s, v25.4s\n",
+            "fadd v22.4s, v22.4s, v24.4s\n", "fadd v23.4s, v23.4s, v25.4s\n",
+            "st1 {{v16.4s, v17.4s}}, [{dst}], {dstride}\n", "st1 {{v18.4s, v19.4s}}, [{dst}], {dstride}\n",
+            "st1 {{v20.4s, v21.4s}}, [{dst}], {dstride}\n", "st1 {{v22.4s, v23.4s}}, [{dst}], {dstride}\n",
         )
     };
     // One run of 8 K (`$at`: how its activations are addressed after `[{a0}`): both row pairs × the 4 column pairs.
@@ -411,7 +421,7 @@ macro_rules! tile1_text {
 /// RHS with blocks of whole 32-K chunks; group `g` and `panel` are the tile's (and so are its row pairs,
 /// `a.lhs_pairs`).
 #[target_feature(enable = "neon,i8mm")]
-pub(crate) unsafe fn tile_4x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, out: &mut Sums) {
+pub(crate) unsafe fn tile_4x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, dest: Dest) {
     debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0 && !a.lhs_pairs.is_null());
     let chunks = a.bl / 32;
     let rec = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
@@ -420,7 +430,8 @@ pub(crate) unsafe fn tile_4x8(a: &RunArgs, panel: usize, g: usize, cols: &Column
             // SAFETY: reads: per block, the record's codes (128 bytes per chunk), scales and corrections, the group's
             // 128 bytes per chunk (4 runs of 8 K × 4 rows) and its row pairs per block, for a.blocks blocks: all
             // inside the tile's buffers (the caller's guarantee); the pointers step past the last block without
-            // reading there. Writes: the group's 4 rows × 8 columns of `out`. Every vector register the block
+            // reading there; 8 f32 of `dest.bias`. Writes: the group's 4 rows × 8 columns of `dest` (the caller's
+            // guarantee). Every vector register the block
             // touches is declared; d8–d15 (callee-saved) are clobbered and saved by the compiler; the flags are
             // clobbered; no stack use.
             // The accumulators restart from the 64 bytes of `sve_asm::ZEROS` (a static).
@@ -437,7 +448,9 @@ pub(crate) unsafe fn tile_4x8(a: &RunArgs, panel: usize, g: usize, cols: &Column
                     rrec = in(reg) a.rhs_record,
                     rowp = inout(reg) row_pairs(a, g) => _,
                     rbytes = in(reg) a.lhs_pairs_stride,
-                    out = in(reg) out.as_mut_ptr(),
+                    dst = inout(reg) dest.ptr => _,
+                    dstride = in(reg) dest.stride,
+                    bias = in(reg) dest.bias,
                     cs = inout(reg) cols.as_ptr() => _,
                     cc = out(reg) _,
                     zeros = in(reg) ZEROS.0.as_ptr(),

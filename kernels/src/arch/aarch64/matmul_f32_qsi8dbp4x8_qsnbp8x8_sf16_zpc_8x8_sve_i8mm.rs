@@ -28,9 +28,9 @@
 //! 8 columns, M = 4 … 7 included); everything else (2- and 8-bit codes, blocks of 16) runs the NEON i8mm body of
 //! the same layout (`super::qsnbp8x8_int8::gemm_pairs`). Features: neon, i8mm, sve (SVE i8mm). No over-reads (a pair's second group is always a group of the tile).
 
-use super::ops::{Sums, sve_vl_bytes};
+use super::ops::sve_vl_bytes;
 use super::qsnbp8x8_int8::MR;
-use super::qsnbp8x8_tiles::{ColumnScales, row_pairs, run_tiles};
+use super::qsnbp8x8_tiles::{ColumnScales, Dest, row_pairs, run_tiles};
 use super::sve_asm::{sve_asm, zero_acc, zero_all};
 use crate::ukernel::RunArgs;
 
@@ -49,37 +49,38 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     }
 }
 
-/// Row pair p's sums (column halves `$j0`, `$j1`: z registers) as its two rows of 8 f32 at `$at` bytes of
-/// `{out}` (the first 256 bits of each: segment 0 column pair 2j, segment 1 column pair 2j + 1).
+/// Row pair p's sums (column halves `$j0`, `$j1`: z registers) as its two rows of 8 f32 plus the bias (v30, v31),
+/// `{dstride}` bytes apart from `{dst}` (the first 256 bits of each half: segment 0 column pair 2j, segment 1
+/// column pair 2j + 1).
 macro_rules! store_rows {
-    ($j0:literal, $j1:literal, $at:literal) => {
+    ($j0:literal, $j1:literal) => {
         concat!(
             "uzp1 z26.d, z",
             $j0,
             ".d, z",
             $j0,
             ".d\n",
-            "uzp2 z27.d, z",
-            $j0,
+            "uzp1 z27.d, z",
+            $j1,
             ".d, z",
-            $j0,
+            $j1,
             ".d\n",
-            "uzp1 z28.d, z",
-            $j1,
+            "uzp2 z28.d, z",
+            $j0,
             ".d, z",
-            $j1,
+            $j0,
             ".d\n",
             "uzp2 z29.d, z",
             $j1,
             ".d, z",
             $j1,
             ".d\n",
-            "stp q26, q28, [{out}, #",
-            $at,
-            "]\n",
-            "stp q27, q29, [{out}, #",
-            $at,
-            " + 32]\n",
+            "fadd v26.4s, v26.4s, v30.4s\n",
+            "fadd v27.4s, v27.4s, v31.4s\n",
+            "fadd v28.4s, v28.4s, v30.4s\n",
+            "fadd v29.4s, v29.4s, v31.4s\n",
+            "st1 {{v26.4s, v27.4s}}, [{dst}], {dstride}\n",
+            "st1 {{v28.4s, v29.4s}}, [{dst}], {dstride}\n",
         )
     };
 }
@@ -100,16 +101,15 @@ macro_rules! smmla_8x8 {
     };
 }
 
-/// Row groups `g`, `g + 1` × the 8 columns of `panel`, over all K, into `out`: [row pair p][column half j] 8 f32
-/// each (lanes per 128-bit segment: r0 c0, r0 c1, r1 c0, r1 c1; segment 0 columns 4j, 4j + 1, segment 1 the next
-/// two).
+/// Row groups `g`, `g + 1` × the 8 columns of `panel`, over all K, into `dest` by rows (the accumulators' lanes
+/// per 128-bit segment: r0 c0, r0 c1, r1 c0, r1 c1; segment 0 columns 4j, 4j + 1, segment 1 the next two).
 ///
 /// # Safety
 /// The CPU has SVE and SVE i8mm with a vector length of at least 32 bytes; `a` satisfies the `RunArgs` contract
 /// for a `qsi8dbp4x8` LHS and a 4-bit `qsnbp8x8` RHS with blocks of whole 32-K chunks; groups `g`, `g + 1` and
 /// `panel` are the tile's (and so are their row pairs, `a.lhs_pairs`); `cols` is filled for `panel`.
 #[target_feature(enable = "neon,i8mm,sve")]
-unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, out: &mut Sums) {
+unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, dest: Dest) {
     debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
     debug_assert!(cols.holds(a.blocks) && !a.lhs_pairs.is_null());
     let rec = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
@@ -118,7 +118,8 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, out
     // SAFETY: reads: per block, the record's codes (chunks × 128 bytes from the record's start), each group's
     // 128 bytes per chunk (4 runs of 8 K × 4 rows), 128 bytes of the column scales and the two groups' 128 bytes of
     // row pairs, for a.blocks blocks: all inside
-    // the tile's buffers (the caller's guarantee). Writes: the 64 f32 of `out`. Every vector, predicate and
+    // the tile's buffers (the caller's guarantee); 8 f32 of `dest.bias`. Writes: 8 rows × 8 columns of `dest` (the
+    // caller's guarantee). Every vector, predicate and
     // scratch register the block touches is declared; d8–d15 (callee-saved) are clobbered and saved by the
     // compiler; the flags are clobbered (no preserves_flags).
     // The accumulators restart from the 64 bytes of `sve_asm::ZEROS` (a static).
@@ -228,11 +229,12 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, out
             "subs {nb}, {nb}, #1",
             "b.ne 2b",
             // The sums by rows: row 2p + h's 8 columns (its 64-bit halves of the four 2 × 2 tiles of row pair p:
-            // UZP1 / UZP2 of each column half's 64-bit elements) at 8·(2p + h) f32.
-            store_rows!(8, 9, 0),
-            store_rows!(10, 11, 64),
-            store_rows!(12, 13, 128),
-            store_rows!(14, 15, 192),
+            // UZP1 / UZP2 of each column half's 64-bit elements) plus the bias, into `dest` by rows.
+            "ldp q30, q31, [{bias}]",
+            store_rows!(8, 9),
+            store_rows!(10, 11),
+            store_rows!(12, 13),
+            store_rows!(14, 15),
             rec = inout(reg) rec => _,
             rstride = in(reg) a.rhs_record,
             chunks = in(reg) a.bl / 32,
@@ -242,7 +244,9 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, out
             col = inout(reg) cols.as_ptr() => _,
             rowp = inout(reg) row_pairs(a, g) => _,
             rbytes = in(reg) a.lhs_pairs_stride,
-            out = inout(reg) out.as_mut_ptr() => _,
+            dst = inout(reg) dest.ptr => _,
+            dstride = in(reg) dest.stride,
+            bias = in(reg) dest.bias,
             row = in(reg) a.row,
             zp = in(reg) a.has_zp,
             e8 = in(reg) 8usize,

@@ -2,10 +2,11 @@
 //! kernels): the walk of a tile in asm tiles of three, two or one row groups with the NEON i8mm body for what
 //! the asm does not take ([`run_tiles`]), the per-block column scales laid out per panel in the lane order of SMMLA's
 //! 2 × 2 tiles ([`ColumnScales`]; the rows' are laid out once per call by the LHS packing, `PackedLhs::pairs`,
-//! read through `RunArgs::lhs_pairs`); a tile's sums are stored by `super::ops::store_groups`.
+//! read through `RunArgs::lhs_pairs`); a whole tile's sums leave the asm straight into the output rows with the
+//! bias ([`Dest`]), another's through `super::ops::Sums` and `super::ops::store_groups`.
 //!
 //! Lane order of a 2 × 2 SMMLA tile: (r0 c0, r0 c1, r1 c0, r1 c1). A tile's sums leave the asm by rows: row r's
-//! 8 columns at 8·r f32 (`super::ops::Sums`).
+//! 8 columns at `Dest::ptr` + r·`Dest::stride` bytes.
 
 use super::ops::{Sums, for_each_block_weight, running_sums_fit, store_groups};
 use super::qsnbp8x8_int8::{MR, NR, dup_pair, gemm_pairs};
@@ -15,9 +16,22 @@ use core::arch::aarch64::*;
 /// f32 per block in [`ColumnScales`] (128 bytes: the asm's stride).
 pub(crate) const PER_BLOCK: usize = 32;
 
-/// An asm tile: the tile's row groups from `g` × `panel` over all K into the sums, from the laid-out column
+/// An asm tile: the tile's row groups from `g` × `panel` over all K into `Dest`, from the laid-out column
 /// scales and the call's row pairs (`RunArgs::lhs_pairs`: group g's at [`row_pairs`]).
-pub(crate) type Tile = unsafe fn(&RunArgs, usize, usize, &ColumnScales, &mut Sums);
+pub(crate) type Tile = unsafe fn(&RunArgs, usize, usize, &ColumnScales, Dest);
+
+/// Where an asm tile leaves its sums: row r's 8 columns at `ptr` + r·`stride` bytes, each plus the 8 f32 at
+/// `bias`. A whole tile (all its rows real, a whole panel) goes straight into the output rows with the panel's
+/// bias; another into a [`Sums`] (rows 32 bytes apart, bias [`ZERO_BIAS`]) for `store_groups`.
+#[derive(Clone, Copy)]
+pub(crate) struct Dest {
+    pub(crate) ptr: *mut f32,
+    pub(crate) stride: usize,
+    pub(crate) bias: *const f32,
+}
+
+/// The bias of sums that leave through [`Sums`] (`store_groups` adds the call's) and of a call without one.
+pub(crate) static ZERO_BIAS: [f32; 8] = [0.0; 8];
 
 /// Block 0's record of the tile's row group `g` in the call's row pairs (`PackedLhs::pairs`: per block, per
 /// group, 16 f32: [sa0 sa0 sa1 sa1 sa2 sa2 sa3 sa3] at 0 and sa·Σq the same way at 32 bytes; the next block's
@@ -74,20 +88,26 @@ pub(crate) unsafe fn run_tiles(
         let units = (0..threes).map(|u| (3 * u, 3)).chain((0..twos).map(|u| (3 * threes + 2 * u, 2)));
         for (g, n) in units {
             let tile = if n == 3 { tile3.unwrap_or(tile2) } else { tile2 };
+            let (dest, whole) = dest(a, panel, g, n, &mut out);
             // SAFETY: groups g..g + n are the tile's, panel is the tile's, the buffers hold every block (the row
             // pairs: the call's, RunArgs contract); the CPU runs `tile` (the caller's guarantee), which writes
-            // the sums of its n groups' rows.
-            unsafe { tile(a, panel, g, &cols, &mut out) };
-            // SAFETY: the tile's output rows and columns (store_groups stores only real rows and columns, of the
-            // n groups the tile just wrote).
-            unsafe { store_groups(a, panel, g, n, &out) };
+            // the sums of its n groups' rows to `dest`: the tile's real output rows and columns, or `out`.
+            unsafe { tile(a, panel, g, &cols, dest) };
+            if !whole {
+                // SAFETY: the tile's output rows and columns (store_groups stores only real rows and columns, of
+                // the n groups the tile just wrote).
+                unsafe { store_groups(a, panel, g, n, &out) };
+            }
         }
         for g in single..groups {
             if asm {
+                let (dest, whole) = dest(a, panel, g, 1, &mut out);
                 // SAFETY: as for the tiles above, for group g alone.
-                unsafe { tile1(a, panel, g, &cols, &mut out) };
-                // SAFETY: the group's output rows and columns, which the tile just wrote.
-                unsafe { store_groups(a, panel, g, 1, &out) };
+                unsafe { tile1(a, panel, g, &cols, dest) };
+                if !whole {
+                    // SAFETY: the group's output rows and columns, which the tile just wrote.
+                    unsafe { store_groups(a, panel, g, 1, &out) };
+                }
                 continue;
             }
             let real = (a.rows - g * MR).min(MR);
@@ -101,6 +121,18 @@ pub(crate) unsafe fn run_tiles(
                 }
             }
         }
+    }
+}
+
+/// Where the tile of groups `g..g + n` × `panel` leaves its sums, and whether that is the output itself: its rows
+/// and the panel's columns all real (the sums plus the panel's bias go straight to the output rows), else `out`.
+fn dest(a: &RunArgs, panel: usize, g: usize, n: usize, out: &mut Sums) -> (Dest, bool) {
+    if (g + n) * MR <= a.rows && (panel + 1) * NR <= a.cols {
+        let bias = if a.bias.is_null() { ZERO_BIAS.as_ptr() } else { a.bias.wrapping_add(panel * NR) };
+        let ptr = a.dst.wrapping_add(g * MR * a.dst_stride + panel * NR);
+        (Dest { ptr, stride: 4 * a.dst_stride, bias }, true)
+    } else {
+        (Dest { ptr: out.as_mut_ptr(), stride: 32, bias: ZERO_BIAS.as_ptr() }, false)
     }
 }
 
