@@ -69,7 +69,7 @@
 //! whole 8-column panels (the last one's padding computed, never stored). Features: neon, dotprod. No
 //! over-reads: every load is inside a record or the tile's LHS groups.
 
-use super::ops::{Sums, for_each_block_weight, running_sums_fit, store_groups};
+use super::ops::{Dest, Sums, dest, for_each_block_weight, running_sums_fit, store_groups};
 use super::qsnbp8x4_int8::{MR, NR, gemm_group};
 use super::sve_asm::{ZEROS, asm_modes, ld1_zero, movi_zero, vector_asm};
 use crate::ukernel::RunArgs;
@@ -93,12 +93,16 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     let laid = a.row != 0 && pairs > 0;
     let mut weights = vec![0f32; if laid { 8 * a.blocks } else { 0 }];
     // A lone whole row group (M = 4): one asm call walks all whole panels (no weights: the pairs lay them out).
+    // One buffer for the tiles' sums that leave through `store_groups`.
+    let mut out: Sums = [0f32; 96];
     let whole = if asm && groups == 1 && a.rows == MR { a.cols / NR } else { 0 };
     if whole > 0 {
-        let (bias, bstep) = if a.bias.is_null() { (NO_BIAS.as_ptr(), 0) } else { (a.bias, 4 * NR) };
+        let (dest, _) = dest(a, 0, 0, 1, &mut out);
+        let bstep = if a.bias.is_null() { 0 } else { 4 * NR };
         // SAFETY: group 0 and panels 0..whole are the tile's, 4-bit codes in 32-K chunks (checked above); its 4
-        // rows and the panels' columns are real (whole panels below cols), inside dst and bias; the CPU has dotprod.
-        unsafe { tile_4x8(a, 0, whole, 0, &weights, a.dst, 4 * a.dst_stride, bias, bstep) };
+        // rows and the panels' columns are real (whole panels below cols), so `dest` is the output rows from
+        // panel 0 with their bias (4·NR bytes further per panel); the CPU has dotprod.
+        unsafe { tile_4x8(a, 0, whole, 0, &weights, dest, bstep) };
     }
     for panel in whole..a.cols.div_ceil(NR) {
         if laid {
@@ -116,39 +120,29 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         }
         for p in 0..pairs {
             let g = 2 * p;
-            if (g + 2) * MR <= a.rows && (panel + 1) * NR <= a.cols {
-                // A whole tile: the asm stores the output rows with the bias.
-                let (bias, step) =
-                    if a.bias.is_null() { (NO_BIAS.as_ptr(), 0) } else { (a.bias.wrapping_add(panel * NR), 4) };
-                let dst = a.dst.wrapping_add(g * MR * a.dst_stride + panel * NR);
-                // SAFETY: groups g, g + 1 are the tile's, panel is the tile's, 4-bit codes in 32-K chunks (checked
-                // above), `rows` laid out for this call; the tile's 8 rows and 8 columns are real (checked), inside
-                // dst and bias; the CPU has dotprod.
-                unsafe { tile_8x4(a, panel, g, rows.pair(p), &weights, dst, 4 * a.dst_stride, bias, step) };
-            } else {
-                let mut out: Sums = [0f32; 96];
-                // SAFETY: as above; the sums go to `out` (rows 8 f32 apart), the bias is added by store_groups.
-                unsafe { tile_8x4(a, panel, g, rows.pair(p), &weights, out.as_mut_ptr(), 32, NO_BIAS.as_ptr(), 0) };
+            let (dest, whole) = dest(a, panel, g, 2, &mut out);
+            // SAFETY: groups g, g + 1 are the tile's, panel is the tile's, 4-bit codes in 32-K chunks (checked
+            // above), `rows` laid out for this call; `dest` is the tile's real output rows and columns with the
+            // panel's bias, or `out`; the CPU has dotprod.
+            unsafe { tile_8x4(a, panel, g, rows.pair(p), &weights, dest) };
+            if !whole {
                 // SAFETY: the tile's groups and panel (store_groups stores only real rows and columns).
                 unsafe { store_groups(a, panel, g, 2, &out) };
             }
         }
         for g in 2 * pairs..groups {
-            let real = (a.rows - g * MR).min(MR);
             if !asm {
+                let real = (a.rows - g * MR).min(MR);
                 // SAFETY: row group g is the tile's (whole, padding rows zero), so are its scales, sums and the
                 // output rows of its `real` rows (RunArgs contract); panel is the tile's; the CPU has dotprod.
-                unsafe { crate::arch::dispatch!(gemm_group::<>(a, panel, g, real); bits(a.bits)) }
-            } else if real == MR && (panel + 1) * NR <= a.cols {
-                let bias = if a.bias.is_null() { NO_BIAS.as_ptr() } else { a.bias.wrapping_add(panel * NR) };
-                let dst = a.dst.wrapping_add(g * MR * a.dst_stride + panel * NR);
-                // SAFETY: group g and panel are the tile's, 4-bit codes in 32-K chunks (checked above); its 4 rows
-                // and the panel's 8 columns are real (checked), inside dst and bias; the CPU has dotprod.
-                unsafe { tile_4x8(a, panel, 1, g, &weights, dst, 4 * a.dst_stride, bias, 0) };
-            } else {
-                let mut out: Sums = [0f32; 96];
-                // SAFETY: as above; the sums go to `out` (rows 8 f32 apart), the bias is added by store_groups.
-                unsafe { tile_4x8(a, panel, 1, g, &weights, out.as_mut_ptr(), 32, NO_BIAS.as_ptr(), 0) };
+                unsafe { crate::arch::dispatch!(gemm_group::<>(a, panel, g, real); bits(a.bits)) };
+                continue;
+            }
+            let (dest, whole) = dest(a, panel, g, 1, &mut out);
+            // SAFETY: group g and panel are the tile's, 4-bit codes in 32-K chunks (checked above); `dest` as above;
+            // the CPU has dotprod.
+            unsafe { tile_4x8(a, panel, 1, g, &weights, dest, 0) };
+            if !whole {
                 // SAFETY: the tile's group and panel (store_groups stores only real rows and columns).
                 unsafe { store_groups(a, panel, g, 1, &out) };
             }
@@ -207,9 +201,6 @@ impl PairScales {
         &self.v[p * n..(p + 1) * n]
     }
 }
-
-/// Bias for tiles whose sums leave through [`Sums`] (`store_groups` adds the bias) and for a null bias.
-static NO_BIAS: [f32; 8] = [0.0; 8];
 
 /// The asm text of the 8 × 4 tile over all blocks, for one mode: `$act` `block` (y += f32(acc)·(s·sa)) or `row`
 /// (y += f32(acc)·s), `$zp` `zp` (+ c·sq) or `nozp`, `$chunks` `one` (blocks of 32 K: no chunk loop, two blocks
@@ -384,26 +375,15 @@ macro_rules! tile_text {
 
 /// Row groups `g`, `g + 1` × the 8 columns of `panel`, over all K, as two tiles of 4 columns (column quads), in
 /// one of `tile_text!`'s eight modes chosen per call, from the pair's laid-out row factors `rows`; the sums plus
-/// the 4 f32 at `bias` (`bias + step` for the second quad) leave as 8 rows `dstride` bytes apart from `dst` (4
-/// f32 further for the second quad).
+/// the bias leave into `dest` by rows (each quad its 4 columns of a row and of the bias).
 ///
 /// # Safety
 /// The CPU has neon and dotprod; `a` satisfies the `RunArgs` contract for a `qsi8dbp4x16` LHS and a 4-bit
 /// `qsnbp8x4` RHS (f16 scales) with blocks of whole 32-K chunks; groups `g`, `g + 1` and `panel` are the tile's;
-/// `rows` is their [`PairScales`]; `weights` the panel's laid-out Abel weights in the row numerics; `dst` holds 8 rows × 8 f32 `dstride` bytes apart, `bias` 4 + `step` f32.
-#[allow(clippy::too_many_arguments)]
+/// `rows` is their [`PairScales`]; `weights` the panel's laid-out Abel weights in the row numerics; `dest` holds 8
+/// rows × 8 f32 `dest.stride` bytes apart, `dest.bias` 8 f32.
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn tile_8x4(
-    a: &RunArgs,
-    panel: usize,
-    g: usize,
-    rows: &[f32],
-    weights: &[f32],
-    dst: *mut f32,
-    dstride: usize,
-    bias: *const f32,
-    step: usize,
-) {
+unsafe fn tile_8x4(a: &RunArgs, panel: usize, g: usize, rows: &[f32], weights: &[f32], dest: Dest) {
     debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
     debug_assert!(a.row == 0 || weights.len() == 8 * a.blocks);
     debug_assert!((g + 2) * MR <= a.rows.next_multiple_of(MR) && panel < a.cols.div_ceil(NR));
@@ -442,9 +422,9 @@ unsafe fn tile_8x4(
                         zoff = in(reg) a.rhs_zp as isize - ahead,
                         rs = inout(reg) rows.as_ptr() => _,
                         ws = inout(reg) weights.as_ptr().wrapping_add(4 * quad) => _,
-                        dst = inout(reg) dst.wrapping_add(4 * quad) => _,
-                        dstride = in(reg) dstride,
-                        bias = in(reg) bias.wrapping_add(step * quad),
+                        dst = inout(reg) dest.ptr.wrapping_add(4 * quad) => _,
+                        dstride = in(reg) dest.stride,
+                        bias = in(reg) dest.bias.wrapping_add(4 * quad),
                         cc = out(reg) _,
                         zeros = in(reg) ZEROS.0.as_ptr(),
                     )
@@ -636,27 +616,17 @@ macro_rules! group_text {
 }
 
 /// Row group `g` × the 8 columns of each of `np` panels from `panel`, over all K, in one of `group_text!`'s modes
-/// chosen per call; each panel's sums plus the 8 f32 at `bias` (`bstep` bytes further per panel) leave as 4 rows
-/// `dstride` bytes apart from `dst` (8 f32 further per panel).
+/// chosen per call; each panel's sums plus the 8 f32 of bias leave into `dest` by rows, the next panel's 8 f32
+/// further in each row and `bstep` bytes further in the bias.
 ///
 /// # Safety
 /// The CPU has neon and dotprod; `a` satisfies the `RunArgs` contract for a `qsi8dbp4x16` LHS and a 4-bit
 /// `qsnbp8x4` RHS (f16 scales) with blocks of whole 32-K chunks; group `g` and panels `panel..panel + np` are the
-/// tile's; `weights` the panel's laid-out Abel weights in the row numerics (then `np` = 1) or empty; `dst` holds
-/// 4 rows × 8·np f32 `dstride` bytes apart, `bias` 8 f32 plus `bstep` bytes per further panel.
+/// tile's; `weights` the panel's laid-out Abel weights in the row numerics (then `np` = 1) or empty; `dest` holds
+/// 4 rows × 8·np f32 `dest.stride` bytes apart, `dest.bias` 8 f32 plus `bstep` bytes per further panel.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn tile_4x8(
-    a: &RunArgs,
-    panel: usize,
-    np: usize,
-    g: usize,
-    weights: &[f32],
-    dst: *mut f32,
-    dstride: usize,
-    bias: *const f32,
-    bstep: usize,
-) {
+unsafe fn tile_4x8(a: &RunArgs, panel: usize, np: usize, g: usize, weights: &[f32], dest: Dest, bstep: usize) {
     debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
     debug_assert!(weights.is_empty() || weights.len() == 8 * a.blocks);
     debug_assert!((g + 1) * MR <= a.rows.next_multiple_of(MR) && np > 0 && panel + np <= a.cols.div_ceil(NR));
@@ -697,10 +667,10 @@ unsafe fn tile_4x8(
                     rqb = in(reg) a.lhs_sum.wrapping_add(at),
                     rq = out(reg) _,
                     ws = inout(reg) weights.as_ptr() => _,
-                    dstb = inout(reg) dst => _,
+                    dstb = inout(reg) dest.ptr => _,
                     dst = out(reg) _,
-                    dstride = in(reg) dstride,
-                    bias = inout(reg) bias => _,
+                    dstride = in(reg) dest.stride,
+                    bias = inout(reg) dest.bias => _,
                     bstep = in(reg) bstep,
                     np = inout(reg) np => _,
                     cc = out(reg) _,

@@ -59,8 +59,9 @@
 //! LHS: `qsi8dbp4x8`; RHS: `qsnbp8x8_sf16_zpc`. Features: neon, i8mm. No over-reads (a tile's groups are always
 //! groups of the call's tile).
 
+use super::ops::Dest;
 use super::qsnbp8x8_int8::MR;
-use super::qsnbp8x8_tiles::{ColumnScales, Dest, row_pairs, run_tiles};
+use super::qsnbp8x8_tiles::{ColumnScales, row_pairs, run_tiles};
 use super::sve_asm::{ZEROS, asm_modes, chunk_loop, ld1_zero, movi_zero, vector_asm};
 use crate::ukernel::RunArgs;
 

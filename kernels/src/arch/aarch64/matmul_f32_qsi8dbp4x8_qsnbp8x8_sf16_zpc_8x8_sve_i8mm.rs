@@ -28,9 +28,10 @@
 //! 8 columns, M = 4 … 7 included); everything else (2- and 8-bit codes, blocks of 16) runs the NEON i8mm body of
 //! the same layout (`super::qsnbp8x8_int8::gemm_pairs`). Features: neon, i8mm, sve (SVE i8mm). No over-reads (a pair's second group is always a group of the tile).
 
+use super::ops::Dest;
 use super::ops::sve_vl_bytes;
 use super::qsnbp8x8_int8::MR;
-use super::qsnbp8x8_tiles::{ColumnScales, Dest, row_pairs, run_tiles};
+use super::qsnbp8x8_tiles::{ColumnScales, row_pairs, run_tiles};
 use super::sve_asm::{sve_asm, zero_acc, zero_all};
 use crate::ukernel::RunArgs;
 

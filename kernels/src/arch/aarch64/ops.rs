@@ -443,6 +443,31 @@ const PANEL: usize = 8;
 /// whole-loop asm GEMMs (dotprod, i8mm, SVE i8mm) hand their sums to [`store_groups`].
 pub(crate) type Sums = [f32; 96];
 
+/// Where an asm tile leaves its sums: row r's 8 columns at `ptr` + r·`stride` bytes, each plus the 8 f32 at
+/// `bias`. A whole tile (all its rows real, a whole panel) goes straight into the output rows with the panel's
+/// bias; another into a [`Sums`] (rows 32 bytes apart, bias [`ZERO_BIAS`]) for `store_groups`.
+#[derive(Clone, Copy)]
+pub(crate) struct Dest {
+    pub(crate) ptr: *mut f32,
+    pub(crate) stride: usize,
+    pub(crate) bias: *const f32,
+}
+
+/// The bias of sums that leave through [`Sums`] (`store_groups` adds the call's) and of a call without one.
+pub(crate) static ZERO_BIAS: [f32; 8] = [0.0; 8];
+
+/// Where the tile of groups `g..g + n` × `panel` leaves its sums, and whether that is the output itself: its rows
+/// and the panel's columns all real (the sums plus the panel's bias go straight to the output rows), else `out`.
+pub(crate) fn dest(a: &RunArgs, panel: usize, g: usize, n: usize, out: &mut Sums) -> (Dest, bool) {
+    if (g + n) * GROUP <= a.rows && (panel + 1) * PANEL <= a.cols {
+        let bias = if a.bias.is_null() { ZERO_BIAS.as_ptr() } else { a.bias.wrapping_add(panel * PANEL) };
+        let ptr = a.dst.wrapping_add(g * GROUP * a.dst_stride + panel * PANEL);
+        (Dest { ptr, stride: GROUP * a.dst_stride, bias }, true)
+    } else {
+        (Dest { ptr: out.as_mut_ptr(), stride: 32, bias: ZERO_BIAS.as_ptr() }, false)
+    }
+}
+
 /// Stores a tile's sums of row groups `g..g + n` × `panel` (plus bias), only the tile's real rows and the
 /// columns below `a.cols`.
 ///

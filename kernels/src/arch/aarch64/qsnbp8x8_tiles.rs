@@ -3,12 +3,12 @@
 //! the asm does not take ([`run_tiles`]), the per-block column scales laid out per panel in the lane order of SMMLA's
 //! 2 × 2 tiles ([`ColumnScales`]; the rows' are laid out once per call by the LHS packing, `PackedLhs::pairs`,
 //! read through `RunArgs::lhs_pairs`); a whole tile's sums leave the asm straight into the output rows with the
-//! bias ([`Dest`]), another's through `super::ops::Sums` and `super::ops::store_groups`.
+//! bias (`super::ops::Dest`), another's through `super::ops::Sums` and `super::ops::store_groups`.
 //!
 //! Lane order of a 2 × 2 SMMLA tile: (r0 c0, r0 c1, r1 c0, r1 c1). A tile's sums leave the asm by rows: row r's
 //! 8 columns at `Dest::ptr` + r·`Dest::stride` bytes.
 
-use super::ops::{Sums, for_each_block_weight, running_sums_fit, store_groups};
+use super::ops::{Dest, dest, for_each_block_weight, running_sums_fit, store_groups};
 use super::qsnbp8x8_int8::{MR, NR, dup_pair, gemm_pairs};
 use crate::ukernel::RunArgs;
 use core::arch::aarch64::*;
@@ -16,22 +16,9 @@ use core::arch::aarch64::*;
 /// f32 per block in [`ColumnScales`] (128 bytes: the asm's stride).
 pub(crate) const PER_BLOCK: usize = 32;
 
-/// An asm tile: the tile's row groups from `g` × `panel` over all K into `Dest`, from the laid-out column
+/// An asm tile: the tile's row groups from `g` × `panel` over all K into a `Dest`, from the laid-out column
 /// scales and the call's row pairs (`RunArgs::lhs_pairs`: group g's at [`row_pairs`]).
 pub(crate) type Tile = unsafe fn(&RunArgs, usize, usize, &ColumnScales, Dest);
-
-/// Where an asm tile leaves its sums: row r's 8 columns at `ptr` + r·`stride` bytes, each plus the 8 f32 at
-/// `bias`. A whole tile (all its rows real, a whole panel) goes straight into the output rows with the panel's
-/// bias; another into a [`Sums`] (rows 32 bytes apart, bias [`ZERO_BIAS`]) for `store_groups`.
-#[derive(Clone, Copy)]
-pub(crate) struct Dest {
-    pub(crate) ptr: *mut f32,
-    pub(crate) stride: usize,
-    pub(crate) bias: *const f32,
-}
-
-/// The bias of sums that leave through [`Sums`] (`store_groups` adds the call's) and of a call without one.
-pub(crate) static ZERO_BIAS: [f32; 8] = [0.0; 8];
 
 /// Block 0's record of the tile's row group `g` in the call's row pairs (`PackedLhs::pairs`: per block, per
 /// group, 16 f32: [sa0 sa0 sa1 sa1 sa2 sa2 sa3 sa3] at 0 and sa·Σq the same way at 32 bytes; the next block's
@@ -121,18 +108,6 @@ pub(crate) unsafe fn run_tiles(
                 }
             }
         }
-    }
-}
-
-/// Where the tile of groups `g..g + n` × `panel` leaves its sums, and whether that is the output itself: its rows
-/// and the panel's columns all real (the sums plus the panel's bias go straight to the output rows), else `out`.
-fn dest(a: &RunArgs, panel: usize, g: usize, n: usize, out: &mut Sums) -> (Dest, bool) {
-    if (g + n) * MR <= a.rows && (panel + 1) * NR <= a.cols {
-        let bias = if a.bias.is_null() { ZERO_BIAS.as_ptr() } else { a.bias.wrapping_add(panel * NR) };
-        let ptr = a.dst.wrapping_add(g * MR * a.dst_stride + panel * NR);
-        (Dest { ptr, stride: 4 * a.dst_stride, bias }, true)
-    } else {
-        (Dest { ptr: out.as_mut_ptr(), stride: 32, bias: ZERO_BIAS.as_ptr() }, false)
     }
 }
 
