@@ -43,6 +43,7 @@ static ARCH_KERNELS: &[&UKernel] = &[
     &x86_64::INT8_GEMM_AVX2,
     &x86_64::FP32_GEMV_AVX2,
     &x86_64::FP32_GEMM_AVX2,
+    &x86_64::FP32_GEMM_AVX2_DQ,
 ];
 #[cfg(target_arch = "aarch64")]
 static ARCH_KERNELS: &[&UKernel] = &[
@@ -165,7 +166,7 @@ static ARCH_FAMILIES: &[&Family] = &[
         rank: 30,
         path: ComputePath::Fp32,
         gemv: &x86_64::FP32_GEMV_AVX2,
-        gemm: &x86_64::FP32_GEMM_AVX2,
+        gemm: &x86_64::FP32_GEMM_AVX2_DQ,
         layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
     },
     &Family {

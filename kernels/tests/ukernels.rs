@@ -215,9 +215,9 @@ fn every_family_tiles_correctly() {
     }
 }
 
-/// The SIMD GEMM kernels over tiles of many rows, where the x86 fp32 GEMM switches from codes in registers to a
-/// dequantized weight piece (at 32 rows, in pieces of up to 1024 K values spread evenly over whole blocks, row
-/// blocks of up to 12 rows as equal as the tile's rows allow): M across the switch and the row blocks (tiles of
+/// The SIMD GEMM kernels over tiles of many rows, where the x86 fp32 GEMMs switch from codes in registers to a
+/// dequantized weight piece (at 32 rows on AVX-512, 8 on AVX2, in pieces of up to 1024 K values spread evenly over
+/// whole blocks, row blocks of up to 12 (AVX-512) or 6 (AVX2) rows as equal as the tile's rows allow): M across the switch and the row blocks (tiles of
 /// up to 66 rows where a call has few column tiles: M = 67 leaves a 1-row tile, M = 98 a 32-row one; tiles of
 /// 258 rows where it has many: M = 300 at N = 520), K across whole pieces, inside one block and over many blocks,
 /// with tails; N tails inside a panel and past one; every block size the pieces meet (16: 17 blocks in one
@@ -257,7 +257,7 @@ fn gemm_row_blocks_and_k_pieces() {
                 let Ok(sel) = Selected::single(uk, layout, &Problem::of(uk.path(), &case.weights())) else {
                     continue;
                 };
-                for m in [7usize, 31, 32, 33, 50, 67, 98] {
+                for m in [7usize, 8, 31, 32, 33, 50, 67, 98] {
                     check(&sel, &case, m, &mut rng);
                 }
                 n_cases += 1;

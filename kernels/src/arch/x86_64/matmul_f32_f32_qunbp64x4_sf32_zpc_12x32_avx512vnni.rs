@@ -1,9 +1,9 @@
 //! fp32-accurate GEMM, AVX-512, dequantizing B once per tile: Y = A·dequant(B)ᵀ with f32 A and f32
 //! accumulation (accuracy_level 1–3; the family's kernel for M > 1).
 //!
-//! Tiles of at least [`MIN_ROWS`] rows: each 64-column panel is dequantized piece by piece (up to 512 K values,
-//! 128 KiB of f32) into a per-thread buffer that all rows of the tile then walk with a 12 × 32
-//! register tile (24 f32 accumulators; see `qunbp64x4_panel`). Smaller tiles take the in-register 6 × 32 body of
+//! Tiles of at least [`MIN_ROWS`] rows: each 64-column panel is dequantized piece by piece (up to 1024 K values,
+//! 256 KiB of f32) into a per-thread buffer that all rows of the tile then walk with a 12 × 32
+//! register tile (24 f32 accumulators; see `qunbp64x4_panel` and `qunbp64x4_panel_avx512`). Smaller tiles take the in-register 6 × 32 body of
 //! `matmul_f32_f32_qunbp64x4_sf32_zpc_6x32_avx512vnni` (codes turned into f32 per K value, never stored), which
 //! wins there because a dequantized piece would serve too few rows.
 //!
@@ -32,6 +32,7 @@
 
 use super::qunbp64x4_fma::unit;
 use super::qunbp64x4_panel::{Scratch, tile};
+use super::qunbp64x4_panel_avx512::Avx512;
 use super::tiles::run_units;
 use crate::ukernel::RunArgs;
 
@@ -44,7 +45,7 @@ pub(crate) const MIN_ROWS: usize = 32;
 pub(crate) unsafe fn run(args: &RunArgs) {
     if args.rows >= MIN_ROWS {
         // SAFETY: the caller's guarantee, forwarded.
-        Scratch::with(|s| unsafe { tile(args, s) })
+        Scratch::with(|s| unsafe { tile::<Avx512>(args, s) })
     } else {
         run_units!(gemm, f32, args, unit, g = 2, mr = [6, 5, 4, 3, 2, 1], unit_cols = 32);
     }

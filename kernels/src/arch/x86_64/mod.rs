@@ -5,6 +5,7 @@ mod matmul_f32_f32_qunbp64x4_sf32_zpc_12x32_avx512vnni;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x32_avx2;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x64_avx512vnni;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_3x16_avx2;
+mod matmul_f32_f32_qunbp64x4_sf32_zpc_6x16_avx2;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_6x32_avx512vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf16_zpc_1x64_avx512vnni;
 mod matmul_f32_qsi8db_qunbp64x4_sf16_zpc_32x32_amx;
@@ -23,6 +24,8 @@ mod qunbp64x4_amx;
 mod qunbp64x4_avx2;
 mod qunbp64x4_fma;
 mod qunbp64x4_panel;
+mod qunbp64x4_panel_avx2;
+mod qunbp64x4_panel_avx512;
 mod qunbp64x4_vnni;
 #[macro_use]
 mod tiles;
@@ -249,3 +252,13 @@ avx2_kernel!(
     LhsFormat::F32,
     gemm3_geometry
 );
+
+/// fp32-path GEMM, AVX2 + FMA, dequantizing each weight panel piece once per tile for tiles of
+/// 8 rows or more (6 rows × 16 columns per register tile over the dequantized piece, up to 256 rows per
+/// task); smaller tiles as [`FP32_GEMM_AVX2`].
+pub static FP32_GEMM_AVX2_DQ: UKernel = UKernel {
+    name: "matmul_f32_f32_qunbp64x4_sf32_zpc_6x16_avx2",
+    geometry: |_, _| Geometry { max_task_rows: 256, ..Geometry::new(3, qunbp64x4_vnni::NR, usize::MAX) },
+    run: matmul_f32_f32_qunbp64x4_sf32_zpc_6x16_avx2::run,
+    ..FP32_GEMM_AVX2
+};
