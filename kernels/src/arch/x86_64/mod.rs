@@ -253,9 +253,9 @@ avx2_kernel!(
     gemm3_geometry
 );
 
-/// fp32-path GEMM, AVX2 + FMA, dequantizing each weight panel piece once per tile for tiles of
-/// 8 rows or more (6 rows × 16 columns per register tile over the dequantized piece, up to 256 rows per
-/// task); smaller tiles as [`FP32_GEMM_AVX2`].
+/// fp32-path GEMM, AVX2 + FMA, dequantizing each weight panel piece once per tile for tiles of `MIN_ROWS` rows
+/// or more (in the kernel's file, measured): 6 rows × 16 columns per register tile over the dequantized piece, up
+/// to 256 rows per task; smaller tiles as [`FP32_GEMM_AVX2`].
 pub static FP32_GEMM_AVX2_DQ: UKernel = UKernel {
     name: "matmul_f32_f32_qunbp64x4_sf32_zpc_6x16_avx2",
     geometry: |_, _| Geometry { max_task_rows: 256, ..Geometry::new(3, qunbp64x4_vnni::NR, usize::MAX) },

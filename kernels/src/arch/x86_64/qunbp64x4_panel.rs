@@ -70,10 +70,23 @@ pub(crate) trait Body {
     ///
     /// # Safety
     /// The CPU has the body's features; rows `0..rows` of `ap` (stride `rs`) hold `len` values; `b` holds `len`
-    /// rows of `PART` f32, contiguous and 32-byte aligned; `len` is a multiple of 4; `s.dst` rows `0..rows` hold
+    /// rows of `PART` f32, contiguous and aligned to `4·PART` bytes (as [`tile`] passes it); `len` is a multiple
+    /// of 4; `s.dst` rows `0..rows` hold
     /// `s.ncols` values (and, unless `s.first`, the partial sums); `s.bias`, if not null, `s.ncols` values.
     unsafe fn micro(rows: usize, ap: *const f32, rs: usize, b: *const f32, len: usize, s: Store);
 }
+
+/// A body's [`Body::micro`]: `micro_rows!(micro(rows, (args..)); 6 5 .. 1)` calls its `micro::<R>(args..)` for
+/// the run-time row count `rows`, one of the listed constants (the first is the body's MR).
+macro_rules! micro_rows {
+    ($micro:ident($rows:expr, $args:tt); $($r:literal)+) => {
+        match $rows {
+            $($r => $micro::<$r> $args,)+
+            _ => unreachable!("row blocks are at most MR"),
+        }
+    };
+}
+pub(crate) use micro_rows;
 
 /// One cache line of the buffer (the buffer is 64-byte aligned).
 #[derive(Clone, Copy)]

@@ -5,7 +5,7 @@
 
 // Register tiles are indexed [row][column group]: index loops read like the algebra.
 #![allow(clippy::needless_range_loop)]
-use super::qunbp64x4_panel::{Body, KC, Store, piece_chunks};
+use super::qunbp64x4_panel::{Body, KC, Store, micro_rows, piece_chunks};
 use super::qunbp64x4_vnni::{KR, NR};
 use crate::ukernel::RunArgs;
 use std::arch::x86_64::*;
@@ -35,17 +35,7 @@ impl Body for Avx2 {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn micro(rows: usize, ap: *const f32, rs: usize, b: *const f32, len: usize, s: Store) {
         // SAFETY: forwarded (the trait's contract); rows ≤ MR.
-        unsafe {
-            match rows {
-                6 => micro::<6>(ap, rs, b, len, s),
-                5 => micro::<5>(ap, rs, b, len, s),
-                4 => micro::<4>(ap, rs, b, len, s),
-                3 => micro::<3>(ap, rs, b, len, s),
-                2 => micro::<2>(ap, rs, b, len, s),
-                1 => micro::<1>(ap, rs, b, len, s),
-                _ => unreachable!("row blocks are at most MR"),
-            }
-        }
+        unsafe { micro_rows!(micro(rows, (ap, rs, b, len, s)); 6 5 4 3 2 1) }
     }
 }
 
@@ -71,7 +61,7 @@ unsafe fn dequant<const BITS: usize, const CHUNK: usize>(
     let chunk_bytes = CHUNK * NR * BITS / 8;
     let field = _mm256_set1_epi32(((1u32 << BITS) - 1) as i32);
     let has_zp = a.has_zp != 0;
-    let mid = _mm256_set1_ps(-((1u32 << (BITS - 1)) as f32));
+    let neg_mid = _mm256_set1_ps(-((1u32 << (BITS - 1)) as f32));
     // SAFETY: panel < the tile's panels, inside the packed weights (RunArgs contract).
     let prec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
     piece_chunks(a, CHUNK, k0, len, |b, c_first, c_end| {
@@ -84,7 +74,7 @@ unsafe fn dequant<const BITS: usize, const CHUNK: usize>(
                 let zc = if has_zp {
                     _mm256_loadu_ps(rec.add(a.rhs_zp).cast::<f32>().add(8 * g))
                 } else {
-                    _mm256_mul_ps(sc, mid)
+                    _mm256_mul_ps(sc, neg_mid)
                 };
                 (sc, zc)
             };

@@ -4,7 +4,7 @@
 
 // Register tiles are indexed [row][column group]: index loops read like the algebra.
 #![allow(clippy::needless_range_loop)]
-use super::qunbp64x4_panel::{Body, KC, Store, piece_chunks};
+use super::qunbp64x4_panel::{Body, KC, Store, micro_rows, piece_chunks};
 use super::qunbp64x4_vnni::{KR, NR};
 use crate::ukernel::RunArgs;
 use std::arch::x86_64::*;
@@ -32,23 +32,7 @@ impl Body for Avx512 {
     #[target_feature(enable = "avx512f")]
     unsafe fn micro(rows: usize, ap: *const f32, rs: usize, b: *const f32, len: usize, s: Store) {
         // SAFETY: forwarded (the trait's contract); rows ≤ MR.
-        unsafe {
-            match rows {
-                12 => micro::<12>(ap, rs, b, len, s),
-                11 => micro::<11>(ap, rs, b, len, s),
-                10 => micro::<10>(ap, rs, b, len, s),
-                9 => micro::<9>(ap, rs, b, len, s),
-                8 => micro::<8>(ap, rs, b, len, s),
-                7 => micro::<7>(ap, rs, b, len, s),
-                6 => micro::<6>(ap, rs, b, len, s),
-                5 => micro::<5>(ap, rs, b, len, s),
-                4 => micro::<4>(ap, rs, b, len, s),
-                3 => micro::<3>(ap, rs, b, len, s),
-                2 => micro::<2>(ap, rs, b, len, s),
-                1 => micro::<1>(ap, rs, b, len, s),
-                _ => unreachable!("row blocks are at most MR"),
-            }
-        }
+        unsafe { micro_rows!(micro(rows, (ap, rs, b, len, s)); 12 11 10 9 8 7 6 5 4 3 2 1) }
     }
 }
 
