@@ -50,9 +50,11 @@ declare -A expect=(
   [cortex-a72]="portable,neon"
   [a64fx]="portable,neon,sve"
 )
-# model → the family each path gets (4-bit, block 32, zero points).
+# model → the family each path gets (4-bit, block 32, zero points). SVE vectors of at least 256 bits get the SVE
+# families on both paths (a64fx, SVE without i8mm, the SVE fp32 one only).
 fp32=fp32=neon_fp32_qsnbp8x4_sf32_zpc
-sve_fams="int8=sve_i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
+sve_fp32=fp32=sve_fp32_qsnbp8x4_sf32_zpc
+sve_fams="int8=sve_i8mm_int8_qsnbp8x8_sf16_zpc,$sve_fp32"
 declare -A families=(
   [max]=$sve_fams
   [max,sve=off]="int8=i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
@@ -60,7 +62,7 @@ declare -A families=(
   [neoverse-n1]="int8=dotprod_int8_qsnbp8x4_sf16_zpc,$fp32"
   [cortex-a76]="int8=dotprod_int8_qsnbp8x4_sf16_zpc,$fp32"
   [cortex-a72]="int8=neon_int8_qsnbp8x4_sf16_zpc,$fp32"
-  [a64fx]="int8=neon_int8_qsnbp8x4_sf16_zpc,$fp32"
+  [a64fx]="int8=neon_int8_qsnbp8x4_sf16_zpc,$sve_fp32"
 )
 # model → every feature detection reports, and the vector lengths (the kernels' Cpu display; NIBBLE_EXPECT_CPU).
 declare -A features=(
@@ -78,7 +80,8 @@ cpus=${AARCH64_CPUS:-"max max,sve=off max,sme=off neoverse-n1 cortex-a76 cortex-
 # The same for qemu >= 10.1 (Debian testing's qemu-user, 11.1 when written), whose models differ: SME2 in max, SVE
 # and SME vector lengths set per model, the Neoverse V1 / N2 and Cortex-A710 models. The int8 path gets the SVE i8mm
 # family where SVE i8mm has vectors of at least 256 bits (max at 32 and 64 bytes, max,sme=off, neoverse-v1), NEON
-# i8mm at 128 bits (neoverse-n2, cortex-a710, max at 16 bytes); SME is detected (and reported) but selects nothing
+# i8mm at 128 bits (neoverse-n2, cortex-a710, max at 16 bytes); the fp32 path the SVE fp32 family at ≥ 256 bits
+# (a64fx too), NEON's below; SME is detected (and reported) but selects nothing
 # by default (the SME2 family ranks below the i8mm families until instruction counts exist: it runs when named or in
 # the kernel suite). "max,sve=off" is here an SME2 core without SVE, whose sve2 flag must not turn into SVE.
 i8mm_fams="int8=i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
@@ -116,7 +119,7 @@ declare -A features11=(
 declare -A families11=(
   [max]=$sve_fams [$(vl 16)]=$i8mm_fams [$(vl 32)]=$sve_fams [$(vl 64)]=$sve_fams [$svl128]=$sve_fams [max,sme=off]=$sve_fams
   [max,sve=off]=$i8mm_fams [neoverse-v1]=$sve_fams [neoverse-n2]=$i8mm_fams [cortex-a710]=$i8mm_fams
-  [a64fx]="int8=neon_int8_qsnbp8x4_sf16_zpc,$fp32"
+  [a64fx]="int8=neon_int8_qsnbp8x4_sf16_zpc,$sve_fp32"
 )
 cpus11=${AARCH64_CPUS_QEMU11:-"max $(vl 16) $(vl 32) $(vl 64) $svl128 max,sme=off max,sve=off neoverse-v1 neoverse-n2 cortex-a710 a64fx"}
 [ "$cpus11" = none ] && cpus11=""

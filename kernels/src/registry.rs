@@ -58,6 +58,7 @@ static ARCH_KERNELS: &[&UKernel] = &[
     &aarch64::INT8_GEMM_NEON,
     &aarch64::FP32_GEMV_NEON,
     &aarch64::FP32_GEMM_NEON,
+    &aarch64::FP32_GEMM_SVE,
 ];
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 static ARCH_KERNELS: &[&UKernel] = &[];
@@ -223,6 +224,15 @@ static ARCH_FAMILIES: &[&Family] = &[
         gemv: &aarch64::INT8_GEMV_NEON,
         gemm: &aarch64::INT8_GEMM_NEON,
         layout: |_| aarch64::QSNBP8X4_SF16_ZPC,
+    },
+    // The NEON fp32 GEMV (decode is bound by reading the weights, not by FMLA width) with the SVE GEMM.
+    &Family {
+        name: "sve_fp32_qsnbp8x4_sf32_zpc",
+        rank: 40,
+        path: ComputePath::Fp32,
+        gemv: &aarch64::FP32_GEMV_NEON,
+        gemm: &aarch64::FP32_GEMM_SVE,
+        layout: |_| aarch64::QSNBP8X4_SF32_ZPC,
     },
     &Family {
         name: "neon_fp32_qsnbp8x4_sf32_zpc",

@@ -13,8 +13,10 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 export A64ENV=${A64ENV:-$root/.cache/a64env}
-# The model's MatMulNBits nodes run the fp32 path (accuracy_level 1), whose family (neon_fp32_qsnbp8x4_sf32_zpc) is
-# the same on every model below SVE; the kernel suites test it on each. One qemu 7.2 model (NEON i8mm) and the two
+# The model's MatMulNBits nodes run the fp32 path (accuracy_level 1), whose family is neon_fp32_qsnbp8x4_sf32_zpc
+# on every model below 256-bit SVE and sve_fp32_qsnbp8x4_sf32_zpc at 256 bits and more (qemu 11's max and
+# neoverse-v1 here: its GEMM sums are the NEON GEMM's bit for bit, a unit test checks it); the kernel suites test
+# both on each model that runs them. One qemu 7.2 model (NEON i8mm) and the two
 # qemu 11 models whose features differ most (SME2, SVE 256) run the whole driver.
 cpus=${LLAMA_CPUS:-"max,sve=off"}
 cpus11=${LLAMA_CPUS_QEMU11:-"max neoverse-v1"}

@@ -49,17 +49,71 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         return;
     }
     // SAFETY: forwarded.
-    unsafe { crate::arch::dispatch!(panels::<>(a); bits(a.bits)) }
+    unsafe { crate::arch::dispatch!(panels::<Quads>(a); bits(a.bits)) }
 }
 
-/// The dequantizing walk: per panel, per piece of whole blocks, the piece dequantized into `w` (column quad q's
-/// values at `4·pk·q`, K-major: 4 f32 per K), then every row tile over it into the sums `y` (8 f32 per row),
-/// which leave with the bias after the panel's last piece (`ops::store_groups`).
+/// A dequantized piece's layout and the register tiles that walk it: what a kernel on the dequantizing walk
+/// ([`panels`]) supplies. This kernel's is [`Quads`]; the SVE kernel's rows of 8
+/// (`super::matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_sve`).
+pub(crate) trait Piece {
+    /// Blocks `b0 .. b0 + nb` of `panel`, dequantized (`s·2^−(8−bits)·code + c`), into `w` in this layout.
+    ///
+    /// # Safety
+    /// The CPU has the piece's features; the blocks are the panel's (RunArgs contract, `BITS` bits); `w` holds
+    /// 8·nb·bl f32.
+    unsafe fn dequantize<const BITS: usize>(a: &RunArgs, panel: usize, b0: usize, nb: usize, w: *mut f32);
+
+    /// Rows `0 .. rows` (any count ≥ 1) × the panel's 8 columns over a piece of `pk` K values (`w`), added to
+    /// the rows' 8 sums each at `y` (rows 8 f32 apart).
+    ///
+    /// # Safety
+    /// The CPU has the piece's features; `x` is row 0's first activation of the piece (rows `stride` f32 apart,
+    /// `pk` values each, a multiple of 4); `w` holds the piece (8·pk values) in this layout; `y` holds rows × 8 f32.
+    unsafe fn rows(rows: usize, x: *const f32, stride: usize, w: *const f32, pk: usize, y: *mut f32);
+}
+
+/// This kernel's pieces: column quad q's values K-major at `4·pk·q` (4 f32 per K), walked by 8 × 8 tiles.
+pub(crate) struct Quads;
+
+impl Piece for Quads {
+    #[target_feature(enable = "neon")]
+    unsafe fn dequantize<const BITS: usize>(a: &RunArgs, panel: usize, b0: usize, nb: usize, w: *mut f32) {
+        // SAFETY: forwarded.
+        unsafe { dequantize::<BITS>(a, panel, b0, nb, w) }
+    }
+
+    #[target_feature(enable = "neon")]
+    unsafe fn rows(rows: usize, x: *const f32, stride: usize, w: *const f32, pk: usize, y: *mut f32) {
+        let mut r0 = 0;
+        while r0 < rows {
+            let n = (rows - r0).min(MR);
+            // SAFETY: rows r0 .. r0 + n of the caller's (its guarantee).
+            unsafe {
+                let (x, y) = (x.add(r0 * stride), y.add(r0 * NR));
+                match n {
+                    8 => rows8_x8(x, stride, w, pk, y),
+                    7 => rows_x8::<7>(x, stride, w, pk, y),
+                    6 => rows_x8::<6>(x, stride, w, pk, y),
+                    5 => rows_x8::<5>(x, stride, w, pk, y),
+                    4 => rows_x8::<4>(x, stride, w, pk, y),
+                    3 => rows_x8::<3>(x, stride, w, pk, y),
+                    2 => rows_x8::<2>(x, stride, w, pk, y),
+                    _ => rows_x8::<1>(x, stride, w, pk, y),
+                }
+            }
+            r0 += n;
+        }
+    }
+}
+
+/// The dequantizing walk: per panel, per piece of whole blocks, the piece dequantized into `w` (in `P`'s layout),
+/// then all the tile's rows over it into the sums `y` (8 f32 per row), which leave with the bias after the
+/// panel's last piece (`ops::store_groups`).
 ///
 /// # Safety
-/// As [`run`], with `a.bits` = `BITS`.
+/// As [`run`], with `a.bits` = `BITS`; the CPU has `P`'s features.
 #[target_feature(enable = "neon")]
-unsafe fn panels<const BITS: usize>(a: &RunArgs) {
+pub(crate) unsafe fn panels<P: Piece, const BITS: usize>(a: &RunArgs) {
     let piece_blocks = (PIECE_K / a.bl).max(1).min(a.blocks);
     let mut w = vec![0f32; 8 * piece_blocks * a.bl];
     // The rows' sums, 8 per row, in whole runs of 12 rows (`Sums`) for `store_groups`.
@@ -71,29 +125,12 @@ unsafe fn panels<const BITS: usize>(a: &RunArgs) {
         while b0 < a.blocks {
             let nb = piece_blocks.min(a.blocks - b0);
             let pk = nb * a.bl;
-            // SAFETY: blocks b0..b0 + nb of the tile's panel (RunArgs contract); `w` holds 8·pk values.
-            unsafe { dequantize::<BITS>(a, panel, b0, nb, w.as_mut_ptr()) };
-            let mut r0 = 0;
-            while r0 < a.rows {
-                let rows = (a.rows - r0).min(MR);
-                // SAFETY: rows r0..r0 + rows of the tile: their LHS values b0·bl .. + pk (inside the packed length:
-                // RunArgs contract) and their 8 sums in `y`; the piece's 8·pk values in `w`.
-                unsafe {
-                    let (x, ys) = (lhs.add(r0 * a.lhs_stride + b0 * a.bl), y.as_mut_ptr().add(r0 * NR));
-                    let wp = w.as_ptr();
-                    match rows {
-                        8 => rows8_x8(x, a.lhs_stride, wp, pk, ys),
-                        7 => rows_x8::<7>(x, a.lhs_stride, wp, pk, ys),
-                        6 => rows_x8::<6>(x, a.lhs_stride, wp, pk, ys),
-                        5 => rows_x8::<5>(x, a.lhs_stride, wp, pk, ys),
-                        4 => rows_x8::<4>(x, a.lhs_stride, wp, pk, ys),
-                        3 => rows_x8::<3>(x, a.lhs_stride, wp, pk, ys),
-                        2 => rows_x8::<2>(x, a.lhs_stride, wp, pk, ys),
-                        _ => rows_x8::<1>(x, a.lhs_stride, wp, pk, ys),
-                    }
-                }
-                r0 += rows;
-            }
+            // SAFETY: blocks b0..b0 + nb of the tile's panel (RunArgs contract); `w` holds 8·pk values; the CPU
+            // has P's features (the caller's guarantee).
+            unsafe { P::dequantize::<BITS>(a, panel, b0, nb, w.as_mut_ptr()) };
+            // SAFETY: the tile's rows: their LHS values b0·bl .. + pk (inside the packed length: RunArgs contract)
+            // and their 8 sums in `y`; the piece's 8·pk values in `w`.
+            unsafe { P::rows(a.rows, lhs.add(b0 * a.bl), a.lhs_stride, w.as_ptr(), pk, y.as_mut_ptr()) };
             b0 += nb;
         }
         // The sums leave with the bias by 12-row runs of row groups (`store_groups`: real rows and columns only).
@@ -136,23 +173,7 @@ unsafe fn dequantize<const BITS: usize>(a: &RunArgs, panel: usize, b0: usize, nb
                     // SAFETY: code group grp of chunk ch: 32 bytes inside the record; this quad's 16.
                     let v = unsafe { vld1q_s8(rec.add(ch * chunk_bytes + 32 * grp + 16 * quad).cast()) };
                     for l in 0..cpb {
-                        let f = columns_f32(field::<BITS>(v, l));
-                        // Column j's 4 K values: s_j·code + c_j (without zero points s_j·code: no copy of c).
-                        let d = if a.has_zp != 0 {
-                            float32x4x4_t(
-                                vfmaq_laneq_f32::<0>(vdupq_laneq_f32::<0>(c), f[0], s),
-                                vfmaq_laneq_f32::<1>(vdupq_laneq_f32::<1>(c), f[1], s),
-                                vfmaq_laneq_f32::<2>(vdupq_laneq_f32::<2>(c), f[2], s),
-                                vfmaq_laneq_f32::<3>(vdupq_laneq_f32::<3>(c), f[3], s),
-                            )
-                        } else {
-                            float32x4x4_t(
-                                vmulq_laneq_f32::<0>(f[0], s),
-                                vmulq_laneq_f32::<1>(f[1], s),
-                                vmulq_laneq_f32::<2>(f[2], s),
-                                vmulq_laneq_f32::<3>(f[3], s),
-                            )
-                        };
+                        let d = quad_values::<BITS>(v, l, s, c, a.has_zp != 0);
                         let k = b * a.bl + ch * chunk + l * lane_len + KR * grp;
                         // SAFETY: K values k .. k + 4 < pk of quad `quad`: 16 f32 inside `w` (the caller's
                         // guarantee); ST4 stores them K-major (value i of each column, then i + 1).
@@ -161,6 +182,36 @@ unsafe fn dequantize<const BITS: usize>(a: &RunArgs, panel: usize, b0: usize, nb
                 }
             }
         }
+    }
+}
+
+/// Field `l` of a column quad's 16 code bytes `v` (4 columns × 4 K), dequantized: column j's 4 K values
+/// `s_j·code + c_j` in vector j, `s` the quad's scales × 2^−(8−bits), `c` its corrections (`zp`; without zero
+/// points `s_j·code`: no copy of c).
+#[target_feature(enable = "neon")]
+#[inline]
+pub(crate) fn quad_values<const BITS: usize>(
+    v: int8x16_t,
+    l: usize,
+    s: float32x4_t,
+    c: float32x4_t,
+    zp: bool,
+) -> float32x4x4_t {
+    let f = columns_f32(field::<BITS>(v, l));
+    if zp {
+        float32x4x4_t(
+            vfmaq_laneq_f32::<0>(vdupq_laneq_f32::<0>(c), f[0], s),
+            vfmaq_laneq_f32::<1>(vdupq_laneq_f32::<1>(c), f[1], s),
+            vfmaq_laneq_f32::<2>(vdupq_laneq_f32::<2>(c), f[2], s),
+            vfmaq_laneq_f32::<3>(vdupq_laneq_f32::<3>(c), f[3], s),
+        )
+    } else {
+        float32x4x4_t(
+            vmulq_laneq_f32::<0>(f[0], s),
+            vmulq_laneq_f32::<1>(f[1], s),
+            vmulq_laneq_f32::<2>(f[2], s),
+            vmulq_laneq_f32::<3>(f[3], s),
+        )
     }
 }
 

@@ -1,6 +1,6 @@
 //! aarch64 kernels: NEON intrinsics, and one-instruction `asm!` blocks for what Rust 1.95 has no stable
 //! intrinsic for (SDOT, SMMLA, FCVTL from f16), inside `#[target_feature]` entry points; SVE kernels as whole
-//! `asm!` loops (no stable SVE intrinsics). Ladder: SVE i8mm (vectors of ≥ 256 bits) → i8mm → dotprod → neon →
+//! `asm!` loops (no stable SVE intrinsics). Ladder: SVE i8mm and SVE fp32 (vectors of ≥ 256 bits) → i8mm → dotprod → neon →
 //! portable (features from getauxval, `crate::arch::detect`).
 //!
 //! Layouts (signed codes, zero points folded into a per-block correction, 8-column panels):
@@ -11,6 +11,7 @@
 
 mod matmul_f32_f32_qsnbp8x4_sf32_zpc_1x8_neon;
 mod matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon;
+mod matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_sve;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_4x8_neon;
@@ -61,6 +62,7 @@ pub const QSNBP64X4_SF16_ZPC: RhsLayout = RhsLayout {
 const NEON: Features = Features::of(&[Feature::Neon]);
 const DOTPROD: Features = Features::of(&[Feature::Neon, Feature::Dotprod]);
 const I8MM: Features = Features::of(&[Feature::Neon, Feature::I8mm]);
+const SVE: Features = Features::of(&[Feature::Neon, Feature::Sve]);
 const SVE_DOTPROD: Features = Features::of(&[Feature::Neon, Feature::Dotprod, Feature::Sve]);
 const SME2: Features = Features::of(&[Feature::Sme, Feature::Sme2]);
 const SVE_I8MM: Features = Features::of(&[Feature::Neon, Feature::I8mm, Feature::Sve, Feature::SveI8mm]);
@@ -215,6 +217,17 @@ pub static FP32_GEMM_NEON: UKernel = UKernel {
     geometry: |_, _| Geometry { max_task_rows: 128, ..Geometry::new(4, qsnbp8x4_fp32::NR, usize::MAX) },
     run: matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon::run,
     ..FP32_GEMV_NEON
+};
+
+/// fp32-path GEMM, SVE at 256 bits: the NEON GEMM's dequantizing walk with pieces in rows of 8 columns and 8 × 8
+/// asm register tiles, one SVE FMLA (indexed) per row and K for all 8 columns (two NEON FMLA by element's work).
+pub static FP32_GEMM_SVE: UKernel = UKernel {
+    name: "matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_sve",
+    isa: Isa::Sve,
+    requires: SVE,
+    min_sve_vl: 32,
+    run: matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_sve::run,
+    ..FP32_GEMM_NEON
 };
 
 /// The walk of an int8 kernel's tile on 8-column panels: each panel, then the rows in blocks of up to the first

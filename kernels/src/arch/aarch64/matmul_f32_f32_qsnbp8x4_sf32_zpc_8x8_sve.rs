@@ -1,0 +1,275 @@
+//! fp32-path GEMM for prefill, SVE at 256 bits, dequantizing B once per tile: Y = A·dequant(B)ᵀ with f32 A and
+//! f32 accumulation (accuracy_level 1–3), the NEON kernel's walk (`super::matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon`:
+//! each 8-column panel dequantized piece by piece, up to 1024 K values, then all the tile's rows over the piece)
+//! with a piece laid out in rows of 8 (one K value's 8 columns: 32 bytes, one 256-bit vector) and an asm register
+//! tile of 8 rows × 8 columns: per row one accumulator holding all 8 columns, FMLA indexed by the row's
+//! activation. SVE's indexed FMLA takes its element within each 128-bit segment, so a row's 4 activations are
+//! loaded replicated into every segment (`ld1rqw`) and each FMLA does 8 columns' multiply-add: two NEON FMLA by
+//! element's work.
+//!
+//! Registers: the rows' activations z0–z7 (the indexed operand of a single-precision FMLA must be z0–z7), the
+//! piece's 4 K-rows z8–z11, the rows' sums z16–z23 (first 256 bits: predicate p1 = `vl8`). The whole loop over
+//! the piece is one `asm!` block per row count (8, 4, 2, 1: a tile's rows are cut into those; the loads name only
+//! rows of the tile).
+//!
+//! Instruction budget per 4 K × 8 columns × 8 rows (per FMLA: / 32): 32 FMLA; 4 LD1W of the K-rows, 8 LD1RQW of
+//! the rows' activations (0.38); the pointer and offset steps and the loop 4 (0.13): 48 = 1.5 per FMLA, 0.19 per
+//! multiply-add (the NEON 8 × 8 tile: 1.19 per FMLA by element of 4 columns, 0.30). Dequantizing per 32 values
+//! (one field of a group's 32 code bytes: 4 K × 8 columns): the NEON kernel's 2 × 19 up to its ST4 (`quad_values`),
+//! then the two quads zipped into 2-row runs (8 ZIP1/ZIP2) and 2 ST4: 48, where the quad-major piece takes 40.
+//!
+//! The kernel uses the first 256 bits of the vector, so it runs at any SVE vector length of at least 256 bits
+//! (`min_sve_vl` = 32) and is selected only there: at 128 bits the NEON kernel is as wide. The vector length is
+//! read again on every call (it is per thread and can change); below 256 bits the call runs the NEON kernel,
+//! which reads the same packed weights. Tiles under [`super::matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon::MIN_ROWS`]
+//! rows run the NEON kernel too (its in-register body). The sums are the NEON kernel's bit for bit: each column's
+//! FMA chain runs over K in the same order.
+//!
+//! LHS: `f32` rows (K padded with zeros to the packed length). RHS: `qsnbp8x4_sf32_zpc`, bits 2/4/8, any block
+//! size 16 … 65536. Features: neon, sve. No over-reads.
+
+use super::matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon::{self as neon, Piece, panels, quad_values};
+use super::ops::sve_vl_bytes;
+use super::qsnbp8x4_int8::{KR, NR};
+use super::sve_asm::sve_asm;
+use crate::ukernel::RunArgs;
+use core::arch::aarch64::*;
+
+/// # Safety
+/// The CPU has neon and sve (with a vector length of at least 32 bytes when selected; shorter runs the NEON
+/// kernel); `args` satisfies the `RunArgs` contract with an `f32` LHS and a `qsnbp8x4_sf32_zpc` RHS of
+/// `args.bits` ∈ {2, 4, 8}.
+#[target_feature(enable = "neon,sve")]
+pub(crate) unsafe fn run(args: &RunArgs) {
+    let a = args;
+    // This thread's vector may have been shortened since selection (see `sve_vl_bytes`).
+    if a.rows < neon::MIN_ROWS || sve_vl_bytes() < 32 {
+        // SAFETY: the NEON kernel reads the same layout; the caller's guarantee.
+        return unsafe { neon::run(a) };
+    }
+    // SAFETY: the vector has at least 256 bits (checked just now); the rest is the caller's.
+    unsafe { crate::arch::dispatch!(panels::<Rows8>(a); bits(a.bits)) }
+}
+
+/// Pieces in rows of 8: K value k's 8 columns at `8·k` (32 bytes), walked by the SVE tile.
+struct Rows8;
+
+impl Piece for Rows8 {
+    #[target_feature(enable = "neon,sve")]
+    unsafe fn dequantize<const BITS: usize>(a: &RunArgs, panel: usize, b0: usize, nb: usize, w: *mut f32) {
+        let cpb = 8 / BITS;
+        let chunk = a.bl.min(32);
+        let lane_len = chunk / cpb;
+        let groups = lane_len / KR;
+        let chunk_bytes = chunk * NR * BITS / 8;
+        let unscale = 1.0 / (1u32 << (8 - BITS)) as f32;
+        let zp = a.has_zp != 0;
+        let prec = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
+        for b in 0..nb {
+            let rec = prec.wrapping_add((b0 + b) * a.rhs_record);
+            // SAFETY: the block's 8 f32 scales (and corrections, with zero points) in its record.
+            let (s, c): ([float32x4_t; 2], [float32x4_t; 2]) = unsafe {
+                let s = |q: usize| vmulq_n_f32(vld1q_f32(rec.add(a.rhs_scales + 16 * q).cast()), unscale);
+                let c = |q: usize| if zp { vld1q_f32(rec.add(a.rhs_zp + 16 * q).cast()) } else { vdupq_n_f32(0.0) };
+                ([s(0), s(1)], [c(0), c(1)])
+            };
+            for ch in 0..a.bl / chunk {
+                for grp in 0..groups {
+                    // SAFETY: code group grp of chunk ch: 32 bytes inside the record (quad 0's 16, then quad 1's).
+                    let (v0, v1) = unsafe {
+                        let g = rec.add(ch * chunk_bytes + 32 * grp);
+                        (vld1q_s8(g.cast()), vld1q_s8(g.add(16).cast()))
+                    };
+                    for l in 0..cpb {
+                        let d0 = quad_values::<BITS>(v0, l, s[0], c[0], zp);
+                        let d1 = quad_values::<BITS>(v1, l, s[1], c[1], zp);
+                        // ST4 of (zip1(d0.j, d1.j))_j writes K k's columns 0–3 (d0.j[0]), 4–7 (d1.j[0]), then K
+                        // k + 1's; zip2 the same for k + 2, k + 3.
+                        let lo = float32x4x4_t(
+                            vzip1q_f32(d0.0, d1.0),
+                            vzip1q_f32(d0.1, d1.1),
+                            vzip1q_f32(d0.2, d1.2),
+                            vzip1q_f32(d0.3, d1.3),
+                        );
+                        let hi = float32x4x4_t(
+                            vzip2q_f32(d0.0, d1.0),
+                            vzip2q_f32(d0.1, d1.1),
+                            vzip2q_f32(d0.2, d1.2),
+                            vzip2q_f32(d0.3, d1.3),
+                        );
+                        let k = b * a.bl + ch * chunk + l * lane_len + KR * grp;
+                        // SAFETY: K values k .. k + 4 < nb·bl: 32 f32 at 8·k inside `w` (the caller's guarantee).
+                        unsafe {
+                            vst4q_f32(w.add(8 * k), lo);
+                            vst4q_f32(w.add(8 * k + 16), hi);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[target_feature(enable = "neon,sve")]
+    unsafe fn rows(rows: usize, x: *const f32, stride: usize, w: *const f32, pk: usize, y: *mut f32) {
+        let mut r0 = 0;
+        while r0 < rows {
+            let n = [8, 4, 2, 1].into_iter().find(|&n| n <= rows - r0).expect("rows remain");
+            // SAFETY: rows r0 .. r0 + n of the caller's (its guarantee); the vector has at least 256 bits (`run`).
+            unsafe {
+                let (x, y) = (x.add(r0 * stride), y.add(r0 * NR));
+                match n {
+                    8 => tile::<8>(x, stride, w, pk, y),
+                    4 => tile::<4>(x, stride, w, pk, y),
+                    2 => tile::<2>(x, stride, w, pk, y),
+                    _ => tile::<1>(x, stride, w, pk, y),
+                }
+            }
+            r0 += n;
+        }
+    }
+}
+
+/// The text of [`tile`] for the listed rows `[r z]` (row r's activations in z`r`, its sums in z`z`; its
+/// activation pointer the operand `x<r>`): the sums loaded from `{y}` (rows 32 bytes apart), the loop over
+/// the piece by 4 K (`{n}` times: 4 K-rows of `{w}`, each row's 4 activations at `{x<r>}` + 4·`{k}`), the sums
+/// stored back. `{e8}`, `{e16}`, `{e24}` hold 8, 16, 24; `{t}` is scratch.
+#[rustfmt::skip]
+macro_rules! tile_text {
+    ($([$r:literal $z:literal])+) => {
+        concat!(
+            "ptrue p0.s\n",
+            "ptrue p1.s, vl8\n",
+            "mov {t}, {y}\n",
+            $("ld1w {{z", $z, ".s}}, p1/z, [{t}]\n", "add {t}, {t}, #32\n",)+
+            "mov {k}, #0\n",
+            "2:\n",
+            "ld1w {{z8.s}}, p1/z, [{w}]\n",
+            "ld1w {{z9.s}}, p1/z, [{w}, {e8}, lsl #2]\n",
+            "ld1w {{z10.s}}, p1/z, [{w}, {e16}, lsl #2]\n",
+            "ld1w {{z11.s}}, p1/z, [{w}, {e24}, lsl #2]\n",
+            "add {w}, {w}, #128\n",
+            $("ld1rqw {{z", $r, ".s}}, p0/z, [{x", $r, "}, {k}, lsl #2]\n",)+
+            "add {k}, {k}, #4\n",
+            $("fmla z", $z, ".s, z8.s, z", $r, ".s[0]\n",)+
+            $("fmla z", $z, ".s, z9.s, z", $r, ".s[1]\n",)+
+            $("fmla z", $z, ".s, z10.s, z", $r, ".s[2]\n",)+
+            $("fmla z", $z, ".s, z11.s, z", $r, ".s[3]\n",)+
+            "subs {n}, {n}, #1\n",
+            "b.ne 2b\n",
+            "mov {t}, {y}\n",
+            $("st1w {{z", $z, ".s}}, p1, [{t}]\n", "add {t}, {t}, #32\n",)+
+        )
+    };
+}
+
+/// `R` rows (8, 4, 2 or 1) × 8 columns over a piece of `pk` K values in rows of 8 (`w`), added to the rows' 8
+/// sums at `y` (rows 8 f32 apart); the loop in one asm block.
+///
+/// # Safety
+/// The CPU has SVE with a vector length of at least 32 bytes; `x` is row 0's first activation of the piece (rows
+/// `stride` f32 apart, `pk` values each, `pk` a positive multiple of 4); `w` holds 8·pk f32; `y` holds R × 8 f32.
+#[target_feature(enable = "neon,sve")]
+unsafe fn tile<const R: usize>(x: *const f32, stride: usize, w: *const f32, pk: usize, y: *mut f32) {
+    debug_assert!(pk > 0 && pk.is_multiple_of(4) && matches!(R, 1 | 2 | 4 | 8));
+    // Rows past R are never loaded (the text names only rows below R); their operands repeat row 0.
+    let xr = |r: usize| if r < R { x.wrapping_add(r * stride) } else { x };
+    macro_rules! call {
+        ($($rows:tt)+) => {
+            // SAFETY: reads: 4 f32 per K of each of the R rows (`stride` apart, `pk` K) and 8 per K of the piece
+            // (`pk` K), all inside (the caller's guarantee: the loads' first 256 bits only, predicate p1, or 128
+            // replicated, ld1rqw); reads and writes R × 8 sums at `y`. Every vector and predicate register the
+            // block touches is declared (sve_asm!: z0–z31, p0–p3); d8–d15 (callee-saved) are saved by the
+            // compiler; the flags are clobbered; no stack use.
+            unsafe {
+                sve_asm!(
+                    concat!("// {x0} {x1} {x2} {x3} {x4} {x5} {x6} {x7}\n", tile_text!($($rows)+)),
+                    x0 = in(reg) xr(0),
+                    x1 = in(reg) xr(1),
+                    x2 = in(reg) xr(2),
+                    x3 = in(reg) xr(3),
+                    x4 = in(reg) xr(4),
+                    x5 = in(reg) xr(5),
+                    x6 = in(reg) xr(6),
+                    x7 = in(reg) xr(7),
+                    w = inout(reg) w => _,
+                    n = inout(reg) pk / 4 => _,
+                    k = out(reg) _,
+                    t = out(reg) _,
+                    y = in(reg) y,
+                    e8 = in(reg) 8usize,
+                    e16 = in(reg) 16usize,
+                    e24 = in(reg) 24usize,
+                )
+            }
+        };
+    }
+    match R {
+        8 => call!([0 16] [1 17] [2 18] [3 19] [4 20] [5 21] [6 22] [7 23]),
+        4 => call!([0 16] [1 17] [2 18] [3 19]),
+        2 => call!([0 16] [1 17]),
+        _ => call!([0 16]),
+    }
+}
+
+// PR_SVE_SET_VL is Linux's (Android's too).
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+mod tests {
+    use crate::arch::aarch64::{FP32_GEMM_NEON, FP32_GEMM_SVE, QSNBP8X4_SF32_ZPC};
+    use crate::format::{Params, Weights, ZeroPoints};
+    use crate::pack::LhsSource;
+    use crate::{ComputePath, Cpu, Problem, Selected, UKernel, matmul_serial};
+
+    /// The SVE GEMM's sums are the NEON GEMM's bit for bit (each column's FMA chain over K in the same order),
+    /// over row counts that take every asm tile (8, 4, 2, 1) and the in-register body below 4 rows, K in two
+    /// pieces (1056 in blocks of 32), zero points, 2/4/8 bits, a last panel of 3 columns; and a thread whose
+    /// vector was shortened to 128 bits after selection (prctl PR_SVE_SET_VL) runs the NEON kernel.
+    #[test]
+    fn sums_match_the_neon_gemm_bit_for_bit_at_any_vector_length() {
+        if !FP32_GEMM_SVE.runs_on(Cpu::get()) {
+            return;
+        }
+        let (k, n, bl) = (1056usize, 75usize, 32usize);
+        let mut x = 0x9E37_79B9u32;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        let a: Vec<f32> = (0..23 * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
+        for bits in [4u32, 2, 8] {
+            let b: Vec<u8> = (0..n * k * bits as usize / 8).map(|_| next() as u8).collect();
+            let scales: Vec<f32> = (0..n * k / bl).map(|_| 0.01 + (next() % 100) as f32 * 1e-3).collect();
+            let zp: Vec<u8> = (0..n * (k / bl * bits as usize).div_ceil(8)).map(|_| next() as u8).collect();
+            let params = Params::new(k as i64, n as i64, bits as i64, bl as i64).unwrap();
+            let zps = if bits == 2 { ZeroPoints::Default } else { ZeroPoints::Packed(&zp) };
+            let w = Weights::new(params, &b, &scales, zps, None).unwrap();
+            let p = Problem::of(ComputePath::Fp32, &w);
+            let run = |uk: &'static UKernel, m: usize| {
+                let sel = Selected::single(uk, QSNBP8X4_SF32_ZPC, &p).unwrap();
+                let rhs = sel.pack_rhs(&w).unwrap();
+                let mut y = vec![0f32; m * n];
+                matmul_serial(&sel, &rhs, LhsSource::F32(&a[..m * k]), m, None, &mut y);
+                y.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+            };
+            for m in [2usize, 4, 7, 8, 15, 23] {
+                let want = run(&FP32_GEMM_NEON, m);
+                assert!(run(&FP32_GEMM_SVE, m) == want, "bits {bits}, M = {m}: SVE sums differ from NEON's");
+                let short = std::thread::scope(|s| {
+                    s.spawn(|| {
+                        // SAFETY: PR_SVE_SET_VL (50) takes the new length in bytes and changes only this thread's
+                        // vector length (Linux, qemu-user alike); nothing of this thread holds SVE state across it.
+                        let r = unsafe { libc::prctl(50, 16 as libc::c_ulong) };
+                        assert!(r >= 0, "prctl(PR_SVE_SET_VL, 16) failed");
+                        // SAFETY: the CPU has SVE (the kernel runs here: checked above).
+                        assert_eq!(unsafe { super::sve_vl_bytes() }, 16);
+                        run(&FP32_GEMM_SVE, m)
+                    })
+                    .join()
+                    .unwrap()
+                });
+                assert!(short == want, "bits {bits}, M = {m}: at 128 bits it must run the NEON kernel");
+            }
+        }
+    }
+}
