@@ -56,6 +56,10 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 /// ([`panels`]) supplies. This kernel's is [`Quads`]; the SVE kernel's rows of 8
 /// (`super::matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_sve`).
 pub(crate) trait Piece {
+    /// Panels walked together (the last pass of a tile may have fewer): their pieces side by side in the buffer
+    /// (panel p's at `8·pk·p`), their sums too (panel p's at `y + p·ystride`).
+    const PANELS: usize;
+
     /// Blocks `b0 .. b0 + nb` of `panel`, dequantized (`s·2^−(8−bits)·code + c`), into `w` in this layout.
     ///
     /// # Safety
@@ -63,13 +67,25 @@ pub(crate) trait Piece {
     /// 8·nb·bl f32.
     unsafe fn dequantize<const BITS: usize>(a: &RunArgs, panel: usize, b0: usize, nb: usize, w: *mut f32);
 
-    /// Rows `0 .. rows` (any count ≥ 1) × the panel's 8 columns over a piece of `pk` K values (`w`), added to
-    /// the rows' 8 sums each at `y` (rows 8 f32 apart).
+    /// Rows `0 .. rows` (any count ≥ 1) × the 8 columns of each of `panels` (1 ..= PANELS) panels over their
+    /// pieces of `pk` K values (panel p's at `w + 8·pk·p`), added to the rows' 8 sums per panel (panel p's at
+    /// `y + p·ystride`, rows 8 f32 apart).
     ///
     /// # Safety
     /// The CPU has the piece's features; `x` is row 0's first activation of the piece (rows `stride` f32 apart,
-    /// `pk` values each, a multiple of 4); `w` holds the piece (8·pk values) in this layout; `y` holds rows × 8 f32.
-    unsafe fn rows(rows: usize, x: *const f32, stride: usize, w: *const f32, pk: usize, y: *mut f32);
+    /// `pk` values each, a multiple of 4); `w` holds the `panels` pieces (8·pk values each) in this layout; `y`
+    /// holds the sums (rows × 8 f32 from `y + p·ystride` for each panel p).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn rows(
+        rows: usize,
+        panels: usize,
+        x: *const f32,
+        stride: usize,
+        w: *const f32,
+        pk: usize,
+        y: *mut f32,
+        ystride: usize,
+    );
 }
 
 /// This kernel's pieces: column quad q's values K-major at `4·pk·q` (4 f32 per K), walked by 8 × 8 tiles.
@@ -82,8 +98,20 @@ impl Piece for Quads {
         unsafe { dequantize::<BITS>(a, panel, b0, nb, w) }
     }
 
+    const PANELS: usize = 1;
+
     #[target_feature(enable = "neon")]
-    unsafe fn rows(rows: usize, x: *const f32, stride: usize, w: *const f32, pk: usize, y: *mut f32) {
+    unsafe fn rows(
+        rows: usize,
+        panels: usize,
+        x: *const f32,
+        stride: usize,
+        w: *const f32,
+        pk: usize,
+        y: *mut f32,
+        _ystride: usize,
+    ) {
+        debug_assert_eq!(panels, 1);
         let mut r0 = 0;
         while r0 < rows {
             let n = (rows - r0).min(MR);
@@ -106,40 +134,49 @@ impl Piece for Quads {
     }
 }
 
-/// The dequantizing walk: per panel, per piece of whole blocks, the piece dequantized into `w` (in `P`'s layout),
-/// then all the tile's rows over it into the sums `y` (8 f32 per row), which leave with the bias after the
-/// panel's last piece (`ops::store_groups`).
+/// The dequantizing walk: per pass of `P::PANELS` panels (fewer in the last), per piece of whole blocks, the
+/// panels' pieces dequantized into `w` (in `P`'s layout), then all the tile's rows over them into the sums `y`
+/// (8 f32 per row and panel), which leave with the bias after the last piece (`ops::store_groups`).
 ///
 /// # Safety
 /// As [`run`], with `a.bits` = `BITS`; the CPU has `P`'s features.
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn panels<P: Piece, const BITS: usize>(a: &RunArgs) {
     let piece_blocks = (PIECE_K / a.bl).max(1).min(a.blocks);
-    let mut w = vec![0f32; 8 * piece_blocks * a.bl];
-    // The rows' sums, 8 per row, in whole runs of 12 rows (`Sums`) for `store_groups`.
-    let mut y = vec![0f32; a.rows.next_multiple_of(12) * NR];
+    let mut w = vec![0f32; P::PANELS * 8 * piece_blocks * a.bl];
+    // The rows' sums, 8 per row, in whole runs of 12 rows (`Sums`) for `store_groups`, one run of rows per panel.
+    let ystride = a.rows.next_multiple_of(12) * NR;
+    let mut y = vec![0f32; P::PANELS * ystride];
     let lhs = a.lhs.cast::<f32>();
-    for panel in 0..a.cols.div_ceil(NR) {
+    let np = a.cols.div_ceil(NR);
+    let mut panel = 0;
+    while panel < np {
+        let pp = P::PANELS.min(np - panel);
         y.fill(0.0);
         let mut b0 = 0;
         while b0 < a.blocks {
             let nb = piece_blocks.min(a.blocks - b0);
             let pk = nb * a.bl;
-            // SAFETY: blocks b0..b0 + nb of the tile's panel (RunArgs contract); `w` holds 8·pk values; the CPU
-            // has P's features (the caller's guarantee).
-            unsafe { P::dequantize::<BITS>(a, panel, b0, nb, w.as_mut_ptr()) };
+            for p in 0..pp {
+                // SAFETY: blocks b0..b0 + nb of the tile's panel panel + p (RunArgs contract); `w` holds 8·pk values
+                // from 8·pk·p; the CPU has P's features (the caller's guarantee).
+                unsafe { P::dequantize::<BITS>(a, panel + p, b0, nb, w.as_mut_ptr().add(8 * pk * p)) };
+            }
             // SAFETY: the tile's rows: their LHS values b0·bl .. + pk (inside the packed length: RunArgs contract)
-            // and their 8 sums in `y`; the piece's 8·pk values in `w`.
-            unsafe { P::rows(a.rows, lhs.add(b0 * a.bl), a.lhs_stride, w.as_ptr(), pk, y.as_mut_ptr()) };
+            // and their 8 sums per panel in `y`; the pieces' 8·pk values per panel in `w`.
+            unsafe { P::rows(a.rows, pp, lhs.add(b0 * a.bl), a.lhs_stride, w.as_ptr(), pk, y.as_mut_ptr(), ystride) };
             b0 += nb;
         }
         // The sums leave with the bias by 12-row runs of row groups (`store_groups`: real rows and columns only).
-        for g in (0..a.rows.div_ceil(4)).step_by(3) {
-            let n = (a.rows.div_ceil(4) - g).min(3);
-            let out: &Sums = y[32 * g..][..96].try_into().expect("y holds whole 12-row runs");
-            // SAFETY: groups g..g + n and the panel are the tile's.
-            unsafe { store_groups(a, panel, g, n, out) };
+        for p in 0..pp {
+            for g in (0..a.rows.div_ceil(4)).step_by(3) {
+                let n = (a.rows.div_ceil(4) - g).min(3);
+                let out: &Sums = y[p * ystride + 32 * g..][..96].try_into().expect("y holds whole 12-row runs");
+                // SAFETY: groups g..g + n and the panel are the tile's.
+                unsafe { store_groups(a, panel + p, g, n, out) };
+            }
         }
+        panel += pp;
     }
 }
 

@@ -109,18 +109,35 @@ impl Piece for Rows8 {
         }
     }
 
+    const PANELS: usize = 2;
+
     #[target_feature(enable = "neon,sve")]
-    unsafe fn rows(rows: usize, x: *const f32, stride: usize, w: *const f32, pk: usize, y: *mut f32) {
+    unsafe fn rows(
+        rows: usize,
+        panels: usize,
+        x: *const f32,
+        stride: usize,
+        w: *const f32,
+        pk: usize,
+        y: *mut f32,
+        ystride: usize,
+    ) {
+        let (w1, y1) = (w.wrapping_add(8 * pk), y.wrapping_add(ystride));
         let mut r0 = 0;
         while r0 < rows {
             let n = [8, 4, 2, 1].into_iter().find(|&n| n <= rows - r0).expect("rows remain");
-            // SAFETY: rows r0 .. r0 + n of the caller's (its guarantee); the vector has at least 256 bits (`run`).
+            // SAFETY: rows r0 .. r0 + n of the caller's, of both panels when there are two (its guarantee); the
+            // vector has at least 256 bits (`run`).
             unsafe {
-                let (x, y) = (x.add(r0 * stride), y.add(r0 * NR));
-                match n {
-                    8 => tile::<8>(x, stride, w, pk, y),
-                    4 => tile::<4>(x, stride, w, pk, y),
-                    2 => tile::<2>(x, stride, w, pk, y),
+                let (x, y, y1) = (x.add(r0 * stride), y.add(r0 * NR), y1.wrapping_add(r0 * NR));
+                match (n, panels) {
+                    (8, 2) => tile2::<8>(x, stride, [w, w1], pk, [y, y1]),
+                    (4, 2) => tile2::<4>(x, stride, [w, w1], pk, [y, y1]),
+                    (2, 2) => tile2::<2>(x, stride, [w, w1], pk, [y, y1]),
+                    (_, 2) => tile2::<1>(x, stride, [w, w1], pk, [y, y1]),
+                    (8, _) => tile::<8>(x, stride, w, pk, y),
+                    (4, _) => tile::<4>(x, stride, w, pk, y),
+                    (2, _) => tile::<2>(x, stride, w, pk, y),
                     _ => tile::<1>(x, stride, w, pk, y),
                 }
             }
@@ -158,6 +175,46 @@ macro_rules! tile_text {
             "b.ne 2b\n",
             "mov {t}, {y}\n",
             $("st1w {{z", $z, ".s}}, p1, [{t}]\n", "add {t}, {t}, #32\n",)+
+        )
+    };
+}
+
+/// [`tile_text!`] for two panels: row r's sums z`z` (panel 0, at `{y}`) and z`zz` (panel 1, at `{y1}`), the
+/// panels' 4 K-rows z8–z11 (`{w}`) and z12–z15 (`{w1}`); each activation load serves 8 FMLA.
+#[rustfmt::skip]
+macro_rules! tile2_text {
+    ($([$r:literal $z:literal $zz:literal])+) => {
+        concat!(
+            "ptrue p0.s\n",
+            "ptrue p1.s, vl8\n",
+            "mov {t}, {y}\n",
+            $("ld1w {{z", $z, ".s}}, p1/z, [{t}]\n", "add {t}, {t}, #32\n",)+
+            "mov {t}, {y1}\n",
+            $("ld1w {{z", $zz, ".s}}, p1/z, [{t}]\n", "add {t}, {t}, #32\n",)+
+            "mov {k}, #0\n",
+            "2:\n",
+            "ld1w {{z8.s}}, p1/z, [{w}]\n",
+            "ld1w {{z9.s}}, p1/z, [{w}, {e8}, lsl #2]\n",
+            "ld1w {{z10.s}}, p1/z, [{w}, {e16}, lsl #2]\n",
+            "ld1w {{z11.s}}, p1/z, [{w}, {e24}, lsl #2]\n",
+            "add {w}, {w}, #128\n",
+            "ld1w {{z12.s}}, p1/z, [{w1}]\n",
+            "ld1w {{z13.s}}, p1/z, [{w1}, {e8}, lsl #2]\n",
+            "ld1w {{z14.s}}, p1/z, [{w1}, {e16}, lsl #2]\n",
+            "ld1w {{z15.s}}, p1/z, [{w1}, {e24}, lsl #2]\n",
+            "add {w1}, {w1}, #128\n",
+            $("ld1rqw {{z", $r, ".s}}, p0/z, [{x", $r, "}, {k}, lsl #2]\n",)+
+            "add {k}, {k}, #4\n",
+            $("fmla z", $z, ".s, z8.s, z", $r, ".s[0]\n", "fmla z", $zz, ".s, z12.s, z", $r, ".s[0]\n",)+
+            $("fmla z", $z, ".s, z9.s, z", $r, ".s[1]\n", "fmla z", $zz, ".s, z13.s, z", $r, ".s[1]\n",)+
+            $("fmla z", $z, ".s, z10.s, z", $r, ".s[2]\n", "fmla z", $zz, ".s, z14.s, z", $r, ".s[2]\n",)+
+            $("fmla z", $z, ".s, z11.s, z", $r, ".s[3]\n", "fmla z", $zz, ".s, z15.s, z", $r, ".s[3]\n",)+
+            "subs {n}, {n}, #1\n",
+            "b.ne 2b\n",
+            "mov {t}, {y}\n",
+            $("st1w {{z", $z, ".s}}, p1, [{t}]\n", "add {t}, {t}, #32\n",)+
+            "mov {t}, {y1}\n",
+            $("st1w {{z", $zz, ".s}}, p1, [{t}]\n", "add {t}, {t}, #32\n",)+
         )
     };
 }
@@ -211,6 +268,50 @@ unsafe fn tile<const R: usize>(x: *const f32, stride: usize, w: *const f32, pk: 
     }
 }
 
+/// [`tile`] over two panels' pieces (`w[p]`, 8·pk f32 each) into their sums (`y[p]`, R × 8 f32 each).
+///
+/// # Safety
+/// As [`tile`], for each of the two pieces and sums.
+#[target_feature(enable = "neon,sve")]
+unsafe fn tile2<const R: usize>(x: *const f32, stride: usize, w: [*const f32; 2], pk: usize, y: [*mut f32; 2]) {
+    debug_assert!(pk > 0 && pk.is_multiple_of(4) && matches!(R, 1 | 2 | 4 | 8));
+    let xr = |r: usize| if r < R { x.wrapping_add(r * stride) } else { x };
+    macro_rules! call {
+        ($($rows:tt)+) => {
+            // SAFETY: as in `tile`, with the two pieces at w[0], w[1] and the two panels' sums at y[0], y[1].
+            unsafe {
+                sve_asm!(
+                    concat!("// {x0} {x1} {x2} {x3} {x4} {x5} {x6} {x7}\n", tile2_text!($($rows)+)),
+                    x0 = in(reg) xr(0),
+                    x1 = in(reg) xr(1),
+                    x2 = in(reg) xr(2),
+                    x3 = in(reg) xr(3),
+                    x4 = in(reg) xr(4),
+                    x5 = in(reg) xr(5),
+                    x6 = in(reg) xr(6),
+                    x7 = in(reg) xr(7),
+                    w = inout(reg) w[0] => _,
+                    w1 = inout(reg) w[1] => _,
+                    n = inout(reg) pk / 4 => _,
+                    k = out(reg) _,
+                    t = out(reg) _,
+                    y = in(reg) y[0],
+                    y1 = in(reg) y[1],
+                    e8 = in(reg) 8usize,
+                    e16 = in(reg) 16usize,
+                    e24 = in(reg) 24usize,
+                )
+            }
+        };
+    }
+    match R {
+        8 => call!([0 16 24] [1 17 25] [2 18 26] [3 19 27] [4 20 28] [5 21 29] [6 22 30] [7 23 31]),
+        4 => call!([0 16 24] [1 17 25] [2 18 26] [3 19 27]),
+        2 => call!([0 16 24] [1 17 25]),
+        _ => call!([0 16 24]),
+    }
+}
+
 // PR_SVE_SET_VL is Linux's (Android's too).
 #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests {
@@ -221,14 +322,15 @@ mod tests {
 
     /// The SVE GEMM's sums are the NEON GEMM's bit for bit (each column's FMA chain over K in the same order),
     /// over row counts that take every asm tile (8, 4, 2, 1) and the in-register body below 4 rows, K in two
-    /// pieces (1056 in blocks of 32), zero points, 2/4/8 bits, a last panel of 3 columns; and a thread whose
-    /// vector was shortened to 128 bits after selection (prctl PR_SVE_SET_VL) runs the NEON kernel.
+    /// pieces (1056 in blocks of 32), zero points, 2/4/8 bits, 9 panels (passes of two and a last single one, of 3
+    /// columns); and a thread whose vector was shortened to 128 bits after selection (prctl PR_SVE_SET_VL) runs
+    /// the NEON kernel.
     #[test]
     fn sums_match_the_neon_gemm_bit_for_bit_at_any_vector_length() {
         if !FP32_GEMM_SVE.runs_on(Cpu::get()) {
             return;
         }
-        let (k, n, bl) = (1056usize, 75usize, 32usize);
+        let (k, n, bl) = (1056usize, 67usize, 32usize);
         let mut x = 0x9E37_79B9u32;
         let mut next = move || {
             x ^= x << 13;
