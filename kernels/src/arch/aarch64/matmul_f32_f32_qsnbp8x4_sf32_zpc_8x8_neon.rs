@@ -19,6 +19,10 @@
 //! per FMLA per Run) the in-register body alone was 2.8 per FMLA at M = 32 (1.85x ORT's instructions); measured
 //! figures in bench/results/aarch64-icount.md.
 //!
+//! The walk ([`panels`]) is generic over the piece's layout and the tiles that walk it ([`Piece`]): this kernel's
+//! column quads ([`Quads`]), and the SVE kernel's rows of 8 columns, two panels per pass
+//! (`super::matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_sve`).
+//!
 //! LHS: `f32` rows (K padded with zeros to the packed length). RHS: `qsnbp8x4_sf32_zpc`, bits 2/4/8, any block
 //! size 16 … 65536. Columns: whole 8-column panels from the tile's start (the last one's padding computed, never
 //! stored). Features: neon. No over-reads.
@@ -227,13 +231,7 @@ unsafe fn dequantize<const BITS: usize>(a: &RunArgs, panel: usize, b0: usize, nb
 /// points `s_j·code`: no copy of c).
 #[target_feature(enable = "neon")]
 #[inline]
-pub(crate) fn quad_values<const BITS: usize>(
-    v: int8x16_t,
-    l: usize,
-    s: float32x4_t,
-    c: float32x4_t,
-    zp: bool,
-) -> float32x4x4_t {
+fn quad_values<const BITS: usize>(v: int8x16_t, l: usize, s: float32x4_t, c: float32x4_t, zp: bool) -> float32x4x4_t {
     let f = columns_f32(field::<BITS>(v, l));
     if zp {
         float32x4x4_t(

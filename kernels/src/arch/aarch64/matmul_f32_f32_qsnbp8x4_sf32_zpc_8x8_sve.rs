@@ -1,39 +1,41 @@
 //! fp32-path GEMM for prefill, SVE at 256 bits, dequantizing B once per tile: Y = A·dequant(B)ᵀ with f32 A and
-//! f32 accumulation (accuracy_level 1–3), the NEON kernel's walk (`super::matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon`:
-//! each 8-column panel dequantized piece by piece, up to 1024 K values, then all the tile's rows over the piece)
-//! with a piece laid out in rows of 8 (one K value's 8 columns: 32 bytes, one 256-bit vector) and an asm register
-//! tile of 8 rows × 8 columns: per row one accumulator holding all 8 columns, FMLA indexed by the row's
-//! activation. SVE's indexed FMLA takes its element within each 128-bit segment, so a row's 4 activations are
-//! loaded replicated into every segment (`ld1rqw`) and each FMLA does 8 columns' multiply-add: two NEON FMLA by
-//! element's work.
+//! f32 accumulation (accuracy_level 1–3), on the NEON kernel's walk (`super::matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon`:
+//! panels dequantized piece by piece, up to 1024 K values, then all the tile's rows over the pieces) with pieces
+//! laid out in rows of 8 (one K value's 8 columns: 32 bytes, one 256-bit vector), two panels per pass, and asm
+//! register tiles of 8 rows × 16 columns: per row and panel one accumulator holding the panel's 8 columns, FMLA
+//! indexed by the row's activation. SVE's indexed FMLA takes its element within each 128-bit segment, so a row's 4
+//! activations are loaded replicated into every segment (`ld1rqw`), and each FMLA does 8 columns' multiply-add:
+//! two NEON FMLA by element's work.
 //!
-//! Registers: the rows' activations z0–z7 (the indexed operand of a single-precision FMLA must be z0–z7), the
-//! piece's 4 K-rows z8–z11, the rows' sums z16–z23 (first 256 bits: predicate p1 = `vl8`). The whole loop over
-//! the piece is one `asm!` block per row count (8, 4, 2, 1: a tile's rows are cut into those; the loads name only
-//! rows of the tile).
+//! Registers: the rows' activations z0–z7 (the indexed operand of a single-precision FMLA must be z0–z7), the two
+//! pieces' 4 K-rows z8–z11 and z12–z15, the rows' sums z16–z23 and z24–z31 (first 256 bits: predicate p1 =
+//! `vl8`). The whole loop over a piece is one `asm!` block per row count (8, 4, 2, 1: a tile's rows are cut into
+//! those; the loads name only rows of the tile); a last odd panel runs the one-panel tile (z16–z23 only).
 //!
-//! Instruction budget per 4 K × 8 columns × 8 rows (per FMLA: / 32): 32 FMLA; 4 LD1W of the K-rows, 8 LD1RQW of
-//! the rows' activations (0.38); the pointer and offset steps and the loop 4 (0.13): 48 = 1.5 per FMLA, 0.19 per
-//! multiply-add (the NEON 8 × 8 tile: 1.19 per FMLA by element of 4 columns, 0.30). Dequantizing per 32 values
-//! (one field of a group's 32 code bytes: 4 K × 8 columns): the NEON kernel's 2 × 19 up to its ST4 (`quad_values`),
-//! then the two quads zipped into 2-row runs (8 ZIP1/ZIP2) and 2 ST4: 48, where the quad-major piece takes 40.
+//! Instruction budget per 4 K × 16 columns × 8 rows (per FMLA: / 64): 64 FMLA; 8 LD1W of the K-rows, 8 LD1RQW
+//! of the rows' activations (0.25); the pointer and offset steps and the loop 5 (0.08): 85 = 1.33 per FMLA, 0.17
+//! per multiply-add (the NEON 8 × 8 tile: 1.19 per FMLA by element of 4 columns, 0.30; the one-panel tile here:
+//! 48 per 32 FMLA, 1.5). Dequantizing (`dequantize_block`, one asm block per block of weights) per group of 32
+//! code bytes (8 columns × 4 K, one word per column): one load; per field and K (8 values) LSL + ASR (or ASR
+//! alone), SCVTF, FMUL (FMAD with zero points), ST1W: 0.72 instructions per value at 4 bits (the NEON
+//! dequantizer's quad-major pieces take 1.25, its rows of 8 by ZIP + ST4 took 1.5).
 //!
 //! The kernel uses the first 256 bits of the vector, so it runs at any SVE vector length of at least 256 bits
 //! (`min_sve_vl` = 32) and is selected only there: at 128 bits the NEON kernel is as wide. The vector length is
 //! read again on every call (it is per thread and can change); below 256 bits the call runs the NEON kernel,
 //! which reads the same packed weights. Tiles under [`super::matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon::MIN_ROWS`]
-//! rows run the NEON kernel too (its in-register body). The sums are the NEON kernel's bit for bit: each column's
-//! FMA chain runs over K in the same order.
+//! rows run the NEON kernel too (its in-register body). The sums are the NEON kernel's bit for bit (each column's
+//! FMA chain runs over K in the same order, each weight is the same f32) wherever a scale × 2^−(8−bits) is a
+//! normal f32.
 //!
 //! LHS: `f32` rows (K padded with zeros to the packed length). RHS: `qsnbp8x4_sf32_zpc`, bits 2/4/8, any block
 //! size 16 … 65536. Features: neon, sve. No over-reads.
 
-use super::matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon::{self as neon, Piece, panels, quad_values};
+use super::matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon::{self as neon, Piece, panels};
 use super::ops::sve_vl_bytes;
-use super::qsnbp8x4_int8::{KR, NR};
+use super::qsnbp8x4_int8::NR;
 use super::sve_asm::sve_asm;
 use crate::ukernel::RunArgs;
-use core::arch::aarch64::*;
 
 /// # Safety
 /// The CPU has neon and sve (with a vector length of at least 32 bytes when selected; shorter runs the NEON
@@ -60,51 +62,20 @@ impl Piece for Rows8 {
         let cpb = 8 / BITS;
         let chunk = a.bl.min(32);
         let lane_len = chunk / cpb;
-        let groups = lane_len / KR;
-        let chunk_bytes = chunk * NR * BITS / 8;
-        let unscale = 1.0 / (1u32 << (8 - BITS)) as f32;
-        let zp = a.has_zp != 0;
         let prec = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
         for b in 0..nb {
             let rec = prec.wrapping_add((b0 + b) * a.rhs_record);
-            // SAFETY: the block's 8 f32 scales (and corrections, with zero points) in its record.
-            let (s, c): ([float32x4_t; 2], [float32x4_t; 2]) = unsafe {
-                let s = |q: usize| vmulq_n_f32(vld1q_f32(rec.add(a.rhs_scales + 16 * q).cast()), unscale);
-                let c = |q: usize| if zp { vld1q_f32(rec.add(a.rhs_zp + 16 * q).cast()) } else { vdupq_n_f32(0.0) };
-                ([s(0), s(1)], [c(0), c(1)])
-            };
-            for ch in 0..a.bl / chunk {
-                for grp in 0..groups {
-                    // SAFETY: code group grp of chunk ch: 32 bytes inside the record (quad 0's 16, then quad 1's).
-                    let (v0, v1) = unsafe {
-                        let g = rec.add(ch * chunk_bytes + 32 * grp);
-                        (vld1q_s8(g.cast()), vld1q_s8(g.add(16).cast()))
-                    };
-                    for l in 0..cpb {
-                        let d0 = quad_values::<BITS>(v0, l, s[0], c[0], zp);
-                        let d1 = quad_values::<BITS>(v1, l, s[1], c[1], zp);
-                        // ST4 of (zip1(d0.j, d1.j))_j writes K k's columns 0–3 (d0.j[0]), 4–7 (d1.j[0]), then K
-                        // k + 1's; zip2 the same for k + 2, k + 3.
-                        let lo = float32x4x4_t(
-                            vzip1q_f32(d0.0, d1.0),
-                            vzip1q_f32(d0.1, d1.1),
-                            vzip1q_f32(d0.2, d1.2),
-                            vzip1q_f32(d0.3, d1.3),
-                        );
-                        let hi = float32x4x4_t(
-                            vzip2q_f32(d0.0, d1.0),
-                            vzip2q_f32(d0.1, d1.1),
-                            vzip2q_f32(d0.2, d1.2),
-                            vzip2q_f32(d0.3, d1.3),
-                        );
-                        let k = b * a.bl + ch * chunk + l * lane_len + KR * grp;
-                        // SAFETY: K values k .. k + 4 < nb·bl: 32 f32 at 8·k inside `w` (the caller's guarantee).
-                        unsafe {
-                            vst4q_f32(w.add(8 * k), lo);
-                            vst4q_f32(w.add(8 * k + 16), hi);
-                        }
-                    }
-                }
+            // SAFETY: the block's record (codes, 8 scales, 8 corrections) is the panel's (the caller's guarantee);
+            // its K values b·bl .. (b + 1)·bl are inside `w`; the vector has at least 256 bits (`run`).
+            unsafe {
+                dequantize_block::<BITS>(
+                    rec,
+                    rec.add(a.rhs_scales).cast(),
+                    (a.has_zp != 0).then(|| rec.add(a.rhs_zp).cast()),
+                    a.bl / chunk,
+                    lane_len,
+                    w.add(8 * b * a.bl),
+                )
             }
         }
     }
@@ -143,6 +114,168 @@ impl Piece for Rows8 {
             }
             r0 += n;
         }
+    }
+}
+
+/// One K-row of a group's dequantized values (one field of one of its 4 K): the field of the group's 8 column
+/// words (z0) brought to the top by LSL and down with its sign by ASR (`[lsl asr]`, `[- asr]` when it is already
+/// at the top), converted, scaled (× z30, the block's column scales; `zp`: and + z31, the corrections, by one
+/// fused FMAD as the NEON dequantizer's FMLA), stored to `[$base$off]` (8 f32); `$z` the register it uses.
+#[rustfmt::skip]
+macro_rules! dq_row {
+    ($mode:ident $z:literal [- $asr:literal] $base:literal $off:literal) => {
+        concat!("asr z", $z, ".s, z0.s, #", $asr, "\n", dq_row!(@rest $mode $z $base $off))
+    };
+    ($mode:ident $z:literal [$lsl:literal $asr:literal] $base:literal $off:literal) => {
+        concat!(
+            "lsl z", $z, ".s, z0.s, #", $lsl, "\n",
+            "asr z", $z, ".s, z", $z, ".s, #", $asr, "\n",
+            dq_row!(@rest $mode $z $base $off),
+        )
+    };
+    (@rest nozp $z:literal $base:literal $off:literal) => {
+        concat!(
+            "scvtf z", $z, ".s, p1/m, z", $z, ".s\n",
+            "fmul z", $z, ".s, z", $z, ".s, z30.s\n",
+            "st1w {{z", $z, ".s}}, p1, [", $base, $off, "]\n",
+        )
+    };
+    (@rest zp $z:literal $base:literal $off:literal) => {
+        concat!(
+            "scvtf z", $z, ".s, p1/m, z", $z, ".s\n",
+            "fmad z", $z, ".s, p1/m, z30.s, z31.s\n",
+            "st1w {{z", $z, ".s}}, p1, [", $base, $off, "]\n",
+        )
+    };
+}
+
+/// The 4 K-rows of one field: `[lsl asr]` (or `[- asr]`) of K 0, 1, 2, 3 of the group, stored at `$base` + 32·i bytes.
+#[rustfmt::skip]
+macro_rules! dq_field {
+    ($mode:ident $base:literal $s0:tt $s1:tt $s2:tt $s3:tt) => {
+        concat!(
+            dq_row!($mode "1" $s0 $base ""),
+            dq_row!($mode "2" $s1 $base ", {e8}, lsl #2"),
+            dq_row!($mode "3" $s2 $base ", {e16}, lsl #2"),
+            dq_row!($mode "4" $s3 $base ", {e24}, lsl #2"),
+        )
+    };
+}
+
+/// The text of [`dequantize_block`] for `BITS`-bit codes (the fields of each byte, low first: field l of K i has
+/// its top at bit 8·i + bits·(l + 1) of the column's word) in mode `nozp` | `zp`.
+#[rustfmt::skip]
+macro_rules! dq_text {
+    ($mode:ident; $($fields:expr),+ $(,)?) => {
+        concat!(
+            "ptrue p1.s, vl8\n",
+            "ld1w {{z30.s}}, p1/z, [{s}]\n",
+            dq_text!(@zp $mode),
+            "4:\n",
+            "mov {g}, {groups}\n",
+            "3:\n",
+            "ld1w {{z0.s}}, p1/z, [{src}]\n",
+            "add {src}, {src}, #32\n",
+            $($fields,)+
+            "add {dst}, {dst}, #128\n",
+            "subs {g}, {g}, #1\n",
+            "b.ne 3b\n",
+            "add {dst}, {dst}, {cstep}\n",
+            "subs {nch}, {nch}, #1\n",
+            "b.ne 4b\n",
+        )
+    };
+    (@zp nozp) => { "// {c}\n" };
+    (@zp zp) => { "ld1w {{z31.s}}, p1/z, [{c}]\n" };
+}
+
+/// The fields of a group for each width (field l's K-rows at `{dst}` + l·lane_len·32 bytes: `{t}` from `{f1}`,
+/// `{f2}`, `{f3}`).
+#[rustfmt::skip]
+macro_rules! dq_fields {
+    ($mode:ident 4) => {
+        dq_text!($mode;
+            dq_field!($mode "{dst}" [28 28] [20 28] [12 28] [4 28]),
+            "add {t}, {dst}, {f1}\n",
+            dq_field!($mode "{t}" [24 28] [16 28] [8 28] [- 28]),
+            "// {f2} {f3}\n",
+        )
+    };
+    ($mode:ident 2) => {
+        dq_text!($mode;
+            dq_field!($mode "{dst}" [30 30] [22 30] [14 30] [6 30]),
+            "add {t}, {dst}, {f1}\n",
+            dq_field!($mode "{t}" [28 30] [20 30] [12 30] [4 30]),
+            "add {t}, {dst}, {f2}\n",
+            dq_field!($mode "{t}" [26 30] [18 30] [10 30] [2 30]),
+            "add {t}, {dst}, {f3}\n",
+            dq_field!($mode "{t}" [24 30] [16 30] [8 30] [- 30]),
+        )
+    };
+    ($mode:ident 8) => {
+        dq_text!($mode;
+            dq_field!($mode "{dst}" [24 24] [16 24] [8 24] [- 24]),
+            "// {t} {f1} {f2} {f3}\n",
+        )
+    };
+}
+
+/// One block of a panel dequantized into rows of 8: K value k of the block (its chunks of min(bl, 32) K, each
+/// `lane_len` K per field) at `w + 8·k`, each value `s·q + c` (`c` only with zero points) from the signed code q
+/// of its field (the SVE equivalent of the NEON dequantizer's `s·2^−(8−bits)·(q·2^(8−bits)) + c`, equal to it
+/// wherever `s·2^−(8−bits)` is a normal f32). Per group of 32 code bytes (8 columns × 4 K: one word per
+/// column) one load, then per field and K one LSL and ASR (or one ASR), SCVTF, FMUL or FMAD and ST1W.
+///
+/// # Safety
+/// The CPU has SVE with a vector length of at least 32 bytes; `codes` holds the block's `chunks` chunks of codes
+/// (`lane_len / 4` groups of 32 bytes each), `s` and `c` (if given) 8 f32 each; `w` holds 8·chunks·cpb·lane_len f32.
+#[target_feature(enable = "neon,sve")]
+unsafe fn dequantize_block<const BITS: usize>(
+    codes: *const u8,
+    s: *const f32,
+    c: Option<*const f32>,
+    chunks: usize,
+    lane_len: usize,
+    w: *mut f32,
+) {
+    let cpb = 8 / BITS;
+    let f = |l: usize| l * lane_len * 32;
+    macro_rules! call {
+        ($mode:ident $bits:tt) => {
+            // SAFETY: reads the block's codes (chunks · lane_len/4 groups of 32 bytes), 8 scales at `s` and 8
+            // corrections at `c` (zp mode only), the first 256 bits only (predicate p1); writes 8·chunks·cpb·
+            // lane_len f32 from `w` (the caller's guarantee). Every vector and predicate register is declared
+            // (sve_asm!); the flags are clobbered; no stack use.
+            unsafe {
+                sve_asm!(
+                    dq_fields!($mode $bits),
+                    src = inout(reg) codes => _,
+                    dst = inout(reg) w => _,
+                    s = in(reg) s,
+                    c = in(reg) c.unwrap_or(s),
+                    g = out(reg) _,
+                    groups = in(reg) lane_len / 4,
+                    nch = inout(reg) chunks => _,
+                    cstep = in(reg) (cpb - 1) * lane_len * 32,
+                    t = out(reg) _,
+                    f1 = in(reg) f(1),
+                    f2 = in(reg) f(2),
+                    f3 = in(reg) f(3),
+                    e8 = in(reg) 8usize,
+                    e16 = in(reg) 16usize,
+                    e24 = in(reg) 24usize,
+                )
+            }
+        };
+    }
+    debug_assert!(chunks > 0 && lane_len >= 4 && lane_len.is_multiple_of(4));
+    match (BITS, c.is_some()) {
+        (4, false) => call!(nozp 4),
+        (4, true) => call!(zp 4),
+        (2, false) => call!(nozp 2),
+        (2, true) => call!(zp 2),
+        (_, false) => call!(nozp 8),
+        (_, true) => call!(zp 8),
     }
 }
 
@@ -322,7 +455,7 @@ mod tests {
 
     /// The SVE GEMM's sums are the NEON GEMM's bit for bit (each column's FMA chain over K in the same order),
     /// over row counts that take every asm tile (8, 4, 2, 1) and the in-register body below 4 rows, K in two
-    /// pieces (1056 in blocks of 32), zero points, 2/4/8 bits, 9 panels (passes of two and a last single one, of 3
+    /// pieces (1056 in blocks of 32), 2/4/8 bits with and without zero points, 9 panels (passes of two and a last single one, of 3
     /// columns); and a thread whose vector was shortened to 128 bits after selection (prctl PR_SVE_SET_VL) runs
     /// the NEON kernel.
     #[test]
@@ -339,12 +472,12 @@ mod tests {
             x
         };
         let a: Vec<f32> = (0..23 * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
-        for bits in [4u32, 2, 8] {
+        for (bits, with_zp) in [(4u32, true), (4, false), (2, true), (2, false), (8, true), (8, false)] {
             let b: Vec<u8> = (0..n * k * bits as usize / 8).map(|_| next() as u8).collect();
             let scales: Vec<f32> = (0..n * k / bl).map(|_| 0.01 + (next() % 100) as f32 * 1e-3).collect();
             let zp: Vec<u8> = (0..n * (k / bl * bits as usize).div_ceil(8)).map(|_| next() as u8).collect();
             let params = Params::new(k as i64, n as i64, bits as i64, bl as i64).unwrap();
-            let zps = if bits == 2 { ZeroPoints::Default } else { ZeroPoints::Packed(&zp) };
+            let zps = if with_zp { ZeroPoints::Packed(&zp) } else { ZeroPoints::Default };
             let w = Weights::new(params, &b, &scales, zps, None).unwrap();
             let p = Problem::of(ComputePath::Fp32, &w);
             let run = |uk: &'static UKernel, m: usize| {
@@ -356,7 +489,10 @@ mod tests {
             };
             for m in [2usize, 4, 7, 8, 15, 23] {
                 let want = run(&FP32_GEMM_NEON, m);
-                assert!(run(&FP32_GEMM_SVE, m) == want, "bits {bits}, M = {m}: SVE sums differ from NEON's");
+                assert!(
+                    run(&FP32_GEMM_SVE, m) == want,
+                    "bits {bits}, zero points {with_zp}, M = {m}: SVE sums differ from NEON's"
+                );
                 let short = std::thread::scope(|s| {
                     s.spawn(|| {
                         // SAFETY: PR_SVE_SET_VL (50) takes the new length in bytes and changes only this thread's
@@ -370,7 +506,10 @@ mod tests {
                     .join()
                     .unwrap()
                 });
-                assert!(short == want, "bits {bits}, M = {m}: at 128 bits it must run the NEON kernel");
+                assert!(
+                    short == want,
+                    "bits {bits}, zero points {with_zp}, M = {m}: at 128 bits it must run the NEON kernel"
+                );
             }
         }
     }
