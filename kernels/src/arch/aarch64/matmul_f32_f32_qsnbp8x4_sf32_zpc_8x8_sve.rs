@@ -102,14 +102,14 @@ impl Piece for Rows8 {
             unsafe {
                 let (x, y, y1) = (x.add(r0 * stride), y.add(r0 * NR), y1.wrapping_add(r0 * NR));
                 match (n, panels) {
-                    (8, 2) => tile2::<8>(x, stride, [w, w1], pk, [y, y1]),
-                    (4, 2) => tile2::<4>(x, stride, [w, w1], pk, [y, y1]),
-                    (2, 2) => tile2::<2>(x, stride, [w, w1], pk, [y, y1]),
-                    (_, 2) => tile2::<1>(x, stride, [w, w1], pk, [y, y1]),
-                    (8, _) => tile::<8>(x, stride, w, pk, y),
-                    (4, _) => tile::<4>(x, stride, w, pk, y),
-                    (2, _) => tile::<2>(x, stride, w, pk, y),
-                    _ => tile::<1>(x, stride, w, pk, y),
+                    (8, 2) => tile::<8, 2>(x, stride, [w, w1], pk, [y, y1]),
+                    (4, 2) => tile::<4, 2>(x, stride, [w, w1], pk, [y, y1]),
+                    (2, 2) => tile::<2, 2>(x, stride, [w, w1], pk, [y, y1]),
+                    (_, 2) => tile::<1, 2>(x, stride, [w, w1], pk, [y, y1]),
+                    (8, _) => tile::<8, 1>(x, stride, [w, w], pk, [y, y]),
+                    (4, _) => tile::<4, 1>(x, stride, [w, w], pk, [y, y]),
+                    (2, _) => tile::<2, 1>(x, stride, [w, w], pk, [y, y]),
+                    _ => tile::<1, 1>(x, stride, [w, w], pk, [y, y]),
                 }
             }
             r0 += n;
@@ -279,7 +279,7 @@ unsafe fn dequantize_block<const BITS: usize>(
     }
 }
 
-/// The text of [`tile`] for the listed rows `[r z]` (row r's activations in z`r`, its sums in z`z`; its
+/// The text of [`tile`] with one panel (P = 1) for the listed rows `[r z]` (row r's activations in z`r`, its sums in z`z`; its
 /// activation pointer the operand `x<r>`): the sums loaded from `{y}` (rows 32 bytes apart), the loop over
 /// the piece by 4 K (`{n}` times: 4 K-rows of `{w}`, each row's 4 activations at `{x<r>}` + 4·`{k}`), the sums
 /// stored back. `{e8}`, `{e16}`, `{e24}` hold 8, 16, 24; `{t}` is scratch.
@@ -312,7 +312,7 @@ macro_rules! tile_text {
     };
 }
 
-/// [`tile_text!`] for two panels: row r's sums z`z` (panel 0, at `{y}`) and z`zz` (panel 1, at `{y1}`), the
+/// [`tile_text!`] for two panels (the text of [`tile`] with P = 2): row r's sums z`z` (panel 0, at `{y}`) and z`zz` (panel 1, at `{y1}`), the
 /// panels' 4 K-rows z8–z11 (`{w}`) and z12–z15 (`{w1}`); each activation load serves 8 FMLA.
 #[rustfmt::skip]
 macro_rules! tile2_text {
@@ -352,69 +352,37 @@ macro_rules! tile2_text {
     };
 }
 
-/// `R` rows (8, 4, 2 or 1) × 8 columns over a piece of `pk` K values in rows of 8 (`w`), added to the rows' 8
-/// sums at `y` (rows 8 f32 apart); the loop in one asm block.
+/// `R` rows (8, 4, 2 or 1) × the 8 columns of `P` panels (1 or 2) over their pieces of `pk` K values in rows of 8
+/// (`w[p]`), added to the rows' 8 sums per panel (`y[p]`, rows 8 f32 apart); the loop in one asm block
+/// ([`tile_text!`], [`tile2_text!`]).
 ///
 /// # Safety
 /// The CPU has SVE with a vector length of at least 32 bytes; `x` is row 0's first activation of the piece (rows
-/// `stride` f32 apart, `pk` values each, `pk` a positive multiple of 4); `w` holds 8·pk f32; `y` holds R × 8 f32.
+/// `stride` f32 apart, `pk` values each, `pk` a positive multiple of 4); `w[p]` holds 8·pk f32 and `y[p]` R × 8 f32
+/// for each p < P.
 #[target_feature(enable = "neon,sve")]
-unsafe fn tile<const R: usize>(x: *const f32, stride: usize, w: *const f32, pk: usize, y: *mut f32) {
-    debug_assert!(pk > 0 && pk.is_multiple_of(4) && matches!(R, 1 | 2 | 4 | 8));
-    // Rows past R are never loaded (the text names only rows below R); their operands repeat row 0.
+unsafe fn tile<const R: usize, const P: usize>(
+    x: *const f32,
+    stride: usize,
+    w: [*const f32; 2],
+    pk: usize,
+    y: [*mut f32; 2],
+) {
+    debug_assert!(pk > 0 && pk.is_multiple_of(4) && matches!(R, 1 | 2 | 4 | 8) && matches!(P, 1 | 2));
+    // Rows past R are never loaded (the text names only rows below R); their operands repeat row 0. Likewise the
+    // second panel's pointers with one panel.
     let xr = |r: usize| if r < R { x.wrapping_add(r * stride) } else { x };
+    let (w1, y1) = if P == 2 { (w[1], y[1]) } else { (w[0], y[0]) };
     macro_rules! call {
-        ($($rows:tt)+) => {
-            // SAFETY: reads: 4 f32 per K of each of the R rows (`stride` apart, `pk` K) and 8 per K of the piece
-            // (`pk` K), all inside (the caller's guarantee: the loads' first 256 bits only, predicate p1, or 128
-            // replicated, ld1rqw); reads and writes R × 8 sums at `y`. Every vector and predicate register the
-            // block touches is declared (sve_asm!: z0–z31, p0–p3); d8–d15 (callee-saved) are saved by the
-            // compiler; the flags are clobbered; no stack use.
+        ($text:expr) => {
+            // SAFETY: reads: 4 f32 per K of each of the R rows (`stride` apart, `pk` K) and 8 per K of each of the
+            // P pieces (`pk` K), all inside (the caller's guarantee: the loads' first 256 bits only, predicate p1,
+            // or 128 replicated, ld1rqw); reads and writes R × 8 sums per panel at `y[p]`. Every vector and
+            // predicate register the block touches is declared (sve_asm!: z0–z31, p0–p3); d8–d15 (callee-saved)
+            // are saved by the compiler; the flags are clobbered; no stack use.
             unsafe {
                 sve_asm!(
-                    concat!("// {x0} {x1} {x2} {x3} {x4} {x5} {x6} {x7}\n", tile_text!($($rows)+)),
-                    x0 = in(reg) xr(0),
-                    x1 = in(reg) xr(1),
-                    x2 = in(reg) xr(2),
-                    x3 = in(reg) xr(3),
-                    x4 = in(reg) xr(4),
-                    x5 = in(reg) xr(5),
-                    x6 = in(reg) xr(6),
-                    x7 = in(reg) xr(7),
-                    w = inout(reg) w => _,
-                    n = inout(reg) pk / 4 => _,
-                    k = out(reg) _,
-                    t = out(reg) _,
-                    y = in(reg) y,
-                    e8 = in(reg) 8usize,
-                    e16 = in(reg) 16usize,
-                    e24 = in(reg) 24usize,
-                )
-            }
-        };
-    }
-    match R {
-        8 => call!([0 16] [1 17] [2 18] [3 19] [4 20] [5 21] [6 22] [7 23]),
-        4 => call!([0 16] [1 17] [2 18] [3 19]),
-        2 => call!([0 16] [1 17]),
-        _ => call!([0 16]),
-    }
-}
-
-/// [`tile`] over two panels' pieces (`w[p]`, 8·pk f32 each) into their sums (`y[p]`, R × 8 f32 each).
-///
-/// # Safety
-/// As [`tile`], for each of the two pieces and sums.
-#[target_feature(enable = "neon,sve")]
-unsafe fn tile2<const R: usize>(x: *const f32, stride: usize, w: [*const f32; 2], pk: usize, y: [*mut f32; 2]) {
-    debug_assert!(pk > 0 && pk.is_multiple_of(4) && matches!(R, 1 | 2 | 4 | 8));
-    let xr = |r: usize| if r < R { x.wrapping_add(r * stride) } else { x };
-    macro_rules! call {
-        ($($rows:tt)+) => {
-            // SAFETY: as in `tile`, with the two pieces at w[0], w[1] and the two panels' sums at y[0], y[1].
-            unsafe {
-                sve_asm!(
-                    concat!("// {x0} {x1} {x2} {x3} {x4} {x5} {x6} {x7}\n", tile2_text!($($rows)+)),
+                    concat!("// {x0} {x1} {x2} {x3} {x4} {x5} {x6} {x7} {w1} {y1}\n", $text),
                     x0 = in(reg) xr(0),
                     x1 = in(reg) xr(1),
                     x2 = in(reg) xr(2),
@@ -424,12 +392,12 @@ unsafe fn tile2<const R: usize>(x: *const f32, stride: usize, w: [*const f32; 2]
                     x6 = in(reg) xr(6),
                     x7 = in(reg) xr(7),
                     w = inout(reg) w[0] => _,
-                    w1 = inout(reg) w[1] => _,
+                    w1 = inout(reg) w1 => _,
                     n = inout(reg) pk / 4 => _,
                     k = out(reg) _,
                     t = out(reg) _,
                     y = in(reg) y[0],
-                    y1 = in(reg) y[1],
+                    y1 = in(reg) y1,
                     e8 = in(reg) 8usize,
                     e16 = in(reg) 16usize,
                     e24 = in(reg) 24usize,
@@ -437,11 +405,15 @@ unsafe fn tile2<const R: usize>(x: *const f32, stride: usize, w: [*const f32; 2]
             }
         };
     }
-    match R {
-        8 => call!([0 16 24] [1 17 25] [2 18 26] [3 19 27] [4 20 28] [5 21 29] [6 22 30] [7 23 31]),
-        4 => call!([0 16 24] [1 17 25] [2 18 26] [3 19 27]),
-        2 => call!([0 16 24] [1 17 25]),
-        _ => call!([0 16 24]),
+    match (R, P) {
+        (8, 2) => call!(tile2_text!([0 16 24] [1 17 25] [2 18 26] [3 19 27] [4 20 28] [5 21 29] [6 22 30] [7 23 31])),
+        (4, 2) => call!(tile2_text!([0 16 24] [1 17 25] [2 18 26] [3 19 27])),
+        (2, 2) => call!(tile2_text!([0 16 24] [1 17 25])),
+        (_, 2) => call!(tile2_text!([0 16 24])),
+        (8, _) => call!(tile_text!([0 16] [1 17] [2 18] [3 19] [4 20] [5 21] [6 22] [7 23])),
+        (4, _) => call!(tile_text!([0 16] [1 17] [2 18] [3 19])),
+        (2, _) => call!(tile_text!([0 16] [1 17])),
+        _ => call!(tile_text!([0 16])),
     }
 }
 
