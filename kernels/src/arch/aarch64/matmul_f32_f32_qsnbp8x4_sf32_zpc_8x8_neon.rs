@@ -96,13 +96,13 @@ pub(crate) trait Piece {
 pub(crate) struct Quads;
 
 impl Piece for Quads {
+    const PANELS: usize = 1;
+
     #[target_feature(enable = "neon")]
     unsafe fn dequantize<const BITS: usize>(a: &RunArgs, panel: usize, b0: usize, nb: usize, w: *mut f32) {
         // SAFETY: forwarded.
         unsafe { dequantize::<BITS>(a, panel, b0, nb, w) }
     }
-
-    const PANELS: usize = 1;
 
     #[target_feature(enable = "neon")]
     unsafe fn rows(

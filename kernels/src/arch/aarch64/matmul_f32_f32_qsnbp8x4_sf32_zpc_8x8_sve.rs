@@ -57,6 +57,8 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 struct Rows8;
 
 impl Piece for Rows8 {
+    const PANELS: usize = 2;
+
     #[target_feature(enable = "neon,sve")]
     unsafe fn dequantize<const BITS: usize>(a: &RunArgs, panel: usize, b0: usize, nb: usize, w: *mut f32) {
         let cpb = 8 / BITS;
@@ -79,8 +81,6 @@ impl Piece for Rows8 {
             }
         }
     }
-
-    const PANELS: usize = 2;
 
     #[target_feature(enable = "neon,sve")]
     unsafe fn rows(
