@@ -214,7 +214,23 @@ unsafe fn dequantize<const BITS: usize>(a: &RunArgs, panel: usize, b0: usize, nb
                     // SAFETY: code group grp of chunk ch: 32 bytes inside the record; this quad's 16.
                     let v = unsafe { vld1q_s8(rec.add(ch * chunk_bytes + 32 * grp + 16 * quad).cast()) };
                     for l in 0..cpb {
-                        let d = quad_values::<BITS>(v, l, s, c, a.has_zp != 0);
+                        let f = columns_f32(field::<BITS>(v, l));
+                        // Column j's 4 K values: s_j·code + c_j (without zero points s_j·code: no copy of c).
+                        let d = if a.has_zp != 0 {
+                            float32x4x4_t(
+                                vfmaq_laneq_f32::<0>(vdupq_laneq_f32::<0>(c), f[0], s),
+                                vfmaq_laneq_f32::<1>(vdupq_laneq_f32::<1>(c), f[1], s),
+                                vfmaq_laneq_f32::<2>(vdupq_laneq_f32::<2>(c), f[2], s),
+                                vfmaq_laneq_f32::<3>(vdupq_laneq_f32::<3>(c), f[3], s),
+                            )
+                        } else {
+                            float32x4x4_t(
+                                vmulq_laneq_f32::<0>(f[0], s),
+                                vmulq_laneq_f32::<1>(f[1], s),
+                                vmulq_laneq_f32::<2>(f[2], s),
+                                vmulq_laneq_f32::<3>(f[3], s),
+                            )
+                        };
                         let k = b * a.bl + ch * chunk + l * lane_len + KR * grp;
                         // SAFETY: K values k .. k + 4 < pk of quad `quad`: 16 f32 inside `w` (the caller's
                         // guarantee); ST4 stores them K-major (value i of each column, then i + 1).
@@ -223,30 +239,6 @@ unsafe fn dequantize<const BITS: usize>(a: &RunArgs, panel: usize, b0: usize, nb
                 }
             }
         }
-    }
-}
-
-/// Field `l` of a column quad's 16 code bytes `v` (4 columns × 4 K), dequantized: column j's 4 K values
-/// `s_j·code + c_j` in vector j, `s` the quad's scales × 2^−(8−bits), `c` its corrections (`zp`; without zero
-/// points `s_j·code`: no copy of c).
-#[target_feature(enable = "neon")]
-#[inline]
-fn quad_values<const BITS: usize>(v: int8x16_t, l: usize, s: float32x4_t, c: float32x4_t, zp: bool) -> float32x4x4_t {
-    let f = columns_f32(field::<BITS>(v, l));
-    if zp {
-        float32x4x4_t(
-            vfmaq_laneq_f32::<0>(vdupq_laneq_f32::<0>(c), f[0], s),
-            vfmaq_laneq_f32::<1>(vdupq_laneq_f32::<1>(c), f[1], s),
-            vfmaq_laneq_f32::<2>(vdupq_laneq_f32::<2>(c), f[2], s),
-            vfmaq_laneq_f32::<3>(vdupq_laneq_f32::<3>(c), f[3], s),
-        )
-    } else {
-        float32x4x4_t(
-            vmulq_laneq_f32::<0>(f[0], s),
-            vmulq_laneq_f32::<1>(f[1], s),
-            vmulq_laneq_f32::<2>(f[2], s),
-            vmulq_laneq_f32::<3>(f[3], s),
-        )
     }
 }
 

@@ -279,6 +279,32 @@ unsafe fn dequantize_block<const BITS: usize>(
     }
 }
 
+/// The tiles' sums from (`ld`) or back to (`st`) `$base`: the listed registers' first 256 bits, rows 32 bytes apart
+/// (`{t}` the scratch pointer).
+#[rustfmt::skip]
+macro_rules! sums_text {
+    (ld $base:literal $($z:literal)+) => {
+        concat!("mov {t}, ", $base, "\n", $("ld1w {{z", $z, ".s}}, p1/z, [{t}]\n", "add {t}, {t}, #32\n",)+)
+    };
+    (st $base:literal $($z:literal)+) => {
+        concat!("mov {t}, ", $base, "\n", $("st1w {{z", $z, ".s}}, p1, [{t}]\n", "add {t}, {t}, #32\n",)+)
+    };
+}
+
+/// A piece's next 4 K-rows (8 f32 each) from `$w` into the listed registers, `$w` stepped past them.
+#[rustfmt::skip]
+macro_rules! krows_text {
+    ($w:literal $z0:literal $z1:literal $z2:literal $z3:literal) => {
+        concat!(
+            "ld1w {{z", $z0, ".s}}, p1/z, [", $w, "]\n",
+            "ld1w {{z", $z1, ".s}}, p1/z, [", $w, ", {e8}, lsl #2]\n",
+            "ld1w {{z", $z2, ".s}}, p1/z, [", $w, ", {e16}, lsl #2]\n",
+            "ld1w {{z", $z3, ".s}}, p1/z, [", $w, ", {e24}, lsl #2]\n",
+            "add ", $w, ", ", $w, ", #128\n",
+        )
+    };
+}
+
 /// The text of [`tile`] with one panel (P = 1) for the listed rows `[r z]` (row r's activations in z`r`, its sums in z`z`; its
 /// activation pointer the operand `x<r>`): the sums loaded from `{y}` (rows 32 bytes apart), the loop over
 /// the piece by 4 K (`{n}` times: 4 K-rows of `{w}`, each row's 4 activations at `{x<r>}` + 4·`{k}`), the sums
@@ -289,15 +315,10 @@ macro_rules! tile_text {
         concat!(
             "ptrue p0.s\n",
             "ptrue p1.s, vl8\n",
-            "mov {t}, {y}\n",
-            $("ld1w {{z", $z, ".s}}, p1/z, [{t}]\n", "add {t}, {t}, #32\n",)+
+            sums_text!(ld "{y}" $($z)+),
             "mov {k}, #0\n",
             "2:\n",
-            "ld1w {{z8.s}}, p1/z, [{w}]\n",
-            "ld1w {{z9.s}}, p1/z, [{w}, {e8}, lsl #2]\n",
-            "ld1w {{z10.s}}, p1/z, [{w}, {e16}, lsl #2]\n",
-            "ld1w {{z11.s}}, p1/z, [{w}, {e24}, lsl #2]\n",
-            "add {w}, {w}, #128\n",
+            krows_text!("{w}" "8" "9" "10" "11"),
             $("ld1rqw {{z", $r, ".s}}, p0/z, [{x", $r, "}, {k}, lsl #2]\n",)+
             "add {k}, {k}, #4\n",
             $("fmla z", $z, ".s, z8.s, z", $r, ".s[0]\n",)+
@@ -306,8 +327,7 @@ macro_rules! tile_text {
             $("fmla z", $z, ".s, z11.s, z", $r, ".s[3]\n",)+
             "subs {n}, {n}, #1\n",
             "b.ne 2b\n",
-            "mov {t}, {y}\n",
-            $("st1w {{z", $z, ".s}}, p1, [{t}]\n", "add {t}, {t}, #32\n",)+
+            sums_text!(st "{y}" $($z)+),
         )
     };
 }
@@ -320,22 +340,12 @@ macro_rules! tile2_text {
         concat!(
             "ptrue p0.s\n",
             "ptrue p1.s, vl8\n",
-            "mov {t}, {y}\n",
-            $("ld1w {{z", $z, ".s}}, p1/z, [{t}]\n", "add {t}, {t}, #32\n",)+
-            "mov {t}, {y1}\n",
-            $("ld1w {{z", $zz, ".s}}, p1/z, [{t}]\n", "add {t}, {t}, #32\n",)+
+            sums_text!(ld "{y}" $($z)+),
+            sums_text!(ld "{y1}" $($zz)+),
             "mov {k}, #0\n",
             "2:\n",
-            "ld1w {{z8.s}}, p1/z, [{w}]\n",
-            "ld1w {{z9.s}}, p1/z, [{w}, {e8}, lsl #2]\n",
-            "ld1w {{z10.s}}, p1/z, [{w}, {e16}, lsl #2]\n",
-            "ld1w {{z11.s}}, p1/z, [{w}, {e24}, lsl #2]\n",
-            "add {w}, {w}, #128\n",
-            "ld1w {{z12.s}}, p1/z, [{w1}]\n",
-            "ld1w {{z13.s}}, p1/z, [{w1}, {e8}, lsl #2]\n",
-            "ld1w {{z14.s}}, p1/z, [{w1}, {e16}, lsl #2]\n",
-            "ld1w {{z15.s}}, p1/z, [{w1}, {e24}, lsl #2]\n",
-            "add {w1}, {w1}, #128\n",
+            krows_text!("{w}" "8" "9" "10" "11"),
+            krows_text!("{w1}" "12" "13" "14" "15"),
             $("ld1rqw {{z", $r, ".s}}, p0/z, [{x", $r, "}, {k}, lsl #2]\n",)+
             "add {k}, {k}, #4\n",
             $("fmla z", $z, ".s, z8.s, z", $r, ".s[0]\n", "fmla z", $zz, ".s, z12.s, z", $r, ".s[0]\n",)+
@@ -344,10 +354,8 @@ macro_rules! tile2_text {
             $("fmla z", $z, ".s, z11.s, z", $r, ".s[3]\n", "fmla z", $zz, ".s, z15.s, z", $r, ".s[3]\n",)+
             "subs {n}, {n}, #1\n",
             "b.ne 2b\n",
-            "mov {t}, {y}\n",
-            $("st1w {{z", $z, ".s}}, p1, [{t}]\n", "add {t}, {t}, #32\n",)+
-            "mov {t}, {y1}\n",
-            $("st1w {{z", $zz, ".s}}, p1, [{t}]\n", "add {t}, {t}, #32\n",)+
+            sums_text!(st "{y}" $($z)+),
+            sums_text!(st "{y1}" $($zz)+),
         )
     };
 }
@@ -421,67 +429,60 @@ unsafe fn tile<const R: usize, const P: usize>(
 #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests {
     use crate::arch::aarch64::{FP32_GEMM_NEON, FP32_GEMM_SVE, QSNBP8X4_SF32_ZPC};
-    use crate::format::{Params, Weights, ZeroPoints};
     use crate::pack::LhsSource;
+    use crate::testing::{Case, GIdx, Rng, ZpKind, activations};
     use crate::{ComputePath, Cpu, Problem, Selected, UKernel, matmul_serial};
 
     /// The SVE GEMM's sums are the NEON GEMM's bit for bit (each column's FMA chain over K in the same order),
     /// over row counts that take every asm tile (8, 4, 2, 1) and the in-register body below 4 rows, K in two
-    /// pieces (1056 in blocks of 32), 2/4/8 bits with and without zero points, 9 panels (passes of two and a last single one, of 3
-    /// columns); and a thread whose vector was shortened to 128 bits after selection (prctl PR_SVE_SET_VL) runs
-    /// the NEON kernel.
+    /// pieces (1056 in blocks of 32), 2/4/8 bits without zero points and with packed and fractional ones, 9 panels
+    /// (passes of two and a last single one, of 3 columns); and a thread whose vector was shortened to 128 bits
+    /// after selection (prctl PR_SVE_SET_VL) runs the NEON kernel.
     #[test]
     fn sums_match_the_neon_gemm_bit_for_bit_at_any_vector_length() {
         if !FP32_GEMM_SVE.runs_on(Cpu::get()) {
             return;
         }
         let (k, n, bl) = (1056usize, 67usize, 32usize);
-        let mut x = 0x9E37_79B9u32;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x
-        };
-        let a: Vec<f32> = (0..23 * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
-        for (bits, with_zp) in [(4u32, true), (4, false), (2, true), (2, false), (8, true), (8, false)] {
-            let b: Vec<u8> = (0..n * k * bits as usize / 8).map(|_| next() as u8).collect();
-            let scales: Vec<f32> = (0..n * k / bl).map(|_| 0.01 + (next() % 100) as f32 * 1e-3).collect();
-            let zp: Vec<u8> = (0..n * (k / bl * bits as usize).div_ceil(8)).map(|_| next() as u8).collect();
-            let params = Params::new(k as i64, n as i64, bits as i64, bl as i64).unwrap();
-            let zps = if with_zp { ZeroPoints::Packed(&zp) } else { ZeroPoints::Default };
-            let w = Weights::new(params, &b, &scales, zps, None).unwrap();
-            let p = Problem::of(ComputePath::Fp32, &w);
-            let run = |uk: &'static UKernel, m: usize| {
-                let sel = Selected::single(uk, QSNBP8X4_SF32_ZPC, &p).unwrap();
-                let rhs = sel.pack_rhs(&w).unwrap();
-                let mut y = vec![0f32; m * n];
-                matmul_serial(&sel, &rhs, LhsSource::F32(&a[..m * k]), m, None, &mut y);
-                y.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
-            };
-            for m in [2usize, 4, 7, 8, 15, 23] {
-                let want = run(&FP32_GEMM_NEON, m);
-                assert!(
-                    run(&FP32_GEMM_SVE, m) == want,
-                    "bits {bits}, zero points {with_zp}, M = {m}: SVE sums differ from NEON's"
-                );
-                let short = std::thread::scope(|s| {
-                    s.spawn(|| {
-                        // SAFETY: PR_SVE_SET_VL (50) takes the new length in bytes and changes only this thread's
-                        // vector length (Linux, qemu-user alike); nothing of this thread holds SVE state across it.
-                        let r = unsafe { libc::prctl(50, 16 as libc::c_ulong) };
-                        assert!(r >= 0, "prctl(PR_SVE_SET_VL, 16) failed");
-                        // SAFETY: the CPU has SVE (the kernel runs here: checked above).
-                        assert_eq!(unsafe { super::sve_vl_bytes() }, 16);
-                        run(&FP32_GEMM_SVE, m)
-                    })
-                    .join()
-                    .unwrap()
-                });
-                assert!(
-                    short == want,
-                    "bits {bits}, zero points {with_zp}, M = {m}: at 128 bits it must run the NEON kernel"
-                );
+        let mut rng = Rng::new(24);
+        let a = activations(&mut rng, 23, k);
+        for bits in [4u32, 2, 8] {
+            for zp in [ZpKind::None, ZpKind::Packed, ZpKind::Float] {
+                let case = Case::random(&mut rng, k, n, bits, bl, zp, GIdx::None, false);
+                let w = case.weights();
+                let p = Problem::of(ComputePath::Fp32, &w);
+                let run = |uk: &'static UKernel, m: usize| {
+                    let sel = Selected::single(uk, QSNBP8X4_SF32_ZPC, &p).unwrap();
+                    let rhs = sel.pack_rhs(&w).unwrap();
+                    let mut y = vec![0f32; m * n];
+                    matmul_serial(&sel, &rhs, LhsSource::F32(&a[..m * k]), m, None, &mut y);
+                    y.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+                };
+                for m in [2usize, 4, 7, 8, 15, 23] {
+                    let want = run(&FP32_GEMM_NEON, m);
+                    assert!(
+                        run(&FP32_GEMM_SVE, m) == want,
+                        "bits {bits}, zero points {zp:?}, M = {m}: SVE sums differ from NEON's"
+                    );
+                    let short = std::thread::scope(|s| {
+                        s.spawn(|| {
+                            // SAFETY: PR_SVE_SET_VL (50) takes the new length in bytes and changes only this
+                            // thread's vector length (Linux, qemu-user alike); nothing of this thread holds SVE
+                            // state across it.
+                            let r = unsafe { libc::prctl(50, 16 as libc::c_ulong) };
+                            assert!(r >= 0, "prctl(PR_SVE_SET_VL, 16) failed");
+                            // SAFETY: the CPU has SVE (the kernel runs here: checked above).
+                            assert_eq!(unsafe { super::sve_vl_bytes() }, 16);
+                            run(&FP32_GEMM_SVE, m)
+                        })
+                        .join()
+                        .unwrap()
+                    });
+                    assert!(
+                        short == want,
+                        "bits {bits}, zero points {zp:?}, M = {m}: at 128 bits it must run the NEON kernel"
+                    );
+                }
             }
         }
     }
