@@ -59,6 +59,7 @@ static ARCH_KERNELS: &[&UKernel] = &[
     &aarch64::FP32_GEMV_NEON,
     &aarch64::FP32_GEMM_NEON,
     &aarch64::FP32_GEMM_SVE,
+    &aarch64::FP32_GEMM_SME2,
 ];
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 static ARCH_KERNELS: &[&UKernel] = &[];
@@ -224,6 +225,15 @@ static ARCH_FAMILIES: &[&Family] = &[
         gemv: &aarch64::INT8_GEMV_NEON,
         gemm: &aarch64::INT8_GEMM_NEON,
         layout: |_| aarch64::QSNBP8X4_SF16_ZPC,
+    },
+    // The NEON fp32 GEMV with the SME2 (FMOPA) GEMM, at a 256-bit streaming vector with 256-bit SVE.
+    &Family {
+        name: "sme2_fp32_qsnbp8x4_sf32_zpc",
+        rank: 50,
+        path: ComputePath::Fp32,
+        gemv: &aarch64::FP32_GEMV_NEON,
+        gemm: &aarch64::FP32_GEMM_SME2,
+        layout: |_| aarch64::QSNBP8X4_SF32_ZPC,
     },
     // The NEON fp32 GEMV (decode is bound by reading the weights, not by FMLA width) with the SVE GEMM.
     &Family {

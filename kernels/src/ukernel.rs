@@ -61,6 +61,9 @@ pub struct UKernel {
     /// The shortest SVE vector length (bytes) `run` is written for; 0 for kernels without SVE. SVE kernels that
     /// use a fixed part of the vector (e.g. 256 bits) state it here: a shorter vector cannot run them.
     pub(crate) min_sve_vl: usize,
+    /// The streaming (SME) vector length (bytes) `run`'s streaming code is written for; 0 for any (or none).
+    /// Selection takes the kernel only at this length; `run` still checks it per call.
+    pub(crate) sme_svl: usize,
     pub(crate) path: ComputePath,
     pub(crate) lhs: LhsFormat,
     pub(crate) rhs: RhsReads,
@@ -128,8 +131,15 @@ impl UKernel {
             return Some(format!("{} needs {}", self.name, self.requires.missing_from(cpu.features())));
         }
         let vl = cpu.sve_vl().unwrap_or(0);
-        (vl < self.min_sve_vl).then(|| {
-            format!("{} needs an SVE vector length of at least {} bytes (this CPU: {vl})", self.name, self.min_sve_vl)
+        if vl < self.min_sve_vl {
+            return Some(format!(
+                "{} needs an SVE vector length of at least {} bytes (this CPU: {vl})",
+                self.name, self.min_sve_vl
+            ));
+        }
+        let svl = cpu.sme_svl().unwrap_or(0);
+        (self.sme_svl != 0 && svl != self.sme_svl).then(|| {
+            format!("{} is written for a streaming vector of {} bytes (this CPU: {svl})", self.name, self.sme_svl)
         })
     }
 }

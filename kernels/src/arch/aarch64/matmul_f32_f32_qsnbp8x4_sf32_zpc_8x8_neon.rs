@@ -64,6 +64,19 @@ pub(crate) trait Piece {
     /// (panel p's at `8·pk·p`), their sums too (panel p's at `y + p·ystride`).
     const PANELS: usize;
 
+    /// f32 per K value along a row of the LHS the tiles read (see [`Piece::lhs`]): 1 for rows as given.
+    const LHS_K: usize = 1;
+
+    /// The LHS as the tiles read it, made once per call: `(base, stride)` with row 0's K value k at
+    /// `base + LHS_K·k` and the tiles' `stride` (f32). By default the tile's rows as given (`a.lhs`,
+    /// `a.lhs_stride`); a piece whose tiles read another layout writes it into `buf`, which outlives the walk.
+    ///
+    /// # Safety
+    /// The CPU has the piece's features; `a` satisfies the `RunArgs` contract with an `f32` LHS.
+    unsafe fn lhs(a: &RunArgs, _buf: &mut Vec<f32>) -> (*const f32, usize) {
+        (a.lhs.cast(), a.lhs_stride)
+    }
+
     /// Blocks `b0 .. b0 + nb` of `panel`, dequantized (`s·2^−(8−bits)·code + c`), into `w` in this layout.
     ///
     /// # Safety
@@ -76,8 +89,8 @@ pub(crate) trait Piece {
     /// `y + p·ystride`, rows 8 f32 apart).
     ///
     /// # Safety
-    /// The CPU has the piece's features; `x` is row 0's first activation of the piece (rows `stride` f32 apart,
-    /// `pk` values each, a multiple of 4); `w` holds the `panels` pieces (8·pk values each) in this layout; `y`
+    /// The CPU has the piece's features; `x` is row 0's first activation of the piece in the layout of
+    /// [`Piece::lhs`] (by default rows `stride` f32 apart; `pk` values each, a multiple of 4); `w` holds the `panels` pieces (8·pk values each) in this layout; `y`
     /// holds the sums (rows × 8 f32 from `y + p·ystride` for each panel p).
     #[allow(clippy::too_many_arguments)]
     unsafe fn rows(
@@ -151,7 +164,9 @@ pub(crate) unsafe fn panels<P: Piece, const BITS: usize>(a: &RunArgs) {
     // The rows' sums, 8 per row, in whole runs of 12 rows (`Sums`) for `store_groups`, one run of rows per panel.
     let ystride = a.rows.next_multiple_of(12) * NR;
     let mut y = vec![0f32; P::PANELS * ystride];
-    let lhs = a.lhs.cast::<f32>();
+    let mut lhs_buf = Vec::new();
+    // SAFETY: the caller's guarantee (RunArgs contract, P's features).
+    let (lhs, lhs_stride) = unsafe { P::lhs(a, &mut lhs_buf) };
     let np = a.cols.div_ceil(NR);
     let mut panel = 0;
     while panel < np {
@@ -166,9 +181,13 @@ pub(crate) unsafe fn panels<P: Piece, const BITS: usize>(a: &RunArgs) {
                 // from 8·pk·p; the CPU has P's features (the caller's guarantee).
                 unsafe { P::dequantize::<BITS>(a, panel + p, b0, nb, w.as_mut_ptr().add(8 * pk * p)) };
             }
-            // SAFETY: the tile's rows: their LHS values b0·bl .. + pk (inside the packed length: RunArgs contract)
+            // SAFETY: the tile's rows: their LHS values b0·bl .. + pk in P's LHS layout (inside the packed length:
+            // RunArgs contract, or inside `lhs_buf`, which P::lhs sized for every row and K value)
             // and their 8 sums per panel in `y`; the pieces' 8·pk values per panel in `w`.
-            unsafe { P::rows(a.rows, pp, lhs.add(b0 * a.bl), a.lhs_stride, w.as_ptr(), pk, y.as_mut_ptr(), ystride) };
+            unsafe {
+                let x = lhs.add(P::LHS_K * b0 * a.bl);
+                P::rows(a.rows, pp, x, lhs_stride, w.as_ptr(), pk, y.as_mut_ptr(), ystride)
+            };
             b0 += nb;
         }
         // The sums leave with the bias by 12-row runs of row groups (`store_groups`: real rows and columns only).

@@ -54,7 +54,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 }
 
 /// Pieces in rows of 8: K value k's 8 columns at `8·k` (32 bytes), walked by the SVE tile.
-struct Rows8;
+pub(crate) struct Rows8;
 
 impl Piece for Rows8 {
     const PANELS: usize = 2;

@@ -55,6 +55,7 @@
 //! row groups (the packed LHS pads them with zero rows) and column tails whole panels (zero columns); only real
 //! rows and columns are stored. No over-reads.
 
+use super::sve_asm::{enter_streaming, streaming_asm};
 use crate::ukernel::RunArgs;
 
 /// Rows per LHS group (`qsi8dbp16x4`) and columns per panel (`qsnbp64x4`), K per run / column group.
@@ -440,36 +441,6 @@ macro_rules! mopa_group_fast {
     };
 }
 
-/// ZA's lazy save (AAPCS64 SME: what `__arm_tpidr2_save` does) and entering streaming mode with a zeroed ZA:
-/// with a TPIDR2 block, ZA's first `num_za_save_slices` array vectors (at most SVL) go to its buffer, then
-/// TPIDR2_EL0 = 0; SMSTART does not zero a ZA that is already on (dormant), so `zero {za}` follows it.
-macro_rules! enter_streaming {
-    () => {
-        concat!(
-            "mrs x16, tpidr2_el0\n",
-            "cbz x16, 3f\n",
-            "ldr x17, [x16]\n",
-            "ldrh w15, [x16, #8]\n",
-            "rdsvl x14, #1\n",
-            "cmp x15, x14\n",
-            "csel x15, x15, x14, lo\n",
-            "mov w12, #0\n",
-            "2:\n",
-            "cmp x12, x15\n",
-            "b.hs 4f\n",
-            "str za[w12, 0], [x17]\n",
-            "addsvl x17, x17, #1\n",
-            "add w12, w12, #1\n",
-            "b 2b\n",
-            "4:\n",
-            "msr tpidr2_el0, xzr\n",
-            "3:\n",
-            "smstart\n",
-            "zero {{za}}\n",
-        )
-    };
-}
-
 /// One pass: s rows (from `act`) × 4s columns (from `rec`, four ZA tiles of s × s) over every block, added to
 /// the sums at `out` (rows of 64 f32).
 ///
@@ -494,7 +465,7 @@ unsafe fn pass(
     // Every vector and predicate register and ffr is declared clobbered (SMSTART/SMSTOP zero them), so are
     // x12 and x14–x17; ZA is left off (SMSTOP), TPIDR2_EL0 is 0 or untouched; flags clobbered.
     unsafe {
-        core::arch::asm!(
+        streaming_asm!(
             ".arch_extension sme2",
             ".arch_extension sve",
             enter_streaming!(),
@@ -598,16 +569,6 @@ unsafe fn pass(
             cc = out(reg) _,
             xo = out(reg) _,
             xr = out(reg) _,
-            out("x12") _, out("x14") _, out("x15") _, out("x16") _, out("x17") _,
-            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _, out("v6") _,
-            out("v7") _, out("v8") _, out("v9") _, out("v10") _, out("v11") _, out("v12") _, out("v13") _,
-            out("v14") _, out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
-            out("v21") _, out("v22") _, out("v23") _, out("v24") _, out("v25") _, out("v26") _, out("v27") _,
-            out("v28") _, out("v29") _, out("v30") _, out("v31") _,
-            out("p0") _, out("p1") _, out("p2") _, out("p3") _, out("p4") _, out("p5") _, out("p6") _,
-            out("p7") _, out("p8") _, out("p9") _, out("p10") _, out("p11") _, out("p12") _, out("p13") _,
-            out("p14") _, out("p15") _, out("ffr") _,
-            options(nostack),
         );
     }
 }

@@ -10,6 +10,7 @@
 //!   the same family's GEMV with vector SDOT against 8 activations duplicated in both halves.
 
 mod matmul_f32_f32_qsnbp8x4_sf32_zpc_1x8_neon;
+mod matmul_f32_f32_qsnbp8x4_sf32_zpc_8x32_sme_mopa;
 mod matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon;
 mod matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_sve;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon;
@@ -65,6 +66,7 @@ const I8MM: Features = Features::of(&[Feature::Neon, Feature::I8mm]);
 const SVE: Features = Features::of(&[Feature::Neon, Feature::Sve]);
 const SVE_DOTPROD: Features = Features::of(&[Feature::Neon, Feature::Dotprod, Feature::Sve]);
 const SME2: Features = Features::of(&[Feature::Sme, Feature::Sme2]);
+const SVE_SME2: Features = Features::of(&[Feature::Neon, Feature::Sve, Feature::Sme, Feature::Sme2]);
 const SVE_I8MM: Features = Features::of(&[Feature::Neon, Feature::I8mm, Feature::Sve, Feature::SveI8mm]);
 
 fn supports_all(bits: u32, bl: usize) -> bool {
@@ -82,6 +84,7 @@ pub static INT8_GEMV_DOTPROD: UKernel = UKernel {
     isa: Isa::Dotprod,
     requires: DOTPROD,
     min_sve_vl: 0,
+    sme_svl: 0,
     path: ComputePath::Int8,
     lhs: LhsFormat::Qsi8Db,
     rhs: RhsReads::Only(|_: &Cpu| QSNBP8X4_SF16_ZPC),
@@ -106,6 +109,7 @@ pub static INT8_GEMV_NEON: UKernel = UKernel {
     isa: Isa::Neon,
     requires: NEON,
     min_sve_vl: 0,
+    sme_svl: 0,
     geometry: |_, _| Geometry::new(1, qsnbp8x4_int8::NR, 3),
     run: matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon::run,
     ..INT8_GEMV_DOTPROD
@@ -136,6 +140,7 @@ pub static INT8_GEMM_I8MM: UKernel = UKernel {
     isa: Isa::I8mm,
     requires: I8MM,
     min_sve_vl: 0,
+    sme_svl: 0,
     path: ComputePath::Int8,
     lhs: LhsFormat::Qsi8DbP { mr: qsnbp8x8_int8::MR, kr: qsnbp8x8_int8::KR },
     rhs: RhsReads::Only(|_: &Cpu| QSNBP8X8_SF16_ZPC),
@@ -156,6 +161,7 @@ pub static INT8_GEMV_SVE_P8X8: UKernel = UKernel {
     isa: Isa::Sve,
     requires: SVE_DOTPROD,
     min_sve_vl: 32,
+    sme_svl: 0,
     run: matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x32_sve::run,
     ..INT8_GEMV_DOTPROD_P8X8
 };
@@ -167,6 +173,7 @@ pub static INT8_GEMM_SVE_I8MM: UKernel = UKernel {
     isa: Isa::Sve,
     requires: SVE_I8MM,
     min_sve_vl: 32,
+    sme_svl: 0,
     run: matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x8_sve_i8mm::run,
     ..INT8_GEMM_I8MM
 };
@@ -178,6 +185,7 @@ pub static INT8_GEMM_SME2: UKernel = UKernel {
     isa: Isa::Sme,
     requires: SME2,
     min_sve_vl: 0,
+    sme_svl: 0,
     path: ComputePath::Int8,
     lhs: LhsFormat::Qsi8DbP {
         mr: matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::MR,
@@ -201,6 +209,7 @@ pub static FP32_GEMV_NEON: UKernel = UKernel {
     isa: Isa::Neon,
     requires: NEON,
     min_sve_vl: 0,
+    sme_svl: 0,
     path: ComputePath::Fp32,
     lhs: LhsFormat::F32,
     rhs: RhsReads::Only(|_: &Cpu| QSNBP8X4_SF32_ZPC),
@@ -226,8 +235,21 @@ pub static FP32_GEMM_SVE: UKernel = UKernel {
     isa: Isa::Sve,
     requires: SVE,
     min_sve_vl: 32,
+    sme_svl: 0,
     run: matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_sve::run,
     ..FP32_GEMM_NEON
+};
+
+/// fp32-path GEMM, SME2 at a 256-bit streaming vector: the dequantizing walk with the SVE kernel's pieces, four
+/// panels per pass, 8 × 32 tiles in the four ZA tiles by FMOPA (each 64 multiply-adds) over activations laid out
+/// K-major once per call.
+pub static FP32_GEMM_SME2: UKernel = UKernel {
+    name: "matmul_f32_f32_qsnbp8x4_sf32_zpc_8x32_sme_mopa",
+    isa: Isa::Sme,
+    requires: SVE_SME2,
+    sme_svl: 32,
+    run: matmul_f32_f32_qsnbp8x4_sf32_zpc_8x32_sme_mopa::run,
+    ..FP32_GEMM_SVE
 };
 
 /// The walk of an int8 kernel's tile on 8-column panels: each panel, then the rows in blocks of up to the first

@@ -147,3 +147,50 @@ macro_rules! store_sums {
     };
 }
 pub(crate) use store_sums;
+
+/// ZA's lazy save (AAPCS64 SME: what `__arm_tpidr2_save` does) and entering streaming mode with a zeroed ZA:
+/// with a TPIDR2 block, ZA's first `num_za_save_slices` array vectors (at most SVL) go to its buffer, then
+/// TPIDR2_EL0 = 0; SMSTART does not zero a ZA that is already on (dormant), so `zero {za}` follows it.
+macro_rules! enter_streaming {
+    () => {
+        concat!(
+            "mrs x16, tpidr2_el0\n",
+            "cbz x16, 3f\n",
+            "ldr x17, [x16]\n",
+            "ldrh w15, [x16, #8]\n",
+            "rdsvl x14, #1\n",
+            "cmp x15, x14\n",
+            "csel x15, x15, x14, lo\n",
+            "mov w12, #0\n",
+            "2:\n",
+            "cmp x12, x15\n",
+            "b.hs 4f\n",
+            "str za[w12, 0], [x17]\n",
+            "addsvl x17, x17, #1\n",
+            "add w12, w12, #1\n",
+            "b 2b\n",
+            "4:\n",
+            "msr tpidr2_el0, xzr\n",
+            "3:\n",
+            "smstart\n",
+            "zero {{za}}\n",
+        )
+    };
+}
+pub(crate) use enter_streaming;
+
+/// `asm!` for a streaming-mode block (from [`enter_streaming!`] to `smstop`, no Rust code between): every vector
+/// and predicate register and ffr declared clobbered (SMSTART / SMSTOP zero them, d8–d15 included), and
+/// `enter_streaming!`'s x12, x14–x17; flags clobbered, no stack use.
+macro_rules! streaming_asm {
+    ($($body:tt)*) => {
+        $crate::arch::aarch64::sve_asm::vector_asm!(
+            [out("p0") _, out("p1") _, out("p2") _, out("p3") _, out("p4") _, out("p5") _, out("p6") _,
+             out("p7") _, out("p8") _, out("p9") _, out("p10") _, out("p11") _, out("p12") _, out("p13") _,
+             out("p14") _, out("p15") _, out("ffr") _,
+             out("x12") _, out("x14") _, out("x15") _, out("x16") _, out("x17") _,]
+            $($body)*
+        )
+    };
+}
+pub(crate) use streaming_asm;
