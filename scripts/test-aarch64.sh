@@ -81,10 +81,13 @@ cpus=${AARCH64_CPUS:-"max max,sve=off max,sme=off neoverse-n1 cortex-a76 cortex-
 # and SME vector lengths set per model, the Neoverse V1 / N2 and Cortex-A710 models. The int8 path gets the SVE i8mm
 # family where SVE i8mm has vectors of at least 256 bits (max at 32 and 64 bytes, max,sme=off, neoverse-v1), NEON
 # i8mm at 128 bits (neoverse-n2, cortex-a710, max at 16 bytes); the fp32 path the SVE fp32 family at ≥ 256 bits
-# (a64fx too), NEON's below; SME is detected (and reported) but selects nothing
-# by default (the SME2 family ranks below the i8mm families until instruction counts exist: it runs when named or in
-# the kernel suite). "max,sve=off" is here an SME2 core without SVE, whose sve2 flag must not turn into SVE.
+# (a64fx too), NEON's below, and the SME2 fp32 family at a 256-bit streaming vector (see sme2_fp32_fams); the int8
+# SME2 family selects nothing by default (it ranks below the i8mm families: it runs when named or in the kernel
+# suite). "max,sve=off" is here an SME2 core without SVE, whose sve2 flag must not turn into SVE.
 i8mm_fams="int8=i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
+# The fp32 path takes the SME2 (FMOPA) family where the streaming vector is 256 bits and SVE's at least that (max, max
+# at 32 bytes); the SVE fp32 family at other streaming lengths (64, 128 bytes), NEON's without SVE (max,sve=off).
+sme2_fp32_fams="int8=sve_i8mm_int8_qsnbp8x8_sf16_zpc,fp32=sme2_fp32_qsnbp8x4_sf32_zpc"
 q11_max_feats="neon+dotprod+i8mm+fp16+bf16+sve+sve2+svei8mm+sme+sme2"
 vl() { echo "max,sve-default-vector-length=$1,sme-default-vector-length=$1"; }
 # SME at 1024 bits (SVE stays at 512): the SME2 GEMM's single-vector epilogue, taken above 512-bit SVL; the kernel
@@ -117,7 +120,8 @@ declare -A features11=(
   [a64fx]="neon+fp16+sve (sve vl 64 B)"
 )
 declare -A families11=(
-  [max]=$sve_fams [$(vl 16)]=$i8mm_fams [$(vl 32)]=$sve_fams [$(vl 64)]=$sve_fams [$svl128]=$sve_fams [max,sme=off]=$sve_fams
+  [max]=$sme2_fp32_fams [$(vl 16)]=$i8mm_fams [$(vl 32)]=$sme2_fp32_fams [$(vl 64)]=$sve_fams [$svl128]=$sve_fams
+  [max,sme=off]=$sve_fams
   [max,sve=off]=$i8mm_fams [neoverse-v1]=$sve_fams [neoverse-n2]=$i8mm_fams [cortex-a710]=$i8mm_fams
   [a64fx]="int8=neon_int8_qsnbp8x4_sf16_zpc,$sve_fp32"
 )

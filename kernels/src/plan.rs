@@ -55,7 +55,8 @@ impl TilePlan {
         }
         let m_tiles = m.div_ceil(m_tile).max(1);
         let want_n_tiles = (Self::TARGET_TILES / m_tiles).max(1);
-        let min_units = g.min_task_macs.div_ceil(m_tile.min(m.max(1)) * n_step * k.max(1));
+        let min_units =
+            g.min_task_macs.div_ceil(m_tile.min(m.max(1)) * n_step * k.max(1)).max(g.min_task_cols.div_ceil(n_step));
         let units_per_tile = units.div_ceil(want_n_tiles).max(min_units).clamp(1, units.max(1));
         TilePlan { m, n, m_tile, n_tile: units_per_tile * n_step, m_step, n_step }
     }

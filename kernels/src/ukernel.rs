@@ -39,12 +39,24 @@ pub struct Geometry {
     /// tasks per call repeat the column-side work each task does per panel (the row numerics' column weights) and
     /// leave fewer short tiles.
     pub task_lhs_bytes: usize,
+    /// The fewest columns per task where the matrix has them (0: no floor): for kernels whose per-task set-up
+    /// grows with the task's rows × K (the SME2 fp32 GEMM lays its rows out K-major per task), so that it is
+    /// shared by that many columns.
+    pub min_task_cols: usize,
 }
 
 impl Geometry {
     /// A geometry with the planner's default hints.
     pub const fn new(m_step: usize, n_step: usize, max_m: usize) -> Geometry {
-        Geometry { m_step, n_step, max_m, min_task_macs: 1 << 16, max_task_rows: 32, task_lhs_bytes: 0 }
+        Geometry {
+            m_step,
+            n_step,
+            max_m,
+            min_task_macs: 1 << 16,
+            max_task_rows: 32,
+            task_lhs_bytes: 0,
+            min_task_cols: 0,
+        }
     }
 }
 

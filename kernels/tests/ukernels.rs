@@ -594,27 +594,29 @@ fn short_activations_are_refused() {
     sel.run_tile(&lhs, &rhs, None, &tiles, 0);
 }
 
-/// Tiles computed concurrently from several threads give the serial result, bit for bit, in every family.
+/// Tiles computed concurrently from several threads give the serial result, bit for bit, in every family. N is
+/// wide enough for several tiles in every geometry (the SME2 fp32 GEMM takes at least 512 columns per task).
 #[test]
 fn tiles_run_concurrently() {
     let mut rng = Rng::new(9);
-    let case = Case::random(&mut rng, 300, 257, 4, 32, ZpKind::Packed, GIdx::None, true);
+    let (k, n) = (100, 2049);
+    let case = Case::random(&mut rng, k, n, 4, 32, ZpKind::Packed, GIdx::None, true);
     let w = case.weights();
     for f in registry::families() {
         let Ok(l) = registry::build_ladder(Cpu::get(), None, Some(f.name())) else { continue };
         let sel = l.select(&Problem::of(f.path(), &w)).unwrap();
         let rhs = sel.pack_rhs(&w).unwrap();
         let m = 37;
-        let a = activations(&mut rng, m, 300);
-        let mut serial = vec![0f32; m * 257];
+        let a = activations(&mut rng, m, k);
+        let mut serial = vec![0f32; m * n];
         matmul_serial(&sel, &rhs, LhsSource::F32(&a), m, case.bias.as_deref(), &mut serial);
-        let mut parallel = vec![f32::NAN; m * 257];
+        let mut parallel = vec![f32::NAN; m * n];
         let r: Result<(), ()> =
-            sel.matmul(&rhs, LhsSource::F32(&a), m, case.bias.as_deref(), &mut parallel, |n, job| {
-                assert!(n >= 4, "want several tiles, got {n}");
+            sel.matmul(&rhs, LhsSource::F32(&a), m, case.bias.as_deref(), &mut parallel, |tiles, job| {
+                assert!(tiles >= 4, "{}: want several tiles, got {tiles}", f.name());
                 std::thread::scope(|s| {
                     for i in 0..4 {
-                        s.spawn(move || (i..n).step_by(4).for_each(job));
+                        s.spawn(move || (i..tiles).step_by(4).for_each(job));
                     }
                 });
                 Ok(())

@@ -72,7 +72,8 @@ impl Piece for Fmopa {
     const LHS_K: usize = MR;
 
     /// The tile's rows K-major per group of 8: group g's K value k at `buf[g·8·kp + 8·k ..][..8]` (kp = the
-    /// packed length), rows past the tile's zero; the stride is a group's (8·kp f32).
+    /// packed length; rows past the tile's hold copies of its last row, or zeros); the stride is a group's
+    /// (8·kp f32).
     #[target_feature(enable = "neon")]
     unsafe fn lhs(a: &RunArgs, buf: &mut Vec<f32>) -> (*const f32, usize) {
         let kp = a.blocks * a.bl;
@@ -88,14 +89,15 @@ impl Piece for Fmopa {
                 if n == 0 {
                     break;
                 }
+                // Rows past the tile's repeat its last (their sums are never stored: a ZA row depends only on
+                // its own activations), so the loop has no branch.
+                let src = [0, 1, 2, 3].map(|i: usize| x.wrapping_add((r0 + i.min(n - 1)) * a.lhs_stride));
                 for k in (0..kp).step_by(4) {
                     // SAFETY: rows r0 .. r0 + n < rows, K values k .. k + 4 ≤ kp: inside the tile's LHS (RunArgs
-                    // contract; kp is a multiple of 4, bl ≥ 16); the rest reads nothing.
-                    let row = |i: usize| unsafe {
-                        if i < n { vld1q_f32(x.add((r0 + i) * a.lhs_stride + k)) } else { vdupq_n_f32(0.0) }
-                    };
-                    let (t0, t1) = (vtrn1q_f32(row(0), row(1)), vtrn2q_f32(row(0), row(1)));
-                    let (t2, t3) = (vtrn1q_f32(row(2), row(3)), vtrn2q_f32(row(2), row(3)));
+                    // contract; kp is a multiple of 4, bl ≥ 16).
+                    let [r0v, r1v, r2v, r3v] = src.map(|p| unsafe { vld1q_f32(p.add(k)) });
+                    let (t0, t1) = (vtrn1q_f32(r0v, r1v), vtrn2q_f32(r0v, r1v));
+                    let (t2, t3) = (vtrn1q_f32(r2v, r3v), vtrn2q_f32(r2v, r3v));
                     let col = |p: float32x4_t, q: float32x4_t, hi: bool| {
                         let (p, q) = (vreinterpretq_f64_f32(p), vreinterpretq_f64_f32(q));
                         vreinterpretq_f32_f64(if hi { vtrn2q_f64(p, q) } else { vtrn1q_f64(p, q) })
