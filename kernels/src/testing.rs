@@ -122,6 +122,21 @@ impl Case {
     }
 }
 
+/// The bits of `uk`'s output (run serially, no bias) for `m` rows of activations `a` on `case`'s weights packed as
+/// `layout`: what the bit-for-bit comparisons of one kernel against another take.
+///
+/// # Panics
+/// If `uk` cannot run here on that layout, or `a` is not m × K.
+pub fn serial_bits(uk: &'static UKernel, layout: RhsLayout, case: &Case, m: usize, a: &[f32]) -> Vec<u32> {
+    let w = case.weights();
+    let p = crate::Problem::of(uk.path(), &w);
+    let sel = Selected::single(uk, layout, &p).unwrap();
+    let rhs = sel.pack_rhs(&w).unwrap();
+    let mut y = vec![0f32; m * w.params.n];
+    matmul_serial(&sel, &rhs, LhsSource::F32(a), m, None, &mut y);
+    y.iter().map(|v| v.to_bits()).collect()
+}
+
 pub fn activations(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
     (0..m * k).map(|_| rng.f32(-1.0, 1.0)).collect()
 }

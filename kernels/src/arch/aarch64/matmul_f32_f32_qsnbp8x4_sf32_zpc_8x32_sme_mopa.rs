@@ -232,10 +232,9 @@ unsafe fn tile(x: *const f32, w: *const f32, pk: usize, y: *mut f32, ystride: us
 
 #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests {
+    use crate::Cpu;
     use crate::arch::aarch64::{FP32_GEMM_NEON, FP32_GEMM_SME2, QSNBP8X4_SF32_ZPC};
-    use crate::pack::LhsSource;
-    use crate::testing::{Case, GIdx, Rng, ZpKind, activations};
-    use crate::{ComputePath, Cpu, Problem, Selected, UKernel, matmul_serial};
+    use crate::testing::{Case, GIdx, Rng, ZpKind, activations, serial_bits};
 
     /// The sums equal the NEON GEMM's bit for bit (the same weights, the same FMA chains): 2, 4 and 8 bits, with
     /// and without zero points, row tails (M = 4 … 23: groups of 8 cut short), K of two pieces and more (1056,
@@ -261,20 +260,11 @@ mod tests {
                 cases.push((shape, case.clone(), m, activations(&mut rng, m, k)));
             }
         }
-        let bits_of = |kernel: &'static UKernel, case: &Case, n: usize, m: usize, a: &[f32]| -> Vec<u32> {
-            let w = case.weights();
-            let p = Problem::of(ComputePath::Fp32, &w);
-            let sel = Selected::single(kernel, QSNBP8X4_SF32_ZPC, &p).unwrap();
-            let rhs = sel.pack_rhs(&w).unwrap();
-            let mut y = vec![0f32; m * n];
-            matmul_serial(&sel, &rhs, LhsSource::F32(a), m, None, &mut y);
-            y.iter().map(|v| v.to_bits()).collect()
-        };
         let check = |what: &str| {
             for ((bits, k, n, bl, zp), case, m, a) in &cases {
-                let want = bits_of(&FP32_GEMM_NEON, case, *n, *m, a);
+                let want = serial_bits(&FP32_GEMM_NEON, QSNBP8X4_SF32_ZPC, case, *m, a);
                 assert!(
-                    bits_of(&FP32_GEMM_SME2, case, *n, *m, a) == want,
+                    serial_bits(&FP32_GEMM_SME2, QSNBP8X4_SF32_ZPC, case, *m, a) == want,
                     "{what}: {bits} bits, K {k}, N {n}, bl {bl}, zero points {zp:?}, M {m}: other bits than NEON's"
                 );
             }

@@ -429,9 +429,8 @@ unsafe fn tile<const R: usize, const P: usize>(
 #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests {
     use crate::arch::aarch64::{FP32_GEMM_NEON, FP32_GEMM_SVE, QSNBP8X4_SF32_ZPC};
-    use crate::pack::LhsSource;
-    use crate::testing::{Case, GIdx, Rng, ZpKind, activations};
-    use crate::{ComputePath, Cpu, Problem, Selected, UKernel, matmul_serial};
+    use crate::testing::{Case, GIdx, Rng, ZpKind, activations, serial_bits};
+    use crate::{Cpu, UKernel};
 
     /// The SVE GEMM's sums are the NEON GEMM's bit for bit (each column's FMA chain over K in the same order),
     /// over row counts that take every asm tile (8, 4, 2, 1) and the in-register body below 4 rows, K in two
@@ -449,15 +448,7 @@ mod tests {
         for bits in [4u32, 2, 8] {
             for zp in [ZpKind::None, ZpKind::Packed, ZpKind::Float] {
                 let case = Case::random(&mut rng, k, n, bits, bl, zp, GIdx::None, false);
-                let w = case.weights();
-                let p = Problem::of(ComputePath::Fp32, &w);
-                let run = |uk: &'static UKernel, m: usize| {
-                    let sel = Selected::single(uk, QSNBP8X4_SF32_ZPC, &p).unwrap();
-                    let rhs = sel.pack_rhs(&w).unwrap();
-                    let mut y = vec![0f32; m * n];
-                    matmul_serial(&sel, &rhs, LhsSource::F32(&a[..m * k]), m, None, &mut y);
-                    y.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
-                };
+                let run = |uk: &'static UKernel, m: usize| serial_bits(uk, QSNBP8X4_SF32_ZPC, &case, m, &a[..m * k]);
                 for m in [2usize, 4, 7, 8, 15, 23] {
                     let want = run(&FP32_GEMM_NEON, m);
                     assert!(
