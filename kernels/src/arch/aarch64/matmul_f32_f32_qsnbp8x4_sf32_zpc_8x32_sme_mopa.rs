@@ -237,10 +237,11 @@ mod tests {
     use crate::testing::{Case, GIdx, Rng, ZpKind, activations, serial_bits};
 
     /// The sums equal the NEON GEMM's bit for bit (the same weights, the same FMA chains): 2, 4 and 8 bits, with
-    /// and without zero points, row tails (M = 4 … 23: groups of 8 cut short), K of two pieces and more (1056,
-    /// 2112 at block 32; 192 at block 64), 4-panel passes with a last pass of 1–3 panels (N = 40, 72, 150, 232),
-    /// at this thread's lengths, and on threads whose SVE vector is shortened to 128 bits (the SVE, then NEON
-    /// fallback).
+    /// and without zero points, row tails (M = 4 … 23: last groups of 1–7 rows), K of two pieces and more (1056,
+    /// 2112 at block 32; 192 at block 64), 4-panel passes with a last pass of 1–3 panels (N = 40, 48, 72, 150,
+    /// 232), several column tasks (N = 1048: tasks of 512 columns, the last of 24), at this thread's lengths, and
+    /// on threads whose SVE vector is shortened to 128 bits (the SVE, then NEON fallback). qemu-user keeps the
+    /// streaming length when asked to change it (PR_SME_SET_VL), so the other fallback is not run here.
     #[test]
     fn sums_match_the_neon_gemm_bit_for_bit() {
         if !FP32_GEMM_SME2.runs_on(Cpu::get()) {
@@ -254,9 +255,11 @@ mod tests {
             (2, 192, 72, 64, ZpKind::Packed),
             (8, 1056, 232, 32, ZpKind::Packed),
             (4, 192, 8, 16, ZpKind::None),
+            (4, 192, 48, 32, ZpKind::None),
+            (4, 320, 1048, 64, ZpKind::Packed),
         ] {
             let case = Case::random(&mut rng, k, n, bits, bl, zp, GIdx::None, false);
-            for m in [4usize, 7, 8, 15, 23] {
+            for m in [4usize, 7, 8, 9, 15, 17, 23] {
                 cases.push((shape, case.clone(), m, activations(&mut rng, m, k)));
             }
         }
