@@ -83,11 +83,12 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     }
 }
 
-/// Per block of the row: [sa / 16, sa·Σq] (the row numerics: sa = 1, Σq), the two values `ld1rw` broadcasts.
-struct RowBlocks(Vec<f32>);
+/// Per block of the row: [sa / 16, sa·Σq] (the row numerics: sa = 1, Σq), the two values `ld1rw` broadcasts
+/// (also the SME2 GEMV's).
+pub(crate) struct RowBlocks(pub(crate) Vec<f32>);
 
 impl RowBlocks {
-    fn new(a: &RunArgs) -> RowBlocks {
+    pub(crate) fn new(a: &RunArgs) -> RowBlocks {
         let mut v = vec![0f32; 2 * a.blocks];
         for (b, o) in v.chunks_exact_mut(2).enumerate() {
             // SAFETY: row 0's scale (not read in the row numerics, where it is 1) and Σq of block b.

@@ -13,6 +13,7 @@ mod matmul_f32_f32_qsnbp8x4_sf32_zpc_1x8_neon;
 mod matmul_f32_f32_qsnbp8x4_sf32_zpc_8x32_sme_mopa;
 mod matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon;
 mod matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_sve;
+mod matmul_f32_qsi8db_qsnbp64x4_sf16_zpc_1x64_sme_dot;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_4x8_neon;
@@ -201,6 +202,16 @@ pub static INT8_GEMM_SME2: UKernel = UKernel {
         )
     },
     run: matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::run,
+};
+
+/// int8 GEMV, SME2 (multi-vector SDOT into ZA, the f32 sums in ZA too): one row × one 64-column panel per
+/// pass, the whole tile one streaming asm block; the stripes follow the streaming vector length read on every call.
+pub static INT8_GEMV_SME2: UKernel = UKernel {
+    name: "matmul_f32_qsi8db_qsnbp64x4_sf16_zpc_1x64_sme_dot",
+    lhs: LhsFormat::Qsi8Db,
+    geometry: |_, _| Geometry::new(1, matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::NR, 1),
+    run: matmul_f32_qsi8db_qsnbp64x4_sf16_zpc_1x64_sme_dot::run,
+    ..INT8_GEMM_SME2
 };
 
 /// fp32-path GEMV, NEON: up to 3 rows × 4 columns per unit (codes widened to f32 in registers).
