@@ -209,7 +209,12 @@ pub static INT8_GEMM_SME2: UKernel = UKernel {
 pub static INT8_GEMV_SME2: UKernel = UKernel {
     name: "matmul_f32_qsi8db_qsnbp64x4_sf16_zpc_1x64_sme_dot",
     lhs: LhsFormat::Qsi8Db,
-    geometry: |_, _| Geometry::new(1, matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::NR, 1),
+    // Tasks of at least 4 panels: each call lays out the row's block factors and enters streaming mode once per
+    // stripe.
+    geometry: |_, _| Geometry {
+        min_task_cols: 256,
+        ..Geometry::new(1, matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::NR, 1)
+    },
     run: matmul_f32_qsi8db_qsnbp64x4_sf16_zpc_1x64_sme_dot::run,
     ..INT8_GEMM_SME2
 };
