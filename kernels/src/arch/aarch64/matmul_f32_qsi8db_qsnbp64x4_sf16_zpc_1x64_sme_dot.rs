@@ -40,13 +40,21 @@ use super::matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::{NR, svl_by
 use super::sve_asm::{enter_streaming, streaming_asm};
 use crate::ukernel::RunArgs;
 
-/// The text of one asm variant: `$imm1..3` the groups' vector offsets (256 bytes in vectors), `$zp` `zp` |
-/// `nozp`, `$ch` `one` | `many` chunks per block.
+/// The text of one asm variant: `$lay` `single` (one stripe per pass, its groups' vector offsets `$i1..3`: 256
+/// bytes in vectors) | `pair` (SVL 256: both stripes of a panel per pass, sharing the activation loads, the row
+/// factors and the loops), `$zp` `zp` | `nozp`, `$ch` `one` | `many` chunks per block.
 macro_rules! gemv_asm {
-    // One 4-K group `$g` of a chunk: codes at `[{xc}, #$imm, mul vl]` into `$c0..3`, high fields into `$h0..3`
-    // (AND 0xf0, z10), low fields in place (SRSHL by 4, z11), one SDOT per field against element `$g` of the
+    // One 4-K group `$g` of a chunk for the stripe whose int32 sums are ZA vector group `$o`: codes at
+    // `[{xc}, #$imm, mul vl]` into register set A (z0–z3, high fields z4–z7) or B (z16–z19, z20–z23), high fields
+    // by AND 0xf0 (z10), low fields in place (SRSHL by 4, z11), one SDOT per field against element `$g` of the
     // low (z8) and high (z9) activations.
-    (@group $c0:literal $c1:literal $c2:literal $c3:literal, $h0:literal $h1:literal $h2:literal $h3:literal, $imm:literal, $g:literal) => {
+    (@group A, $o:literal, $imm:literal, $g:literal) => {
+        gemv_asm!(@group "0" "1" "2" "3", "4" "5" "6" "7", $o, $imm, $g)
+    };
+    (@group B, $o:literal, $imm:literal, $g:literal) => {
+        gemv_asm!(@group "16" "17" "18" "19", "20" "21" "22" "23", $o, $imm, $g)
+    };
+    (@group $c0:literal $c1:literal $c2:literal $c3:literal, $h0:literal $h1:literal $h2:literal $h3:literal, $o:literal, $imm:literal, $g:literal) => {
         concat!(
             "ld1b {{z", $c0, ".b-z", $c3, ".b}}, pn8/z, [{xc}, #", $imm, ", mul vl]\n",
             "and z", $h0, ".d, z", $c0, ".d, z10.d\n",
@@ -54,46 +62,119 @@ macro_rules! gemv_asm {
             "and z", $h2, ".d, z", $c2, ".d, z10.d\n",
             "and z", $h3, ".d, z", $c3, ".d, z10.d\n",
             "srshl {{z", $c0, ".b-z", $c3, ".b}}, {{z", $c0, ".b-z", $c3, ".b}}, z11.b\n",
-            "sdot za.s[w8, 0, vgx4], {{z", $c0, ".b-z", $c3, ".b}}, z8.b[", $g, "]\n",
-            "sdot za.s[w8, 0, vgx4], {{z", $h0, ".b-z", $h3, ".b}}, z9.b[", $g, "]\n",
+            "sdot za.s[w8, ", $o, ", vgx4], {{z", $c0, ".b-z", $c3, ".b}}, z8.b[", $g, "]\n",
+            "sdot za.s[w8, ", $o, ", vgx4], {{z", $h0, ".b-z", $h3, ".b}}, z9.b[", $g, "]\n",
         )
     };
-    (@chunk $i1:literal $i2:literal $i3:literal) => {
+    (@groups single $i1:literal $i2:literal $i3:literal) => {
+        concat!(
+            gemv_asm!(@group A, "0", "0", "0"),
+            gemv_asm!(@group B, "0", $i1, "1"),
+            gemv_asm!(@group A, "0", $i2, "2"),
+            gemv_asm!(@group B, "0", $i3, "3"),
+        )
+    };
+    // SVL 256: a group is 8 vectors, stripe 0's 4 then stripe 1's (int32 sums: vector group 2).
+    (@groups pair $i1:literal $i2:literal $i3:literal) => {
+        concat!(
+            gemv_asm!(@group A, "0", "0", "0"),
+            gemv_asm!(@group B, "2", "4", "0"),
+            gemv_asm!(@group A, "0", "8", "1"),
+            gemv_asm!(@group B, "2", "12", "1"),
+            gemv_asm!(@group A, "0", "16", "2"),
+            gemv_asm!(@group B, "2", "20", "2"),
+            gemv_asm!(@group A, "0", "24", "3"),
+            gemv_asm!(@group B, "2", "28", "3"),
+        )
+    };
+    (@chunk $lay:ident $i1:literal $i2:literal $i3:literal) => {
         concat!(
             "ld1rqb {{z8.b}}, p0/z, [{xa}]\n",
             "ld1rqb {{z9.b}}, p0/z, [{xa}, #16]\n",
-            gemv_asm!(@group "0" "1" "2" "3", "4" "5" "6" "7", "0", "0"),
-            gemv_asm!(@group "16" "17" "18" "19", "20" "21" "22" "23", $i1, "1"),
-            gemv_asm!(@group "0" "1" "2" "3", "4" "5" "6" "7", $i2, "2"),
-            gemv_asm!(@group "16" "17" "18" "19", "20" "21" "22" "23", $i3, "3"),
+            gemv_asm!(@groups $lay $i1 $i2 $i3),
             "add {xc}, {xc}, #1024\n",
             "add {xa}, {xa}, #32\n",
         )
     };
-    (@chunks one $i1:literal $i2:literal $i3:literal) => {
-        concat!("// {nch} {chunks}\n", gemv_asm!(@chunk $i1 $i2 $i3))
+    (@chunks one $lay:ident $i1:literal $i2:literal $i3:literal) => {
+        concat!("// {nch} {chunks}\n", gemv_asm!(@chunk $lay $i1 $i2 $i3))
     };
-    (@chunks many $i1:literal $i2:literal $i3:literal) => {
+    (@chunks many $lay:ident $i1:literal $i2:literal $i3:literal) => {
         concat!(
             "mov {nch}, {chunks}\n",
             "3:\n",
-            gemv_asm!(@chunk $i1 $i2 $i3),
+            gemv_asm!(@chunk $lay $i1 $i2 $i3),
             "subs {nch}, {nch}, #1\n",
             "b.ne 3b\n",
         )
     };
-    (@zp nozp) => {
+    // One stripe's block epilogue: its int32 sums (vector group `$oi`) out, converted, × (column scale · sa/16:
+    // the f16 scales at `[{xt}, #$s0..3, mul vl]`, sa/16 in z12), into its f32 sums (vector group `$of`).
+    (@epi $oi:literal $of:literal $s0:literal $s1:literal $s2:literal $s3:literal) => {
+        concat!(
+            "mova {{z16.d-z19.d}}, za.d[w8, ", $oi, ", vgx4]\n",
+            "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
+            "ld1h {{z20.s}}, p1/z, [{xt}, #", $s0, ", mul vl]\n",
+            "ld1h {{z21.s}}, p1/z, [{xt}, #", $s1, ", mul vl]\n",
+            "ld1h {{z22.s}}, p1/z, [{xt}, #", $s2, ", mul vl]\n",
+            "ld1h {{z23.s}}, p1/z, [{xt}, #", $s3, ", mul vl]\n",
+            "fcvt z20.s, p1/m, z20.h\n",
+            "fcvt z21.s, p1/m, z21.h\n",
+            "fcvt z22.s, p1/m, z22.h\n",
+            "fcvt z23.s, p1/m, z23.h\n",
+            "fmul z20.s, z20.s, z12.s\n",
+            "fmul z21.s, z21.s, z12.s\n",
+            "fmul z22.s, z22.s, z12.s\n",
+            "fmul z23.s, z23.s, z12.s\n",
+            "fmla za.s[w8, ", $of, ", vgx4], {{z16.s-z19.s}}, {{z20.s-z23.s}}\n",
+        )
+    };
+    // + c · sa·Σq (the f32 corrections at `[{xt}, #$c, mul vl]`, sa·Σq in z13) into f32 sums `$of`.
+    (@corr $of:literal $c:literal) => {
+        concat!(
+            "ld1w {{z24.s-z27.s}}, pn8/z, [{xt}, #", $c, ", mul vl]\n",
+            "fmla za.s[w8, ", $of, ", vgx4], {{z24.s-z27.s}}, z13.s\n",
+        )
+    };
+    (@epilogue single) => {
+        gemv_asm!(@epi "0" "1" "0" "1" "2" "3")
+    };
+    // Stripe 1's scales are 2·32 bytes after stripe 0's (16-byte load units).
+    (@epilogue pair) => {
+        concat!(gemv_asm!(@epi "0" "1" "0" "1" "2" "3"), gemv_asm!(@epi "2" "3" "4" "5" "6" "7"))
+    };
+    (@zp nozp $lay:ident) => {
         "// {zo}\n"
     };
-    (@zp zp) => {
+    (@zp zp single) => {
+        concat!("ld1rw {{z13.s}}, p1/z, [{xr}, #4]\n", "add {xt}, {xrec}, {zo}\n", gemv_asm!(@corr "1" "0"))
+    };
+    (@zp zp pair) => {
         concat!(
             "ld1rw {{z13.s}}, p1/z, [{xr}, #4]\n",
             "add {xt}, {xrec}, {zo}\n",
-            "ld1w {{z24.s-z27.s}}, pn8/z, [{xt}]\n",
-            "fmla za.s[w8, 1, vgx4], {{z24.s-z27.s}}, z13.s\n",
+            gemv_asm!(@corr "1" "0"),
+            gemv_asm!(@corr "3" "4"),
         )
     };
-    ($zp:ident $ch:ident $i1:literal $i2:literal $i3:literal) => {
+    (@zero single) => {
+        "zero {{za0.d}}\n"
+    };
+    (@zero pair) => {
+        "zero {{za0.d, za2.d}}\n"
+    };
+    (@store single) => {
+        concat!("mova {{z16.d-z19.d}}, za.d[w8, 1, vgx4]\n", "st1w {{z16.s-z19.s}}, pn8, [{xo}]\n")
+    };
+    (@store pair) => {
+        concat!(
+            "mova {{z16.d-z19.d}}, za.d[w8, 1, vgx4]\n",
+            "st1w {{z16.s-z19.s}}, pn8, [{xo}]\n",
+            "mova {{z16.d-z19.d}}, za.d[w8, 3, vgx4]\n",
+            "st1w {{z16.s-z19.s}}, pn8, [{xo}, #4, mul vl]\n",
+        )
+    };
+    ($lay:ident $zp:ident $ch:ident $i1:literal $i2:literal $i3:literal) => {
         concat!(
             ".arch_extension sme2\n",
             ".arch_extension sve\n",
@@ -113,34 +194,19 @@ macro_rules! gemv_asm {
             // Block loop.
             "2:\n",
             "mov {xc}, {xrec}\n",
-            gemv_asm!(@chunks $ch $i1 $i2 $i3),
+            gemv_asm!(@chunks $ch $lay $i1 $i2 $i3),
             // Block epilogue: f32 sums += f32(int32 sums) · (s · sa/16) [+ c · sa·Σq].
-            "mova {{z16.d-z19.d}}, za.d[w8, 0, vgx4]\n",
-            "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
             "ld1rw {{z12.s}}, p1/z, [{xr}]\n",
             "add {xt}, {xrec}, {sc}\n",
-            "ld1h {{z20.s}}, p1/z, [{xt}]\n",
-            "ld1h {{z21.s}}, p1/z, [{xt}, #1, mul vl]\n",
-            "ld1h {{z22.s}}, p1/z, [{xt}, #2, mul vl]\n",
-            "ld1h {{z23.s}}, p1/z, [{xt}, #3, mul vl]\n",
-            "fcvt z20.s, p1/m, z20.h\n",
-            "fcvt z21.s, p1/m, z21.h\n",
-            "fcvt z22.s, p1/m, z22.h\n",
-            "fcvt z23.s, p1/m, z23.h\n",
-            "fmul z20.s, z20.s, z12.s\n",
-            "fmul z21.s, z21.s, z12.s\n",
-            "fmul z22.s, z22.s, z12.s\n",
-            "fmul z23.s, z23.s, z12.s\n",
-            "fmla za.s[w8, 1, vgx4], {{z16.s-z19.s}}, {{z20.s-z23.s}}\n",
-            gemv_asm!(@zp $zp),
-            "zero {{za0.d}}\n",
+            gemv_asm!(@epilogue $lay),
+            gemv_asm!(@zp $zp $lay),
+            gemv_asm!(@zero $lay),
             "add {xrec}, {xrec}, {rec}\n",
             "add {xr}, {xr}, #8\n",
             "subs {nb}, {nb}, #1\n",
             "b.ne 2b\n",
-            // The stripe's f32 sums out; the next panel.
-            "mova {{z16.d-z19.d}}, za.d[w8, 1, vgx4]\n",
-            "st1w {{z16.s-z19.s}}, pn8, [{xo}]\n",
+            // The pass's f32 sums out; the next panel.
+            gemv_asm!(@store $lay),
             "zero {{za}}\n",
             "add {xo}, {xo}, #256\n",
             "add {xp}, {xp}, {pstride}\n",
@@ -153,9 +219,9 @@ macro_rules! gemv_asm {
 
 /// The stripe's asm over `panels` panels (mode constants: zero points, chunks per block, group offsets).
 macro_rules! stripe_call {
-    ($zp:ident $ch:ident $i1:literal $i2:literal $i3:literal; $s:ident) => {
+    ($lay:ident $zp:ident $ch:ident $i1:literal $i2:literal $i3:literal; $s:ident) => {
         streaming_asm!(
-            gemv_asm!($zp $ch $i1 $i2 $i3),
+            gemv_asm!($lay $zp $ch $i1 $i2 $i3),
             xp = inout(reg) $s.rec => _,
             np = inout(reg) $s.panels => _,
             xo = inout(reg) $s.out => _,
@@ -179,8 +245,8 @@ macro_rules! stripe_call {
     };
 }
 
-/// What one asm call walks: `panels` whole panels from the record pointer `rec` (offset to the stripe's columns),
-/// writing the stripe's V f32 per panel at `out` (256 bytes apart).
+/// What one asm call walks: `panels` whole panels from the record pointer `rec`, writing 64 f32 per panel at
+/// `out`.
 struct Stripe {
     rec: *const u8,
     panels: usize,
@@ -191,7 +257,7 @@ struct Stripe {
     chunks: usize,
     record: usize,
     panel_stride: usize,
-    /// From the stripe's codes in a record to its f16 scales and its f32 corrections.
+    /// From a record to its f16 scales and its f32 corrections.
     to_scales: usize,
     to_zp: usize,
 }
@@ -212,53 +278,49 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     let mut last = [0f32; NR];
     let zp = a.has_zp != 0;
     let one = a.bl == 32;
-    for s in 0..NR / v {
-        // The stripe's bytes in a group (4 per column), its scales (2 per column) and corrections (4 per column).
-        let code = 4 * v * s;
-        let mut st = Stripe {
-            rec: a.rhs.wrapping_add(code),
-            panels: whole,
-            out: a.dst.wrapping_add(v * s),
-            rows: rows.0.as_ptr(),
-            lhs: a.lhs,
-            blocks: a.blocks,
-            chunks: a.bl / 32,
-            record: a.rhs_record,
-            panel_stride: a.rhs_panel_stride,
-            to_scales: (a.rhs_scales + 2 * v * s).wrapping_sub(code),
-            // The corrections are 4 bytes per column, as the codes per group: the same offset.
-            to_zp: a.rhs_zp,
-        };
-        for part in 0..2 {
-            if part == 1 {
-                // The last partial panel into `last`.
-                if whole * NR == a.cols {
-                    break;
-                }
-                st.rec = a.rhs.wrapping_add(whole * a.rhs_panel_stride + code);
-                st.panels = 1;
-                st.out = last.as_mut_ptr().wrapping_add(v * s);
+    // One pass per panel: at SVL 256 its two stripes (`pair`), at SVL 512 its one stripe. The asm walks the whole
+    // panels into dst, then the last partial one (if any) into `last`.
+    let mut st = Stripe {
+        rec: a.rhs,
+        panels: whole,
+        out: a.dst,
+        rows: rows.0.as_ptr(),
+        lhs: a.lhs,
+        blocks: a.blocks,
+        chunks: a.bl / 32,
+        record: a.rhs_record,
+        panel_stride: a.rhs_panel_stride,
+        to_scales: a.rhs_scales,
+        to_zp: a.rhs_zp,
+    };
+    for part in 0..2 {
+        if part == 1 {
+            if whole * NR == a.cols {
+                break;
             }
-            if st.panels == 0 {
-                continue;
-            }
-            // SAFETY: the CPU has SME2 at this SVL (read above: the group offsets are in vectors of V bytes);
-            // reads per panel and block: the stripe's chunks × 4 groups × 4 vectors of codes, V f16 scales and
-            // (zero points) V f32 corrections inside the record (RunArgs contract: `panels` panels of the tile),
-            // the row's bl activation bytes and 2 f32 of `rows`; writes V f32 per panel at `out`: row 0's columns
-            // of whole panels (inside dst) or `last`. Every vector and predicate register, ffr, x8, x12 and
-            // x14–x17 are declared clobbered; ZA is left off (SMSTOP), TPIDR2_EL0 0 or untouched.
-            unsafe {
-                match (zp, one, v) {
-                    (false, true, 32) => stripe_call!(nozp one "8" "16" "24"; st),
-                    (false, false, 32) => stripe_call!(nozp many "8" "16" "24"; st),
-                    (true, true, 32) => stripe_call!(zp one "8" "16" "24"; st),
-                    (true, false, 32) => stripe_call!(zp many "8" "16" "24"; st),
-                    (false, true, _) => stripe_call!(nozp one "4" "8" "12"; st),
-                    (false, false, _) => stripe_call!(nozp many "4" "8" "12"; st),
-                    (true, true, _) => stripe_call!(zp one "4" "8" "12"; st),
-                    (true, false, _) => stripe_call!(zp many "4" "8" "12"; st),
-                }
+            st.rec = a.rhs.wrapping_add(whole * a.rhs_panel_stride);
+            st.panels = 1;
+            st.out = last.as_mut_ptr();
+        }
+        if st.panels == 0 {
+            continue;
+        }
+        // SAFETY: the CPU has SME2 at this SVL (read above: the group offsets are in vectors of V bytes); reads
+        // per panel and block: chunks × 4 groups × 64 columns × 4 bytes of codes, 64 f16 scales and (zero points)
+        // 64 f32 corrections inside the record (RunArgs contract: `panels` panels of the tile), the row's bl
+        // activation bytes and 2 f32 of `rows`; writes 64 f32 per panel at `out`: row 0's columns of whole panels
+        // (inside dst) or `last`. Every vector and predicate register, ffr, x8, x12 and x14–x17 are declared
+        // clobbered; ZA is left off (SMSTOP), TPIDR2_EL0 0 or untouched.
+        unsafe {
+            match (zp, one, v) {
+                (false, true, 32) => stripe_call!(pair nozp one "0" "0" "0"; st),
+                (false, false, 32) => stripe_call!(pair nozp many "0" "0" "0"; st),
+                (true, true, 32) => stripe_call!(pair zp one "0" "0" "0"; st),
+                (true, false, 32) => stripe_call!(pair zp many "0" "0" "0"; st),
+                (false, true, _) => stripe_call!(single nozp one "4" "8" "12"; st),
+                (false, false, _) => stripe_call!(single nozp many "4" "8" "12"; st),
+                (true, true, _) => stripe_call!(single zp one "4" "8" "12"; st),
+                (true, false, _) => stripe_call!(single zp many "4" "8" "12"; st),
             }
         }
     }
