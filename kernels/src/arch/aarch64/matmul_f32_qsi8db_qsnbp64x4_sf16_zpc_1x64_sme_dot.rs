@@ -40,23 +40,27 @@ use super::matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::{NR, svl_by
 use super::sve_asm::{enter_streaming, streaming_asm};
 use crate::ukernel::RunArgs;
 
-/// The text of one asm variant: `$lay` `single` (one stripe per pass, its groups' vector offsets `$i1..3`: 256
-/// bytes in vectors) | `pair` (SVL 256: both stripes of a panel per pass, sharing the activation loads, the row
-/// factors and the loops), `$zp` `zp` | `nozp`, `$ch` `one` | `many` chunks per block.
+/// The text of one asm variant: `$lay` `single` (SVL 512: one panel per pass, its groups' vector offsets
+/// `$i1..3`: 256 bytes in vectors) | `pair` (SVL 256: both stripes of a panel per pass, sharing the activation
+/// loads, the row factors and the loops) | `pair64` (SVL 512: two panels per pass, likewise), `$zp` `zp` | `nozp`, `$ch` `one` | `many` chunks per block.
 macro_rules! gemv_asm {
     // One 4-K group `$g` of a chunk for the stripe whose int32 sums are ZA vector group `$o`: codes at
     // `[{xc}, #$imm, mul vl]` into register set A (z0–z3, high fields z4–z7) or B (z16–z19, z20–z23), high fields
     // by AND 0xf0 (z10), low fields in place (SRSHL by 4, z11), one SDOT per field against element `$g` of the
     // low (z8) and high (z9) activations.
     (@group A, $o:literal, $imm:literal, $g:literal) => {
-        gemv_asm!(@group "0" "1" "2" "3", "4" "5" "6" "7", $o, $imm, $g)
+        gemv_asm!(@group "0" "1" "2" "3", "4" "5" "6" "7", $o, "{xc}", $imm, $g)
     };
     (@group B, $o:literal, $imm:literal, $g:literal) => {
-        gemv_asm!(@group "16" "17" "18" "19", "20" "21" "22" "23", $o, $imm, $g)
+        gemv_asm!(@group "16" "17" "18" "19", "20" "21" "22" "23", $o, "{xc}", $imm, $g)
     };
-    (@group $c0:literal $c1:literal $c2:literal $c3:literal, $h0:literal $h1:literal $h2:literal $h3:literal, $o:literal, $imm:literal, $g:literal) => {
+    // The second panel of a `pair64` pass (codes at {xc2}).
+    (@group B2, $o:literal, $imm:literal, $g:literal) => {
+        gemv_asm!(@group "16" "17" "18" "19", "20" "21" "22" "23", $o, "{xc2}", $imm, $g)
+    };
+    (@group $c0:literal $c1:literal $c2:literal $c3:literal, $h0:literal $h1:literal $h2:literal $h3:literal, $o:literal, $base:literal, $imm:literal, $g:literal) => {
         concat!(
-            "ld1b {{z", $c0, ".b-z", $c3, ".b}}, pn8/z, [{xc}, #", $imm, ", mul vl]\n",
+            "ld1b {{z", $c0, ".b-z", $c3, ".b}}, pn8/z, [", $base, ", #", $imm, ", mul vl]\n",
             "and z", $h0, ".d, z", $c0, ".d, z10.d\n",
             "and z", $h1, ".d, z", $c1, ".d, z10.d\n",
             "and z", $h2, ".d, z", $c2, ".d, z10.d\n",
@@ -87,12 +91,32 @@ macro_rules! gemv_asm {
             gemv_asm!(@group B, "2", "28", "3"),
         )
     };
+    // SVL 512: two panels per pass, one stripe each (the second's int32 sums: vector group 2).
+    (@groups pair64 $i1:literal $i2:literal $i3:literal) => {
+        concat!(
+            gemv_asm!(@group A, "0", "0", "0"),
+            gemv_asm!(@group B2, "2", "0", "0"),
+            gemv_asm!(@group A, "0", "4", "1"),
+            gemv_asm!(@group B2, "2", "4", "1"),
+            gemv_asm!(@group A, "0", "8", "2"),
+            gemv_asm!(@group B2, "2", "8", "2"),
+            gemv_asm!(@group A, "0", "12", "3"),
+            gemv_asm!(@group B2, "2", "12", "3"),
+        )
+    };
+    (@step pair64) => {
+        "add {xc2}, {xc2}, #1024\n"
+    };
+    (@step $lay:ident) => {
+        ""
+    };
     (@chunk $lay:ident $i1:literal $i2:literal $i3:literal) => {
         concat!(
             "ld1rqb {{z8.b}}, p0/z, [{xa}]\n",
             "ld1rqb {{z9.b}}, p0/z, [{xa}, #16]\n",
             gemv_asm!(@groups $lay $i1 $i2 $i3),
             "add {xc}, {xc}, #1024\n",
+            gemv_asm!(@step $lay),
             "add {xa}, {xa}, #32\n",
         )
     };
@@ -111,13 +135,16 @@ macro_rules! gemv_asm {
     // One stripe's block epilogue: its int32 sums (vector group `$oi`) out, converted, × (column scale · sa/16:
     // the f16 scales at `[{xt}, #$s0..3, mul vl]`, sa/16 in z12), into its f32 sums (vector group `$of`).
     (@epi $oi:literal $of:literal $s0:literal $s1:literal $s2:literal $s3:literal) => {
+        gemv_asm!(@epi $oi $of "{xt}" $s0 $s1 $s2 $s3)
+    };
+    (@epi $oi:literal $of:literal $base:literal $s0:literal $s1:literal $s2:literal $s3:literal) => {
         concat!(
             "mova {{z16.d-z19.d}}, za.d[w8, ", $oi, ", vgx4]\n",
             "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
-            "ld1h {{z20.s}}, p1/z, [{xt}, #", $s0, ", mul vl]\n",
-            "ld1h {{z21.s}}, p1/z, [{xt}, #", $s1, ", mul vl]\n",
-            "ld1h {{z22.s}}, p1/z, [{xt}, #", $s2, ", mul vl]\n",
-            "ld1h {{z23.s}}, p1/z, [{xt}, #", $s3, ", mul vl]\n",
+            "ld1h {{z20.s}}, p1/z, [", $base, ", #", $s0, ", mul vl]\n",
+            "ld1h {{z21.s}}, p1/z, [", $base, ", #", $s1, ", mul vl]\n",
+            "ld1h {{z22.s}}, p1/z, [", $base, ", #", $s2, ", mul vl]\n",
+            "ld1h {{z23.s}}, p1/z, [", $base, ", #", $s3, ", mul vl]\n",
             "fcvt z20.s, p1/m, z20.h\n",
             "fcvt z21.s, p1/m, z21.h\n",
             "fcvt z22.s, p1/m, z22.h\n",
@@ -131,8 +158,11 @@ macro_rules! gemv_asm {
     };
     // + c · sa·Σq (the f32 corrections at `[{xt}, #$c, mul vl]`, sa·Σq in z13) into f32 sums `$of`.
     (@corr $of:literal $c:literal) => {
+        gemv_asm!(@corr $of "{xt}" $c)
+    };
+    (@corr $of:literal $base:literal $c:literal) => {
         concat!(
-            "ld1w {{z24.s-z27.s}}, pn8/z, [{xt}, #", $c, ", mul vl]\n",
+            "ld1w {{z24.s-z27.s}}, pn8/z, [", $base, ", #", $c, ", mul vl]\n",
             "fmla za.s[w8, ", $of, ", vgx4], {{z24.s-z27.s}}, z13.s\n",
         )
     };
@@ -142,6 +172,23 @@ macro_rules! gemv_asm {
     // Stripe 1's scales are 2·32 bytes after stripe 0's (16-byte load units).
     (@epilogue pair) => {
         concat!(gemv_asm!(@epi "0" "1" "0" "1" "2" "3"), gemv_asm!(@epi "2" "3" "4" "5" "6" "7"))
+    };
+    // The second panel's scales one panel further ({xc2}, free after the chunks).
+    (@epilogue pair64) => {
+        concat!(
+            gemv_asm!(@epi "0" "1" "0" "1" "2" "3"),
+            "add {xc2}, {xt}, {pstride}\n",
+            gemv_asm!(@epi "2" "3" "{xc2}" "0" "1" "2" "3"),
+        )
+    };
+    (@zp zp pair64) => {
+        concat!(
+            "ld1rw {{z13.s}}, p1/z, [{xr}, #4]\n",
+            "add {xt}, {xrec}, {zo}\n",
+            gemv_asm!(@corr "1" "0"),
+            "add {xc2}, {xt}, {pstride}\n",
+            gemv_asm!(@corr "3" "{xc2}" "0"),
+        )
     };
     (@zp nozp $lay:ident) => {
         "// {zo}\n"
@@ -160,19 +207,31 @@ macro_rules! gemv_asm {
     (@zero single) => {
         "zero {{za0.d}}\n"
     };
-    (@zero pair) => {
+    (@zero $lay:ident) => {
         "zero {{za0.d, za2.d}}\n"
     };
     (@store single) => {
         concat!("mova {{z16.d-z19.d}}, za.d[w8, 1, vgx4]\n", "st1w {{z16.s-z19.s}}, pn8, [{xo}]\n")
     };
-    (@store pair) => {
+    (@store $lay:ident) => {
         concat!(
             "mova {{z16.d-z19.d}}, za.d[w8, 1, vgx4]\n",
             "st1w {{z16.s-z19.s}}, pn8, [{xo}]\n",
             "mova {{z16.d-z19.d}}, za.d[w8, 3, vgx4]\n",
             "st1w {{z16.s-z19.s}}, pn8, [{xo}, #4, mul vl]\n",
         )
+    };
+    (@start pair64) => {
+        "add {xc2}, {xrec}, {pstride}\n"
+    };
+    (@start $lay:ident) => {
+        "// {xc2}\n"
+    };
+    (@next pair64) => {
+        concat!("add {xo}, {xo}, #512\n", "add {xp}, {xp}, {pstride}\n", "add {xp}, {xp}, {pstride}\n")
+    };
+    (@next $lay:ident) => {
+        concat!("add {xo}, {xo}, #256\n", "add {xp}, {xp}, {pstride}\n")
     };
     ($lay:ident $zp:ident $ch:ident $i1:literal $i2:literal $i3:literal) => {
         concat!(
@@ -194,6 +253,7 @@ macro_rules! gemv_asm {
             // Block loop.
             "2:\n",
             "mov {xc}, {xrec}\n",
+            gemv_asm!(@start $lay),
             gemv_asm!(@chunks $ch $lay $i1 $i2 $i3),
             // Block epilogue: f32 sums += f32(int32 sums) · (s · sa/16) [+ c · sa·Σq].
             "ld1rw {{z12.s}}, p1/z, [{xr}]\n",
@@ -208,8 +268,7 @@ macro_rules! gemv_asm {
             // The pass's f32 sums out; the next panel.
             gemv_asm!(@store $lay),
             "zero {{za}}\n",
-            "add {xo}, {xo}, #256\n",
-            "add {xp}, {xp}, {pstride}\n",
+            gemv_asm!(@next $lay),
             "subs {np}, {np}, #1\n",
             "b.ne 1b\n",
             "smstop\n",
@@ -240,13 +299,22 @@ macro_rules! stripe_call {
             xc = out(reg) _,
             nch = out(reg) _,
             xt = out(reg) _,
+            xc2 = out(reg) _,
             out("x8") _,
         )
     };
 }
 
-/// What one asm call walks: `panels` whole panels from the record pointer `rec`, writing 64 f32 per panel at
-/// `out`.
+/// The asm's pass layouts (see `gemv_asm!`).
+#[derive(Clone, Copy)]
+enum Lay {
+    Single,
+    Pair,
+    Pair64,
+}
+
+/// What one asm call walks: `panels` passes from the record pointer `rec`, writing 64 f32 per panel at `out`.
+#[derive(Clone, Copy)]
 struct Stripe {
     rec: *const u8,
     panels: usize,
@@ -278,11 +346,9 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     let mut last = [0f32; NR];
     let zp = a.has_zp != 0;
     let one = a.bl == 32;
-    // One pass per panel: at SVL 256 its two stripes (`pair`), at SVL 512 its one stripe. The asm walks the whole
-    // panels into dst, then the last partial one (if any) into `last`.
-    let mut st = Stripe {
+    let st = Stripe {
         rec: a.rhs,
-        panels: whole,
+        panels: 0,
         out: a.dst,
         rows: rows.0.as_ptr(),
         lhs: a.lhs,
@@ -293,34 +359,52 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         to_scales: a.rhs_scales,
         to_zp: a.rhs_zp,
     };
-    for part in 0..2 {
-        if part == 1 {
-            if whole * NR == a.cols {
-                break;
-            }
-            st.rec = a.rhs.wrapping_add(whole * a.rhs_panel_stride);
-            st.panels = 1;
-            st.out = last.as_mut_ptr();
+    let at = |panel: usize, panels: usize, out: *mut f32| Stripe {
+        rec: a.rhs.wrapping_add(panel * a.rhs_panel_stride),
+        panels,
+        out,
+        ..st
+    };
+    // At SVL 256 a pass is a panel's two stripes (`Pair`); at SVL 512 two panels of one stripe (`Pair64`), an odd
+    // last whole panel alone (`Single`). Whole panels go straight into dst, the last partial one into `last`.
+    let mut passes = Vec::with_capacity(3);
+    if v == 32 {
+        passes.push((Lay::Pair, at(0, whole, a.dst)));
+    } else {
+        passes.push((Lay::Pair64, at(0, whole / 2, a.dst)));
+        if whole % 2 == 1 {
+            passes.push((Lay::Single, at(whole - 1, 1, a.dst.wrapping_add((whole - 1) * NR))));
         }
+    }
+    if whole * NR < a.cols {
+        let lay = if v == 32 { Lay::Pair } else { Lay::Single };
+        passes.push((lay, at(whole, 1, last.as_mut_ptr())));
+    }
+    for (lay, st) in passes {
         if st.panels == 0 {
             continue;
         }
-        // SAFETY: the CPU has SME2 at this SVL (read above: the group offsets are in vectors of V bytes); reads
-        // per panel and block: chunks × 4 groups × 64 columns × 4 bytes of codes, 64 f16 scales and (zero points)
-        // 64 f32 corrections inside the record (RunArgs contract: `panels` panels of the tile), the row's bl
-        // activation bytes and 2 f32 of `rows`; writes 64 f32 per panel at `out`: row 0's columns of whole panels
-        // (inside dst) or `last`. Every vector and predicate register, ffr, x8, x12 and x14–x17 are declared
-        // clobbered; ZA is left off (SMSTOP), TPIDR2_EL0 0 or untouched.
+        // SAFETY: the CPU has SME2 at this SVL (read above; `Pair` is SVL 256, the others SVL 512: the group and
+        // store offsets are in vectors of V bytes); reads per panel and block: chunks × 4 groups × 64 columns × 4
+        // bytes of codes, 64 f16 scales and (zero points) 64 f32 corrections inside the record (RunArgs
+        // contract: the pass's panels are the tile's), the row's bl activation bytes and 2 f32 of `rows`;
+        // writes 64 f32 per panel at `out`: row 0's columns of whole panels (inside dst) or `last`. Every vector
+        // and predicate register, ffr, x8, x12 and x14–x17 are declared clobbered; ZA is left off (SMSTOP),
+        // TPIDR2_EL0 0 or untouched.
         unsafe {
-            match (zp, one, v) {
-                (false, true, 32) => stripe_call!(pair nozp one "0" "0" "0"; st),
-                (false, false, 32) => stripe_call!(pair nozp many "0" "0" "0"; st),
-                (true, true, 32) => stripe_call!(pair zp one "0" "0" "0"; st),
-                (true, false, 32) => stripe_call!(pair zp many "0" "0" "0"; st),
-                (false, true, _) => stripe_call!(single nozp one "4" "8" "12"; st),
-                (false, false, _) => stripe_call!(single nozp many "4" "8" "12"; st),
-                (true, true, _) => stripe_call!(single zp one "4" "8" "12"; st),
-                (true, false, _) => stripe_call!(single zp many "4" "8" "12"; st),
+            match (lay, zp, one) {
+                (Lay::Pair, false, true) => stripe_call!(pair nozp one "0" "0" "0"; st),
+                (Lay::Pair, false, false) => stripe_call!(pair nozp many "0" "0" "0"; st),
+                (Lay::Pair, true, true) => stripe_call!(pair zp one "0" "0" "0"; st),
+                (Lay::Pair, true, false) => stripe_call!(pair zp many "0" "0" "0"; st),
+                (Lay::Pair64, false, true) => stripe_call!(pair64 nozp one "0" "0" "0"; st),
+                (Lay::Pair64, false, false) => stripe_call!(pair64 nozp many "0" "0" "0"; st),
+                (Lay::Pair64, true, true) => stripe_call!(pair64 zp one "0" "0" "0"; st),
+                (Lay::Pair64, true, false) => stripe_call!(pair64 zp many "0" "0" "0"; st),
+                (Lay::Single, false, true) => stripe_call!(single nozp one "4" "8" "12"; st),
+                (Lay::Single, false, false) => stripe_call!(single nozp many "4" "8" "12"; st),
+                (Lay::Single, true, true) => stripe_call!(single zp one "4" "8" "12"; st),
+                (Lay::Single, true, false) => stripe_call!(single zp many "4" "8" "12"; st),
             }
         }
     }
