@@ -20,12 +20,19 @@
 //! corrections, one multi-vector FMLA by the broadcast sa·Σq). The row factors sa/16 and sa·Σq are laid out once
 //! per call (`RowBlocks`, shared with the SVE GEMV).
 //!
-//! Instruction budget per stripe × block of 32 (V = 32: 32 columns × 32 K = 1024 multiply-adds in 8
-//! multi-vector SDOT), 4-bit codes, symmetric: 2 activation loads; per group 1 code load, 4 AND, 1 SRSHL, 2 SDOT
-//! (32); 2 pointer steps; the epilogue 1 MOVA, 1 SCVTF, 1 LD1RW, 1 ADD, 4 LD1H, 4 FCVT, 4 FMUL, 1 FMLA, 1 ZERO, and
-//! the block loop 4 (18): 54, 0.053 per multi-add (ORT 1.31.1's KleidiAI SME2 GEMV, `…_1x4vl_sme2_dot`: 316635
-//! instructions per 2048 × 2048 Run, 0.075). Zero points add 4 (LD1RW, ADD, a multi-vector load, FMLA). At V = 64
-//! the same text covers 64 columns: half of it per multiply-add. Measured: see `bench/results/aarch64-icount-sme2.md`.
+//! Instruction budget per panel × block of 32 at SVL 256 (`pair`: both stripes, 64 columns × 32 K = 2048
+//! multiply-adds in 16 multi-vector SDOT), 4-bit codes, symmetric: 2 activation loads; per group and stripe 1 code
+//! load, 4 AND, 1 SRSHL, 2 SDOT (64); 2 pointer steps; the epilogue per stripe 1 MOVA, 1 SCVTF, 4 LD1H, 4 FCVT,
+//! 4 FMUL, 1 FMLA (30), once 1 LD1RW, 1 ADD, 1 ZERO, and the block loop 5 (38): 106, 0.052 per multiply-add (ORT
+//! 1.31.1's KleidiAI SME2 GEMV, `…_1x4vl_sme2_dot`: 316945 instructions per 2048 × 2048 Run, ~28 k of them the
+//! Run's fixed cost, 0.069 per multiply-add). Zero points add 6 (LD1RW, ADD, per stripe a multi-vector load and an
+//! FMLA). At SVL 512 (`pair64`: two panels of one stripe) the same text covers twice the columns, plus 3 pointer
+//! steps. A pass per stripe (before the pairs) took 0.93x ORT at 2048²; tasks of one panel (before
+//! `min_task_cols`) 1.05x.
+//!
+//! Measured (qemu 11 `-cpu max`, the whole Run, 1 thread, `bench/results/aarch64-icount-sme2.md`): SVL 256
+//! 0.85x ORT's instructions at 2048², 0.83x at 4096² (uint8 zero points 0.87x, the row numerics 0.87x); SVL 512
+//! 0.91x / 0.88x.
 //!
 //! Streaming mode: as the SMOPA GEMM (`sve_asm::enter_streaming!`, `streaming_asm!`): ZA's lazy save honoured, every
 //! vector and predicate register declared clobbered, only instructions legal in streaming mode (no NEON).
