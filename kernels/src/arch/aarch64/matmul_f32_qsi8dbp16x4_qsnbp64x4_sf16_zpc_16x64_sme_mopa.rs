@@ -27,6 +27,12 @@
 //! converted sums by the column scales and a store, 8 instructions against the per-block numerics' 12, with the
 //! same bits as (s · 2^−4) · 1 (the single-vector epilogue multiplies by the rows' 1).
 //!
+//! Pair passes (SVL ≤ 256 bits, `pass_pair`): the four tiles as 2 × 2, a pass 2s rows × 2s columns (16 × 16 at
+//! SVL 256), so each code field vector serves two row halves: per 4-K group one 2-vector code load, two 2-vector
+//! LHS loads (both row halves of runs g and 4 + g), 4 field extractions and 8 SMOPA (15 instructions, against 19
+//! for an s × 4s pass); the epilogue is the same per sums vector (one MOVA of the four tiles' row i gives rows i and
+//! s + i, which the pass's sums keep side by side, so one 4-vector load and store serve them).
+//!
 //! Static instruction budget per 32-K block, one pass at SVL 512 (32 SMOPA):
 //! - inner loop: 4 groups × (1 multi-vector code load, 2 LHS loads, 8 field extractions, 8 SMOPA), 3 pointer
 //!   steps and 2 for the loop = 81 (2.5 per SMOPA; the group's 4 code vectors are contiguous when they are whole
@@ -37,8 +43,11 @@
 //! - block loop: about 8.
 //!
 //! Counted (qemu 11 `-cpu max`, SVL 256, 2048 × 2048, the whole Run, `bench/results/aarch64-icount-sme2.md`):
-//! 8.5 instructions per SMOPA at M = 32 and 8.0 at M = 128 (ORT's KleidiAI kernel 8.4), nibble / ORT 1.01 and
-//! 0.96; the kernel alone (`kernel_icount`, M = 128): 7.1 per SMOPA, the activation quantizer 0.4. Before the
+//! with the pair passes and the sums stored per pass (vector bias adds, padding passes skipped) 7.9 instructions
+//! per SMOPA at M = 32 and 7.4 at M = 128 (ORT's KleidiAI kernel 8.4), nibble / ORT 0.94 and 0.89; at M = 128
+//! `pass_pair` is 6.0 per SMOPA (the loop ~2.0, the per-block epilogue ~3.9: per sums vector and block one FMUL
+//! of column × row scale, one FMLA, a quarter of MOVA, SCVTF, load and store), `run` 0.6. Before: 8.5 / 8.0
+//! (1.01 / 0.96), the kernel alone (`kernel_icount`, M = 128): 7.1 per SMOPA, the activation quantizer 0.4. Before the
 //! multi-vector code loads, the quantizer's 4-byte runs and the FCVTL scale conversion: 10.0 / 9.6 (1.19 /
 //! 1.15); before the multi-vector epilogue: 18.4 / 18.0 (2.19 / 2.16). The family stays ranked below the i8mm
 //! families (see `registry.rs`).
@@ -55,6 +64,7 @@
 //! row groups (the packed LHS pads them with zero rows) and column tails whole panels (zero columns); only real
 //! rows and columns are stored. No over-reads.
 
+use super::ops::store_row;
 use super::sve_asm::{enter_streaming, streaming_asm};
 use crate::ukernel::RunArgs;
 
@@ -133,8 +143,13 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         return;
     }
     // SAFETY: the CPU has SME (the caller's guarantee).
-    let s = unsafe { svl_bytes() }.min(64) / 4;
+    let svl = unsafe { svl_bytes() };
+    let s = svl.min(64) / 4;
     debug_assert!(s.is_power_of_two() && (4..=16).contains(&s));
+    // SVL ≤ 256 bits: passes of 2s rows × 2s columns (the four tiles 2 × 2: each code vector serves two row
+    // halves); above, s rows × 4s columns (one pass per tile at SVL 512).
+    let pair = svl <= 32;
+    let (pr, pc) = if pair { (2 * s, 2 * s) } else { (s, 4 * s) };
     let groups = a.rows.div_ceil(MR);
     let (zp, row) = (a.has_zp != 0, a.row != 0);
 
@@ -159,9 +174,8 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     }
 
     let mut cols = vec![0f32; a.blocks * COL_PER_BLOCK];
+    // One pass's sums (at most 16 × 64 f32).
     let mut sums = [0f32; MR * NR];
-    // The panel's bias (0 without one: + 0.0 as before, -0.0 sums become +0.0).
-    let mut bias_buf = [0f32; NR];
     for panel in 0..a.cols.div_ceil(NR) {
         let rec0 = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
         for b in 0..a.blocks {
@@ -183,46 +197,74 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                 }
             }
         }
-        let real_cols = (a.cols - panel * NR).min(NR);
-        if !a.bias.is_null() {
-            // SAFETY: columns panel·64 + c < cols: inside bias (RunArgs contract).
-            bias_buf[..real_cols]
-                .copy_from_slice(unsafe { core::slice::from_raw_parts(a.bias.add(panel * NR), real_cols) });
-        }
-        let bias = &bias_buf[..real_cols];
         for g in 0..groups {
-            sums.fill(0.0);
             let act = a.lhs.wrapping_add(g * MR * a.lhs_stride);
             let rws = &rows[g * a.blocks * ROW_PER_BLOCK..][..a.blocks * ROW_PER_BLOCK];
-            for ri in 0..MR / s {
-                for cq in 0..NR / (4 * s) {
-                    // SAFETY: the CPU has SME2; group g and `panel` are the tile's, with a.blocks records of
-                    // whole 32-K chunks; the pass (ri, cq) reads s rows and 4s columns inside them and writes the
-                    // s × 4s sums inside `sums`; `cols`/`rws` hold every block.
-                    unsafe {
-                        pass(
-                            a,
-                            s,
-                            rec0.wrapping_add(cq * 16 * s),
-                            act.wrapping_add(ri * 4 * s),
-                            cols.as_ptr().wrapping_add(cq * 4 * s),
-                            rws.as_ptr().wrapping_add(ri * s),
-                            sums.as_mut_ptr().wrapping_add(ri * s * NR + cq * 4 * s),
-                        )
-                    };
-                }
-            }
             let real_rows = (a.rows - g * MR).min(MR);
-            for r in 0..real_rows {
-                // SAFETY: row g·16 + r < rows, columns panel·64 .. + real_cols ≤ cols: inside dst (RunArgs
-                // contract), which nothing else references during the call.
-                let d = unsafe {
-                    core::slice::from_raw_parts_mut(a.dst.add((g * MR + r) * a.dst_stride + panel * NR), real_cols)
-                };
-                for ((o, &v), &b) in d.iter_mut().zip(&sums[r * NR..][..real_cols]).zip(bias) {
-                    *o = v + b;
+            for ri in 0..MR / pr {
+                for cq in 0..NR / pc {
+                    let col0 = panel * NR + cq * pc;
+                    if ri * pr >= real_rows || col0 >= a.cols {
+                        continue;
+                    }
+                    sums[..if pair { pr * pc } else { s * NR }].fill(0.0);
+                    // SAFETY: the CPU has SME2 at this SVL (read above: 4s bytes ≤ 32 for the pair passes); group g
+                    // and `panel` are the tile's, with a.blocks records of whole 32-K chunks; the pass (ri, cq) reads
+                    // its pr rows and pc columns inside them and writes its pr × pc sums into `sums`; `cols`/`rws`
+                    // hold every block.
+                    unsafe {
+                        let (rec, act) = (rec0.wrapping_add(cq * 4 * pc), act.wrapping_add(ri * 4 * pr));
+                        let (cols, rws) = (cols.as_ptr().wrapping_add(cq * pc), rws.as_ptr().wrapping_add(ri * pr));
+                        if pair {
+                            pass_pair(a, s, rec, act, cols, rws, sums.as_mut_ptr())
+                        } else {
+                            pass(a, s, rec, act, cols, rws, sums.as_mut_ptr())
+                        }
+                    };
+                    // The pass's real rows: row ri·pr + h·s + i at h·hs + i·is of `sums` (pass_pair: tile row i
+                    // holds rows i and s + i side by side; pass: rows of 64).
+                    let (hn, hs, is) = if pair { (2, pc, 2 * pc) } else { (1, 0, NR) };
+                    for h in 0..hn {
+                        for i in 0..s {
+                            let r = ri * pr + h * s + i;
+                            if r >= real_rows {
+                                break;
+                            }
+                            let src = &sums[h * hs + i * is..][..pc];
+                            // SAFETY: row g·16 + r < rows is inside dst (RunArgs contract), which nothing else
+                            // references during the call; a whole chunk's columns col0 .. col0 + pc ≤ cols are
+                            // inside it and bias; store_row stores only its columns below cols (and reads bias
+                            // there).
+                            unsafe {
+                                let d = a.dst.add((g * MR + r) * a.dst_stride);
+                                if col0 + pc <= a.cols {
+                                    let bias = if a.bias.is_null() { a.bias } else { a.bias.add(col0) };
+                                    add_bias(d.add(col0), src, bias);
+                                } else {
+                                    store_row(a, d, col0, src);
+                                }
+                            }
+                        }
+                    }
                 }
             }
+        }
+    }
+}
+
+/// `dst[..n] = src + bias[..n]` (+ 0.0 without bias, as `ops::store4`), n = src.len(), a multiple of 4.
+///
+/// # Safety
+/// `dst` is writable and `bias` (unless null) readable for `src.len()` f32.
+#[inline]
+unsafe fn add_bias(dst: *mut f32, src: &[f32], bias: *const f32) {
+    use core::arch::aarch64::*;
+    debug_assert!(src.len().is_multiple_of(4));
+    for (q, v) in src.chunks_exact(4).enumerate() {
+        // SAFETY: 4 f32 at 4q of src, dst and bias (the caller's guarantee); base AdvSIMD.
+        unsafe {
+            let b = if bias.is_null() { vdupq_n_f32(0.0) } else { vld1q_f32(bias.add(4 * q)) };
+            vst1q_f32(dst.add(4 * q), vaddq_f32(vld1q_f32(v.as_ptr()), b));
         }
     }
 }
@@ -441,6 +483,229 @@ macro_rules! mopa_group_fast {
     };
 }
 
+/// [`mopa_group_fast!`] of the pair passes (SVL ≤ 256 bits): a 4-K column group's 2s columns by one 2-vector
+/// load at `$codes` (z0–z1), its two LHS runs of 2s rows at `$lo` (z8–z9: the row halves) and `$hi` (z14–z15),
+/// each code field vector against both row halves: za0 = rows 0..s × columns 0..s, za1 = rows 0..s × columns
+/// s..2s, za2 / za3 the rows s..2s likewise. 15 instructions per 8 SMOPA (the 4s-column group: 19).
+macro_rules! mopa_group_pair {
+    ($codes:literal, $lo:literal, $hi:literal) => {
+        concat!(
+            "ld1w {{z0.s-z1.s}}, pn8/z, ",
+            $codes,
+            "\n",
+            "ld1b {{z8.b-z9.b}}, pn9/z, ",
+            $lo,
+            "\n",
+            "ld1b {{z14.b-z15.b}}, pn9/z, ",
+            $hi,
+            "\n",
+            "lsl z4.b, z0.b, #4\n",
+            "lsl z5.b, z1.b, #4\n",
+            "and z0.b, z0.b, #0xf0\n",
+            "and z1.b, z1.b, #0xf0\n",
+            "smopa za0.s, p0/m, p0/m, z8.b, z4.b\n",
+            "smopa za1.s, p0/m, p0/m, z8.b, z5.b\n",
+            "smopa za2.s, p0/m, p0/m, z9.b, z4.b\n",
+            "smopa za3.s, p0/m, p0/m, z9.b, z5.b\n",
+            "smopa za0.s, p0/m, p0/m, z14.b, z0.b\n",
+            "smopa za1.s, p0/m, p0/m, z14.b, z1.b\n",
+            "smopa za2.s, p0/m, p0/m, z15.b, z0.b\n",
+            "smopa za3.s, p0/m, p0/m, z15.b, z1.b\n",
+        )
+    };
+}
+
+/// One tile row `$r` (0–3 within the iteration) of the pair passes' epilogue: row w12 / 4 + `$r` of the four tiles
+/// by one multi-vector MOVA (za0, za1: output row i, columns 0..2s; za2, za3: row s + i), one multi-vector
+/// SCVTF, × (column scale · row scale: z10–z11 by lane `$r` of z2 for row i, of z3 for row s + i), added to the
+/// pass's sums at `$addr` (rows i and s + i side by side: one 4-vector load and store), with zero points + c ·
+/// sa·Σq (z20–z21 by lane `$r` of z6, z7). The same operations in the same order per element as `epi_tile!`.
+macro_rules! epi_pair_row {
+    (@scale block $r:literal) => {
+        concat!(
+            "fmul z24.s, z10.s, z2.s[", $r, "]\n",
+            "fmul z25.s, z11.s, z2.s[", $r, "]\n",
+            "fmul z26.s, z10.s, z3.s[", $r, "]\n",
+            "fmul z27.s, z11.s, z3.s[", $r, "]\n",
+        )
+    };
+    (@scale row $r:literal) => { "" };
+    (@fmla block) => {
+        concat!(
+            "fmla z28.s, p1/m, z16.s, z24.s\n",
+            "fmla z29.s, p1/m, z17.s, z25.s\n",
+            "fmla z30.s, p1/m, z18.s, z26.s\n",
+            "fmla z31.s, p1/m, z19.s, z27.s\n",
+        )
+    };
+    (@fmla row) => {
+        concat!(
+            "fmla z28.s, p1/m, z16.s, z10.s\n",
+            "fmla z29.s, p1/m, z17.s, z11.s\n",
+            "fmla z30.s, p1/m, z18.s, z10.s\n",
+            "fmla z31.s, p1/m, z19.s, z11.s\n",
+        )
+    };
+    (@zp $r:literal) => {
+        concat!(
+            "fmla z28.s, z20.s, z6.s[", $r, "]\n",
+            "fmla z29.s, z21.s, z6.s[", $r, "]\n",
+            "fmla z30.s, z20.s, z7.s[", $r, "]\n",
+            "fmla z31.s, z21.s, z7.s[", $r, "]\n",
+        )
+    };
+    ($act:ident, $r:literal, $za:literal, $addr:literal $(, $zp:ident)?) => {
+        concat!(
+            "mova {{z16.b-z19.b}}, za0h.b[w12, ", $za, "]\n",
+            "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
+            epi_pair_row!(@scale $act $r),
+            "ld1w {{z28.s-z31.s}}, pn8/z, ", $addr, "\n",
+            epi_pair_row!(@fmla $act),
+            $(epi_pair_row!(@$zp $r),)?
+            "st1w {{z28.s-z31.s}}, pn8, ", $addr, "\n",
+        )
+    };
+}
+
+/// The pair passes' epilogue loop (label `$l`), four tile rows per iteration (s is 4 or 8): the pass's sums at
+/// `{out}` (tile row i's 4 vectors at 4i vectors), row scales at `{rowp}` (rows i at +4i bytes, s + i at +4(s +
+/// i); sa·Σq 64 bytes further).
+macro_rules! epi_pair {
+    (@zp) => {
+        concat!(
+            "add x15, {xr}, #64\n",
+            "ld1rqw {{z6.s}}, p1/z, [x15]\n",
+            "ld1rqw {{z7.s}}, p1/z, [x15, {s1}, lsl #2]\n",
+        )
+    };
+    (@sa block) => {
+        concat!("ld1rqw {{z2.s}}, p1/z, [{xr}]\n", "ld1rqw {{z3.s}}, p1/z, [{xr}, {s1}, lsl #2]\n")
+    };
+    (@sa row) => { "" };
+    ($act:ident, $l:literal $(, $zp:ident)?) => {
+        concat!(
+            "mov {xo}, {out}\n",
+            "mov {xr}, {rowp}\n",
+            "mov w12, #0\n",
+            $l,
+            ":\n",
+            epi_pair!(@sa $act),
+            $(epi_pair!(@$zp),)?
+            epi_pair_row!($act, "0", "0:3", "[{xo}]" $(, $zp)?),
+            epi_pair_row!($act, "1", "4:7", "[{xo}, #4, mul vl]" $(, $zp)?),
+            epi_pair_row!($act, "2", "8:11", "[{xo}, #8, mul vl]" $(, $zp)?),
+            epi_pair_row!($act, "3", "12:15", "[{xo}, #12, mul vl]" $(, $zp)?),
+            "addvl {xo}, {xo}, #16\n",
+            "add {xr}, {xr}, #16\n",
+            "add w12, w12, #16\n",
+            "cmp x12, {s4}\n",
+            "b.lo ",
+            $l,
+            "b\n",
+        )
+    };
+}
+
+/// One pair pass (SVL = 4s bytes ≤ 32): 2s rows (from `act`) × 2s columns (from `rec`; za0–za3 as 2 × 2 tiles of
+/// s × s, [`mopa_group_pair!`]) over every block, added to the pass's sums at `out` (2s × 2s f32, tile row i's
+/// rows i and s + i side by side).
+///
+/// # Safety
+/// The CPU has SME2 and its SVL is 4s bytes, s ∈ {4, 8}, for this thread; `rec` is a panel's first record offset
+/// to the pass's columns, `act` a row group offset to the pass's rows, `cols` / `rows` the per-call buffers
+/// offset likewise (`a.blocks` blocks each), `out` the pass's sums (4s² f32); all as `run` lays them out, for `a`
+/// with 4-bit codes in blocks of whole 32-K chunks.
+#[inline(never)] // a symbol of its own for the counts (scripts/aarch64/icount-kernel.sh)
+unsafe fn pass_pair(
+    a: &RunArgs,
+    s: usize,
+    rec: *const u8,
+    act: *const u8,
+    cols: *const f32,
+    rows: *const f32,
+    out: *mut f32,
+) {
+    // SAFETY: reads per block: chunks × 4 groups × 2 vectors (8s bytes) of codes inside the record (2s columns
+    // of 64 at the pass's offset), 8 LHS runs × 8s bytes per chunk inside the group (rows of 16 at the pass's
+    // offset), 2 (4) vectors of `cols` and 2s (4s) f32 of `rows` (the block's); writes the 4s² f32 at `out`: all
+    // inside the buffers `run` owns or the tile's (RunArgs contract). Every vector and predicate register and
+    // ffr is declared clobbered (SMSTART/SMSTOP zero them), so are x12 and x14–x17; ZA is left off (SMSTOP),
+    // TPIDR2_EL0 is 0 or untouched; flags clobbered.
+    unsafe {
+        streaming_asm!(
+            ".arch_extension sme2",
+            ".arch_extension sve",
+            enter_streaming!(),
+            "ptrue p0.b",
+            "ptrue p1.s",
+            "ptrue pn8.s",
+            "ptrue pn9.b",
+            // Block loop.
+            "5:",
+            "mov {xc}, {rec}",
+            "add {rec}, {rec}, {rstride}",
+            "mov {cc}, {chunks}",
+            // Chunk loop: 32 K, 4 groups (codes 256 bytes apart; LHS runs g at {xa} + 64g, and 4 + g 256 bytes
+            // further, at {xh} + 64g).
+            "add {xh}, {xa}, #256",
+            "6:",
+            mopa_group_pair!("[{xc}]", "[{xa}]", "[{xh}]"),
+            mopa_group_pair!("[{xc}, {e64}, lsl #2]", "[{xa}, {e64}]", "[{xh}, {e64}]"),
+            mopa_group_pair!("[{xc}, {e128}, lsl #2]", "[{xa}, {e128}]", "[{xh}, {e128}]"),
+            mopa_group_pair!("[{xc}, {e192}, lsl #2]", "[{xa}, {e192}]", "[{xh}, {e192}]"),
+            "add {xc}, {xc}, #1024",
+            "add {xa}, {xa}, #512",
+            "add {xh}, {xh}, #512",
+            "subs {cc}, {cc}, #1",
+            "b.ne 6b",
+            // Block epilogue.
+            "ld1w {{z10.s-z11.s}}, pn8/z, [{col}]",
+            "cbz {zp}, 7f",
+            "add {xo}, {col}, #256",
+            "ld1w {{z20.s-z21.s}}, pn8/z, [{xo}]",
+            "cbnz {row}, 18f",
+            epi_pair!(block, "13", zp),
+            "b 9f",
+            "18:",
+            epi_pair!(row, "19", zp),
+            "b 9f",
+            "7:",
+            "cbnz {row}, 20f",
+            epi_pair!(block, "15"),
+            "b 9f",
+            "20:",
+            epi_pair!(row, "21"),
+            "9:",
+            "zero {{za}}",
+            "add {col}, {col}, #512",
+            "add {rowp}, {rowp}, #128",
+            "subs {nb}, {nb}, #1",
+            "b.ne 5b",
+            "smstop",
+            rec = inout(reg) rec => _,
+            rstride = in(reg) a.rhs_record,
+            chunks = in(reg) a.bl / 32,
+            nb = inout(reg) a.blocks => _,
+            xa = inout(reg) act => _,
+            col = inout(reg) cols => _,
+            rowp = inout(reg) rows => _,
+            out = in(reg) out,
+            zp = in(reg) a.has_zp,
+            row = in(reg) a.row,
+            s1 = in(reg) s,
+            s4 = in(reg) 4 * s,
+            e64 = in(reg) 64usize,
+            e128 = in(reg) 128usize,
+            e192 = in(reg) 192usize,
+            xh = out(reg) _,
+            xc = out(reg) _,
+            cc = out(reg) _,
+            xo = out(reg) _,
+            xr = out(reg) _,
+        );
+    }
+}
+
 /// One pass: s rows (from `act`) × 4s columns (from `rec`, four ZA tiles of s × s) over every block, added to
 /// the sums at `out` (rows of 64 f32).
 ///
@@ -449,6 +714,7 @@ macro_rules! mopa_group_fast {
 /// to the pass's columns, `act` a row group offset to the pass's rows, `cols` / `rows` the per-call buffers
 /// offset likewise (`a.blocks` blocks each), `out` the sums offset to the pass's (row, column); all as `run`
 /// lays them out, for `a` with 4-bit codes in blocks of whole 32-K chunks.
+#[inline(never)]
 unsafe fn pass(
     a: &RunArgs,
     s: usize,
