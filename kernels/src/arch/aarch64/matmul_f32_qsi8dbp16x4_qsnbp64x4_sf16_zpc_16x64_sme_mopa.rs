@@ -147,8 +147,9 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     let s = svl.min(64) / 4;
     debug_assert!(s.is_power_of_two() && (4..=16).contains(&s));
     // SVL ≤ 256 bits: passes of 2s rows × 2s columns (the four tiles 2 × 2: each code vector serves two row
-    // halves); above, s rows × 4s columns (one pass per tile at SVL 512).
-    let pair = svl <= 32;
+    // halves); above, and for a tile of at most s rows (whose second row half would be padding), s rows × 4s
+    // columns (one pass per tile at SVL 512).
+    let pair = svl <= 32 && a.rows > s;
     let (pr, pc) = if pair { (2 * s, 2 * s) } else { (s, 4 * s) };
     let groups = a.rows.div_ceil(MR);
     let (zp, row) = (a.has_zp != 0, a.row != 0);
