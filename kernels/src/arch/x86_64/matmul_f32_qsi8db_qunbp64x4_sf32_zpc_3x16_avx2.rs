@@ -1,4 +1,4 @@
-//! int8-activation GEMM, AVX2 (`vpmaddubsw` + `vpmaddwd`): 3 rows × 16 columns per register tile, 16-column units kept in L2 while the row blocks walk them (the family's kernel for M > 1). Features: avx2, fma.
+//! int8-activation GEMM, AVX2 (`vpmaddubsw`, i16 sums per chunk, `vpmaddwd`): 3 rows × 16 columns per register tile, 16-column units kept in L2 while the row blocks walk them (the family's kernel for M > 1). Features: avx2, fma.
 //!
 //! LHS: `qsi8db`. RHS: `qunbp64x4_sf32_zpc` (see `qunbp64x4_avx2` for the inner loop), bits 2/4/8, any block
 //! size 16 … 65536. No over-reads; padding columns of the last panel are computed, never stored.
