@@ -27,7 +27,7 @@
 //! converted sums by the column scales and a store, 8 instructions against the per-block numerics' 12, with the
 //! same bits as (s · 2^−4) · 1 (the single-vector epilogue multiplies by the rows' 1).
 //!
-//! Pair passes (SVL ≤ 256 bits, `pass_pair`): the four tiles as 2 × 2, a pass 2s rows × 2s columns (16 × 16 at
+//! Pair passes (SVL ≤ 256 bits): the four tiles as 2 × 2, a pass 2s rows × 2s columns (16 × 16 at
 //! SVL 256), so each code field vector serves two row halves: per 4-K group one 2-vector code load, two 2-vector
 //! LHS loads (both row halves of runs g and 4 + g), 4 field extractions and 8 SMOPA (15 instructions, against 19
 //! for an s × 4s pass); the epilogue is the same per sums vector (one MOVA of the four tiles' row i gives rows i and
@@ -45,7 +45,7 @@
 //! Counted (qemu 11 `-cpu max`, SVL 256, 2048 × 2048, the whole Run, `bench/results/aarch64-icount-sme2.md`):
 //! with the pair passes and the sums stored per pass (vector bias adds, padding passes skipped) 7.9 instructions
 //! per SMOPA at M = 32 and 7.4 at M = 128 (ORT's KleidiAI kernel 8.4), nibble / ORT 0.94 and 0.89; at M = 128
-//! `pass_pair` is 6.0 per SMOPA (the loop ~2.0, the per-block epilogue ~3.9: per sums vector and block one FMUL
+//! the pair `pass` is 6.0 per SMOPA (the loop ~2.0, the per-block epilogue ~3.9: per sums vector and block one FMUL
 //! of column × row scale, one FMLA, a quarter of MOVA, SCVTF, load and store), `run` 0.6. Before: 8.5 / 8.0
 //! (1.01 / 0.96), the kernel alone (`kernel_icount`, M = 128): 7.1 per SMOPA, the activation quantizer 0.4. Before the
 //! multi-vector code loads, the quantizer's 4-byte runs and the FCVTL scale conversion: 10.0 / 9.6 (1.19 /
@@ -216,13 +216,9 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                     unsafe {
                         let (rec, act) = (rec0.wrapping_add(cq * 4 * pc), act.wrapping_add(ri * 4 * pr));
                         let (cols, rws) = (cols.as_ptr().wrapping_add(cq * pc), rws.as_ptr().wrapping_add(ri * pr));
-                        if pair {
-                            pass_pair(a, s, rec, act, cols, rws, sums.as_mut_ptr())
-                        } else {
-                            pass(a, s, rec, act, cols, rws, sums.as_mut_ptr())
-                        }
+                        pass(a, s, pair, rec, act, cols, rws, sums.as_mut_ptr())
                     };
-                    // The pass's real rows: row ri·pr + h·s + i at h·hs + i·is of `sums` (pass_pair: tile row i
+                    // The pass's real rows: row ri·pr + h·s + i at h·hs + i·is of `sums` (pair passes: tile row i
                     // holds rows i and s + i side by side; pass: rows of 64).
                     let (hn, hs, is) = if pair { (2, pc, 2 * pc) } else { (1, 0, NR) };
                     for h in 0..hn {
@@ -325,44 +321,37 @@ macro_rules! epi_rows {
     };
 }
 
-/// One row of the fast epilogue (SVL ≤ 512 bits: the four tiles' s columns are 4 consecutive vectors of the
-/// sums row): row `w12 / 4 + $r` of the four tiles by one multi-vector MOVA (ZA array vectors 4r…4r + 3 = row r
-/// of za0.s–za3.s), one multi-vector SCVTF, × (column scale · row scale: lane `$r` of z2, the row scales of 4
-/// rows), added to the sums row at `$addr` (one multi-vector load and store), with zero points + c · sa·Σq (lane
-/// `$r` of z3). The same operations in the same order per element as `epi_tile!`, so the same bits.
-macro_rules! epi_fast_row {
-    // With zero points: + c · sa·Σq (the four vectors' corrections in z20–z23, row $r's sa·Σq in lane $r of z3).
-    (@zp $r:literal) => {
-        concat!(
-            "fmla z28.s, z20.s, z3.s[", $r, "]\n",
-            "fmla z29.s, z21.s, z3.s[", $r, "]\n",
-            "fmla z30.s, z22.s, z3.s[", $r, "]\n",
-            "fmla z31.s, z23.s, z3.s[", $r, "]\n",
-        )
+/// One MOVA's worth of the multi-vector epilogues (SVL ≤ 512 bits, four sums vectors): ZA array vectors
+/// w12 + `$za` (row w12 / 4 + `$r` of za0.s–za3.s) by one multi-vector MOVA, one multi-vector SCVTF, × (column
+/// scale · row scale: sums vector j takes column scales `z$c_j` and the row scale in lane `$r` of `z$a_j`), added to
+/// the four sums vectors at `$addr` (one multi-vector load and store), with zero points + c · sa·Σq (corrections
+/// `z$z_j`, sa·Σq in lane `$r` of `z$q_j`). The same operations in the same order per element as `epi_tile!`, so
+/// the same bits. The row numerics (`row`): the column scales themselves (they carry the 2^−4; row scale 1).
+/// `epi_fast_row!` (s × 4s passes: one sums row) and `epi_pair_row!` (pair passes: rows i and s + i) name the
+/// registers.
+macro_rules! epi_row4 {
+    (@zp $r:literal $([$d:literal $z:literal $q:literal])*) => {
+        concat!($("fmla z", $d, ".s, z", $z, ".s, z", $q, ".s[", $r, "]\n",)*)
     };
-    // The factors: column scale × row scale (lane `$r` of z2) into z24–z27; the row numerics (`row`): the
-    // column scales z10–z13 themselves (they carry the 2^−4; the row scale is 1).
-    (@scale block $r:literal) => {
-        concat!(
-            "fmul z24.s, z10.s, z2.s[", $r, "]\n",
-            "fmul z25.s, z11.s, z2.s[", $r, "]\n",
-            "fmul z26.s, z12.s, z2.s[", $r, "]\n",
-            "fmul z27.s, z13.s, z2.s[", $r, "]\n",
-        )
-    };
-    (@scale row $r:literal) => { "" };
-    ($act:ident, $r:literal, $za:literal, $addr:literal $(, $zp:ident)?) => {
+    ($act:ident, $r:literal, $za:literal, $addr:literal, [$c0:literal $c1:literal $c2:literal $c3:literal],
+     [$a0:literal $a1:literal $a2:literal $a3:literal], [$z0:literal $z1:literal $z2:literal $z3:literal],
+     [$q0:literal $q1:literal $q2:literal $q3:literal] $(, $zp:ident)?) => {
         concat!(
             "mova {{z16.b-z19.b}}, za0h.b[w12, ", $za, "]\n",
             "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
-            epi_fast_row!(@scale $act $r),
+            epi_row4!(@fmul $act $r [$c0 "24" $a0] [$c1 "25" $a1] [$c2 "26" $a2] [$c3 "27" $a3]),
             "ld1w {{z28.s-z31.s}}, pn8/z, ", $addr, "\n",
-            epi_fast_row!(@fmla $act),
-            $(epi_fast_row!(@$zp $r),)?
+            epi_row4!(@fmla $act [$c0 $c1 $c2 $c3]),
+            $(epi_row4!(@$zp $r ["28" $z0 $q0] ["29" $z1 $q1] ["30" $z2 $q2] ["31" $z3 $q3]),)?
             "st1w {{z28.s-z31.s}}, pn8, ", $addr, "\n",
         )
     };
-    (@fmla block) => {
+    // Block numerics: the factors column scale × row scale into z24–z27.
+    (@fmul block $r:literal $([$c:literal $f:literal $a:literal])*) => {
+        concat!($("fmul z", $f, ".s, z", $c, ".s, z", $a, ".s[", $r, "]\n",)*)
+    };
+    (@fmul row $r:literal $([$c:literal $f:literal $a:literal])*) => { "" };
+    (@fmla block [$($c:literal)*]) => {
         concat!(
             "fmla z28.s, p1/m, z16.s, z24.s\n",
             "fmla z29.s, p1/m, z17.s, z25.s\n",
@@ -370,45 +359,76 @@ macro_rules! epi_fast_row {
             "fmla z31.s, p1/m, z19.s, z27.s\n",
         )
     };
-    (@fmla row) => {
+    (@fmla row [$c0:literal $c1:literal $c2:literal $c3:literal]) => {
         concat!(
-            "fmla z28.s, p1/m, z16.s, z10.s\n",
-            "fmla z29.s, p1/m, z17.s, z11.s\n",
-            "fmla z30.s, p1/m, z18.s, z12.s\n",
-            "fmla z31.s, p1/m, z19.s, z13.s\n",
+            "fmla z28.s, p1/m, z16.s, z", $c0, ".s\n",
+            "fmla z29.s, p1/m, z17.s, z", $c1, ".s\n",
+            "fmla z30.s, p1/m, z18.s, z", $c2, ".s\n",
+            "fmla z31.s, p1/m, z19.s, z", $c3, ".s\n",
         )
     };
 }
 
-/// The fast epilogue's row loop (label `$l`), four rows per iteration (s is 4, 8 or 16): s rows into the sums
-/// rows at `{out}` (256 bytes apart; x14 two rows further), row scales at `{rowp}` (sa, and sa·Σq 64 bytes
-/// further), 4 rows' in the 128-bit segments of z2 (z3).
-macro_rules! epi_fast {
-    // With zero points: the 4 rows' sa·Σq (64 bytes after their sa) into z3.
-    (@zp) => {
-        "ld1rqw {{z3.s}}, p1/z, [{xr}, #64]\n"
+/// [`epi_row4!`] for the s × 4s passes: one sums row (4 vectors), column scales z10–z13, the row's scale in z2,
+/// corrections z20–z23, sa·Σq in z3.
+macro_rules! epi_fast_row {
+    ($act:ident, $r:literal, $za:literal, $addr:literal $(, $zp:ident)?) => {
+        epi_row4!($act, $r, $za, $addr, ["10" "11" "12" "13"], ["2" "2" "2" "2"], ["20" "21" "22" "23"],
+            ["3" "3" "3" "3"] $(, $zp)?)
     };
-    // The 4 rows' sa · 2^−4 into z2 (the row numerics have none).
-    (@sa block) => {
-        "ld1rqw {{z2.s}}, p1/z, [{xr}]\n"
+}
+
+/// The multi-vector epilogues' row loop (label `$l`), four ZA rows per iteration, for the s × 4s passes (`fast`:
+/// s is 4, 8 or 16; s sums rows at `{out}`, 256 bytes apart, x14 two rows further; 4 rows' scales in the 128-bit
+/// segments of z2, their sa·Σq in z3) or the pair passes (`pair`: s is 4 or 8; tile row i's 4 sums vectors at 4i
+/// vectors from `{out}`; rows i's scales in z2, s + i's in z3, their sa·Σq in z6, z7). Row scales at `{rowp}`
+/// (sa · 2^−4 per row, sa·Σq 64 bytes further; the row numerics read no sa).
+macro_rules! epi_loop4 {
+    (@setup fast) => { "add x14, {out}, #512\n" };
+    (@setup pair) => { "" };
+    (@sa fast block) => { "ld1rqw {{z2.s}}, p1/z, [{xr}]\n" };
+    (@sa pair block) => {
+        concat!("ld1rqw {{z2.s}}, p1/z, [{xr}]\n", "ld1rqw {{z3.s}}, p1/z, [{xr}, {s1}, lsl #2]\n")
     };
-    (@sa row) => { "" };
-    ($act:ident, $l:literal $(, $zp:ident)?) => {
+    (@sa $k:ident row) => { "" };
+    (@zp fast) => { "ld1rqw {{z3.s}}, p1/z, [{xr}, #64]\n" };
+    (@zp pair) => {
         concat!(
-            "mov {xo}, {out}\n",
-            "add x14, {out}, #512\n",
-            "mov {xr}, {rowp}\n",
-            "mov w12, #0\n",
-            $l,
-            ":\n",
-            epi_fast!(@sa $act),
-            $(epi_fast!(@$zp),)?
+            "add x15, {xr}, #64\n",
+            "ld1rqw {{z6.s}}, p1/z, [x15]\n",
+            "ld1rqw {{z7.s}}, p1/z, [x15, {s1}, lsl #2]\n",
+        )
+    };
+    (@rows fast $act:ident $(, $zp:ident)?) => {
+        concat!(
             epi_fast_row!($act, "0", "0:3", "[{xo}]" $(, $zp)?),
             epi_fast_row!($act, "1", "4:7", "[{xo}, {e64}, lsl #2]" $(, $zp)?),
             epi_fast_row!($act, "2", "8:11", "[x14]" $(, $zp)?),
             epi_fast_row!($act, "3", "12:15", "[x14, {e64}, lsl #2]" $(, $zp)?),
-            "add {xo}, {xo}, #1024\n",
-            "add x14, x14, #1024\n",
+        )
+    };
+    (@rows pair $act:ident $(, $zp:ident)?) => {
+        concat!(
+            epi_pair_row!($act, "0", "0:3", "[{xo}]" $(, $zp)?),
+            epi_pair_row!($act, "1", "4:7", "[{xo}, #4, mul vl]" $(, $zp)?),
+            epi_pair_row!($act, "2", "8:11", "[{xo}, #8, mul vl]" $(, $zp)?),
+            epi_pair_row!($act, "3", "12:15", "[{xo}, #12, mul vl]" $(, $zp)?),
+        )
+    };
+    (@step fast) => { concat!("add {xo}, {xo}, #1024\n", "add x14, x14, #1024\n") };
+    (@step pair) => { "addvl {xo}, {xo}, #16\n" };
+    ($k:ident, $act:ident, $l:literal $(, $zp:ident)?) => {
+        concat!(
+            "mov {xo}, {out}\n",
+            epi_loop4!(@setup $k),
+            "mov {xr}, {rowp}\n",
+            "mov w12, #0\n",
+            $l,
+            ":\n",
+            epi_loop4!(@sa $k $act),
+            $(epi_loop4!(@$zp $k),)?
+            epi_loop4!(@rows $k $act $(, $zp)?),
+            epi_loop4!(@step $k),
             "add {xr}, {xr}, #16\n",
             "add w12, w12, #16\n",
             "cmp x12, {s4}\n",
@@ -516,166 +536,54 @@ macro_rules! mopa_group_pair {
     };
 }
 
-/// One tile row `$r` (0–3 within the iteration) of the pair passes' epilogue: row w12 / 4 + `$r` of the four tiles
-/// by one multi-vector MOVA (za0, za1: output row i, columns 0..2s; za2, za3: row s + i), one multi-vector
-/// SCVTF, × (column scale · row scale: z10–z11 by lane `$r` of z2 for row i, of z3 for row s + i), added to the
-/// pass's sums at `$addr` (rows i and s + i side by side: one 4-vector load and store), with zero points + c ·
-/// sa·Σq (z20–z21 by lane `$r` of z6, z7). The same operations in the same order per element as `epi_tile!`.
+/// [`epi_row4!`] for the pair passes: tile row i gives sums rows i (columns 0..s, s..2s: column scales z10, z11,
+/// row scale in z2, corrections z20, z21, sa·Σq in z6) and s + i (the same columns, row scale in z3, sa·Σq in z7),
+/// which the pass's sums keep side by side.
 macro_rules! epi_pair_row {
-    (@scale block $r:literal) => {
-        concat!(
-            "fmul z24.s, z10.s, z2.s[", $r, "]\n",
-            "fmul z25.s, z11.s, z2.s[", $r, "]\n",
-            "fmul z26.s, z10.s, z3.s[", $r, "]\n",
-            "fmul z27.s, z11.s, z3.s[", $r, "]\n",
-        )
-    };
-    (@scale row $r:literal) => { "" };
-    (@fmla block) => {
-        concat!(
-            "fmla z28.s, p1/m, z16.s, z24.s\n",
-            "fmla z29.s, p1/m, z17.s, z25.s\n",
-            "fmla z30.s, p1/m, z18.s, z26.s\n",
-            "fmla z31.s, p1/m, z19.s, z27.s\n",
-        )
-    };
-    (@fmla row) => {
-        concat!(
-            "fmla z28.s, p1/m, z16.s, z10.s\n",
-            "fmla z29.s, p1/m, z17.s, z11.s\n",
-            "fmla z30.s, p1/m, z18.s, z10.s\n",
-            "fmla z31.s, p1/m, z19.s, z11.s\n",
-        )
-    };
-    (@zp $r:literal) => {
-        concat!(
-            "fmla z28.s, z20.s, z6.s[", $r, "]\n",
-            "fmla z29.s, z21.s, z6.s[", $r, "]\n",
-            "fmla z30.s, z20.s, z7.s[", $r, "]\n",
-            "fmla z31.s, z21.s, z7.s[", $r, "]\n",
-        )
-    };
     ($act:ident, $r:literal, $za:literal, $addr:literal $(, $zp:ident)?) => {
+        epi_row4!($act, $r, $za, $addr, ["10" "11" "10" "11"], ["2" "2" "3" "3"], ["20" "21" "20" "21"],
+            ["6" "6" "7" "7"] $(, $zp)?)
+    };
+}
+
+/// The chunk loop (label 6) of the whole-vector passes: per 32 K the 4 column groups by `$group!` (codes 256 bytes
+/// apart from `{xc}`; LHS runs g at `{xa}` + 64g and 4 + g 256 bytes further, at `{xh}` + 64g), then the
+/// pointers step once.
+macro_rules! chunk_loop4 {
+    ($group:ident) => {
         concat!(
-            "mova {{z16.b-z19.b}}, za0h.b[w12, ", $za, "]\n",
-            "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
-            epi_pair_row!(@scale $act $r),
-            "ld1w {{z28.s-z31.s}}, pn8/z, ", $addr, "\n",
-            epi_pair_row!(@fmla $act),
-            $(epi_pair_row!(@$zp $r),)?
-            "st1w {{z28.s-z31.s}}, pn8, ", $addr, "\n",
+            "add {xh}, {xa}, #256\n",
+            "6:\n",
+            $group!("[{xc}]", "[{xa}]", "[{xh}]"),
+            $group!("[{xc}, {e64}, lsl #2]", "[{xa}, {e64}]", "[{xh}, {e64}]"),
+            $group!("[{xc}, {e128}, lsl #2]", "[{xa}, {e128}]", "[{xh}, {e128}]"),
+            $group!("[{xc}, {e192}, lsl #2]", "[{xa}, {e192}]", "[{xh}, {e192}]"),
+            "add {xc}, {xc}, #1024\n",
+            "add {xa}, {xa}, #512\n",
+            "add {xh}, {xh}, #512\n",
+            "subs {cc}, {cc}, #1\n",
+            "b.ne 6b\n",
         )
     };
 }
 
-/// The pair passes' epilogue loop (label `$l`), four tile rows per iteration (s is 4 or 8): the pass's sums at
-/// `{out}` (tile row i's 4 vectors at 4i vectors), row scales at `{rowp}` (rows i at +4i bytes, s + i at +4(s +
-/// i); sa·Σq 64 bytes further).
-macro_rules! epi_pair {
-    (@zp) => {
-        concat!(
-            "add x15, {xr}, #64\n",
-            "ld1rqw {{z6.s}}, p1/z, [x15]\n",
-            "ld1rqw {{z7.s}}, p1/z, [x15, {s1}, lsl #2]\n",
-        )
-    };
-    (@sa block) => {
-        concat!("ld1rqw {{z2.s}}, p1/z, [{xr}]\n", "ld1rqw {{z3.s}}, p1/z, [{xr}, {s1}, lsl #2]\n")
-    };
-    (@sa row) => { "" };
-    ($act:ident, $l:literal $(, $zp:ident)?) => {
-        concat!(
-            "mov {xo}, {out}\n",
-            "mov {xr}, {rowp}\n",
-            "mov w12, #0\n",
-            $l,
-            ":\n",
-            epi_pair!(@sa $act),
-            $(epi_pair!(@$zp),)?
-            epi_pair_row!($act, "0", "0:3", "[{xo}]" $(, $zp)?),
-            epi_pair_row!($act, "1", "4:7", "[{xo}, #4, mul vl]" $(, $zp)?),
-            epi_pair_row!($act, "2", "8:11", "[{xo}, #8, mul vl]" $(, $zp)?),
-            epi_pair_row!($act, "3", "12:15", "[{xo}, #12, mul vl]" $(, $zp)?),
-            "addvl {xo}, {xo}, #16\n",
-            "add {xr}, {xr}, #16\n",
-            "add w12, w12, #16\n",
-            "cmp x12, {s4}\n",
-            "b.lo ",
-            $l,
-            "b\n",
-        )
-    };
-}
-
-/// One pair pass (SVL = 4s bytes ≤ 32): 2s rows (from `act`) × 2s columns (from `rec`; za0–za3 as 2 × 2 tiles of
-/// s × s, [`mopa_group_pair!`]) over every block, added to the pass's sums at `out` (2s × 2s f32, tile row i's
-/// rows i and s + i side by side).
-///
-/// # Safety
-/// The CPU has SME2 and its SVL is 4s bytes, s ∈ {4, 8}, for this thread; `rec` is a panel's first record offset
-/// to the pass's columns, `act` a row group offset to the pass's rows, `cols` / `rows` the per-call buffers
-/// offset likewise (`a.blocks` blocks each), `out` the pass's sums (4s² f32); all as `run` lays them out, for `a`
-/// with 4-bit codes in blocks of whole 32-K chunks.
-#[inline(never)] // a symbol of its own for the counts (scripts/aarch64/icount-kernel.sh)
-unsafe fn pass_pair(
-    a: &RunArgs,
-    s: usize,
-    rec: *const u8,
-    act: *const u8,
-    cols: *const f32,
-    rows: *const f32,
-    out: *mut f32,
-) {
-    // SAFETY: reads per block: chunks × 4 groups × 2 vectors (8s bytes) of codes inside the record (2s columns
-    // of 64 at the pass's offset), 8 LHS runs × 8s bytes per chunk inside the group (rows of 16 at the pass's
-    // offset), 2 (4) vectors of `cols` and 2s (4s) f32 of `rows` (the block's); writes the 4s² f32 at `out`: all
-    // inside the buffers `run` owns or the tile's (RunArgs contract). Every vector and predicate register and
-    // ffr is declared clobbered (SMSTART/SMSTOP zero them), so are x12 and x14–x17; ZA is left off (SMSTOP),
-    // TPIDR2_EL0 is 0 or untouched; flags clobbered.
-    unsafe {
+/// The `asm!` of a pass ([`pass`], both kinds): streaming mode entered (ZA's lazy save honoured), `$setup`
+/// (predicates), the block loop (its record pointers; `$body`: the chunk loop and the block epilogue, which end at
+/// label 9), ZA zeroed per block, streaming mode left; the operands both bodies use.
+macro_rules! pass_asm {
+    ($a:ident, $s:ident, $rec:ident, $act:ident, $cols:ident, $rows:ident, $out:ident, [$($setup:tt)*],
+     [$($body:tt)*]) => {
         streaming_asm!(
             ".arch_extension sme2",
             ".arch_extension sve",
             enter_streaming!(),
-            "ptrue p0.b",
-            "ptrue p1.s",
-            "ptrue pn8.s",
-            "ptrue pn9.b",
+            $($setup)*
             // Block loop.
             "5:",
             "mov {xc}, {rec}",
             "add {rec}, {rec}, {rstride}",
             "mov {cc}, {chunks}",
-            // Chunk loop: 32 K, 4 groups (codes 256 bytes apart; LHS runs g at {xa} + 64g, and 4 + g 256 bytes
-            // further, at {xh} + 64g).
-            "add {xh}, {xa}, #256",
-            "6:",
-            mopa_group_pair!("[{xc}]", "[{xa}]", "[{xh}]"),
-            mopa_group_pair!("[{xc}, {e64}, lsl #2]", "[{xa}, {e64}]", "[{xh}, {e64}]"),
-            mopa_group_pair!("[{xc}, {e128}, lsl #2]", "[{xa}, {e128}]", "[{xh}, {e128}]"),
-            mopa_group_pair!("[{xc}, {e192}, lsl #2]", "[{xa}, {e192}]", "[{xh}, {e192}]"),
-            "add {xc}, {xc}, #1024",
-            "add {xa}, {xa}, #512",
-            "add {xh}, {xh}, #512",
-            "subs {cc}, {cc}, #1",
-            "b.ne 6b",
-            // Block epilogue.
-            "ld1w {{z10.s-z11.s}}, pn8/z, [{col}]",
-            "cbz {zp}, 7f",
-            "add {xo}, {col}, #256",
-            "ld1w {{z20.s-z21.s}}, pn8/z, [{xo}]",
-            "cbnz {row}, 18f",
-            epi_pair!(block, "13", zp),
-            "b 9f",
-            "18:",
-            epi_pair!(row, "19", zp),
-            "b 9f",
-            "7:",
-            "cbnz {row}, 20f",
-            epi_pair!(block, "15"),
-            "b 9f",
-            "20:",
-            epi_pair!(row, "21"),
+            $($body)*
             "9:",
             "zero {{za}}",
             "add {col}, {col}, #512",
@@ -683,150 +591,20 @@ unsafe fn pass_pair(
             "subs {nb}, {nb}, #1",
             "b.ne 5b",
             "smstop",
-            rec = inout(reg) rec => _,
-            rstride = in(reg) a.rhs_record,
-            chunks = in(reg) a.bl / 32,
-            nb = inout(reg) a.blocks => _,
-            xa = inout(reg) act => _,
-            col = inout(reg) cols => _,
-            rowp = inout(reg) rows => _,
-            out = in(reg) out,
-            zp = in(reg) a.has_zp,
-            row = in(reg) a.row,
-            s1 = in(reg) s,
-            s4 = in(reg) 4 * s,
-            e64 = in(reg) 64usize,
-            e128 = in(reg) 128usize,
-            e192 = in(reg) 192usize,
-            xh = out(reg) _,
-            xc = out(reg) _,
-            cc = out(reg) _,
-            xo = out(reg) _,
-            xr = out(reg) _,
-        );
-    }
-}
-
-/// One pass: s rows (from `act`) × 4s columns (from `rec`, four ZA tiles of s × s) over every block, added to
-/// the sums at `out` (rows of 64 f32).
-///
-/// # Safety
-/// The CPU has SME2 and `s` = min(SVL bytes, 64) / 4 for this thread; `rec` is a panel's first record offset
-/// to the pass's columns, `act` a row group offset to the pass's rows, `cols` / `rows` the per-call buffers
-/// offset likewise (`a.blocks` blocks each), `out` the sums offset to the pass's (row, column); all as `run`
-/// lays them out, for `a` with 4-bit codes in blocks of whole 32-K chunks.
-#[inline(never)]
-unsafe fn pass(
-    a: &RunArgs,
-    s: usize,
-    rec: *const u8,
-    act: *const u8,
-    cols: *const f32,
-    rows: *const f32,
-    out: *mut f32,
-) {
-    // SAFETY: reads per block: chunks × 4 groups × 4 vectors of 4s bytes of codes inside the record (4s
-    // columns of 64 at the pass's offset), 8 LHS runs × 4s bytes per chunk inside the group (rows of 16 at the
-    // pass's offset), 4 (8) vectors of s f32 of `cols` and 32 f32 of `rows` (the block's); writes s rows × 4s
-    // f32 of `out` (rows 64 f32 apart): all inside the buffers `run` owns or the tile's (RunArgs contract).
-    // Every vector and predicate register and ffr is declared clobbered (SMSTART/SMSTOP zero them), so are
-    // x12 and x14–x17; ZA is left off (SMSTOP), TPIDR2_EL0 is 0 or untouched; flags clobbered.
-    unsafe {
-        streaming_asm!(
-            ".arch_extension sme2",
-            ".arch_extension sve",
-            enter_streaming!(),
-            "lsl {xc}, {s1}, #2",
-            "whilelo p0.b, xzr, {xc}",
-            "whilelo p1.s, xzr, {s1}",
-            "ptrue pn8.s",
-            // fast = (SVL = 4s bytes, i.e. ≤ 512 bits): a pass's 4s columns are 4 whole vectors, the
-            // multi-vector epilogue.
-            "rdsvl {fast}, #1",
-            "cmp {fast}, {s4}",
-            "cset {fast}, eq",
-            // Block loop.
-            "5:",
-            "mov {xc}, {rec}",
-            "add {rec}, {rec}, {rstride}",
-            "mov {cc}, {chunks}",
-            "cbz {fast}, 16f",
-            // Chunk loop (SVL ≤ 512 bits): 32 K, 4 groups (codes 256 bytes apart; LHS runs g at {xa} + 64g, and
-            // 4 + g 256 bytes further, at {xh} + 64g).
-            "add {xh}, {xa}, #256",
-            "6:",
-            mopa_group_fast!("[{xc}]", "[{xa}]", "[{xh}]"),
-            mopa_group_fast!("[{xc}, {e64}, lsl #2]", "[{xa}, {e64}]", "[{xh}, {e64}]"),
-            mopa_group_fast!("[{xc}, {e128}, lsl #2]", "[{xa}, {e128}]", "[{xh}, {e128}]"),
-            mopa_group_fast!("[{xc}, {e192}, lsl #2]", "[{xa}, {e192}]", "[{xh}, {e192}]"),
-            "add {xc}, {xc}, #1024",
-            "add {xa}, {xa}, #512",
-            "add {xh}, {xh}, #512",
-            "subs {cc}, {cc}, #1",
-            "b.ne 6b",
-            "b 17f",
-            // Chunk loop (any SVL): 32 K, 4 groups; then the high runs 4–7 of the chunk are done: skip them.
-            "16:",
-            mopa_group!(),
-            mopa_group!(),
-            mopa_group!(),
-            mopa_group!(),
-            "add {xa}, {xa}, #256",
-            "subs {cc}, {cc}, #1",
-            "b.ne 16b",
-            "17:",
-            // Block epilogue.
-            "ld1w {{z10.s}}, p1/z, [{col}]",
-            "ld1w {{z11.s}}, p1/z, [{col}, {s1}, lsl #2]",
-            "ld1w {{z12.s}}, p1/z, [{col}, {s2}, lsl #2]",
-            "ld1w {{z13.s}}, p1/z, [{col}, {s3}, lsl #2]",
-            "cbz {zp}, 7f",
-            "add {xo}, {col}, #256",
-            "ld1w {{z20.s}}, p1/z, [{xo}]",
-            "ld1w {{z21.s}}, p1/z, [{xo}, {s1}, lsl #2]",
-            "ld1w {{z22.s}}, p1/z, [{xo}, {s2}, lsl #2]",
-            "ld1w {{z23.s}}, p1/z, [{xo}, {s3}, lsl #2]",
-            "cbz {fast}, 12f",
-            "cbnz {row}, 18f",
-            epi_fast!(block, "13", zp),
-            "b 9f",
-            "18:",
-            epi_fast!(row, "19", zp),
-            "b 9f",
-            "12:",
-            epi_rows!("8", zp),
-            "b 9f",
-            "7:",
-            "cbz {fast}, 14f",
-            "cbnz {row}, 20f",
-            epi_fast!(block, "15"),
-            "b 9f",
-            "20:",
-            epi_fast!(row, "21"),
-            "b 9f",
-            "14:",
-            epi_rows!("8"),
-            "9:",
-            "zero {{za}}",
-            "add {col}, {col}, #512",
-            "add {rowp}, {rowp}, #128",
-            "subs {nb}, {nb}, #1",
-            "b.ne 5b",
-            "smstop",
-            rec = inout(reg) rec => _,
-            rstride = in(reg) a.rhs_record,
-            chunks = in(reg) a.bl / 32,
-            nb = inout(reg) a.blocks => _,
-            xa = inout(reg) act => _,
-            col = inout(reg) cols => _,
-            rowp = inout(reg) rows => _,
-            out = in(reg) out,
-            zp = in(reg) a.has_zp,
-            row = in(reg) a.row,
-            s1 = in(reg) s,
-            s2 = in(reg) 2 * s,
-            s3 = in(reg) 3 * s,
-            s4 = in(reg) 4 * s,
+            rec = inout(reg) $rec => _,
+            rstride = in(reg) $a.rhs_record,
+            chunks = in(reg) $a.bl / 32,
+            nb = inout(reg) $a.blocks => _,
+            xa = inout(reg) $act => _,
+            col = inout(reg) $cols => _,
+            rowp = inout(reg) $rows => _,
+            out = in(reg) $out,
+            zp = in(reg) $a.has_zp,
+            row = in(reg) $a.row,
+            s1 = in(reg) $s,
+            s2 = in(reg) 2 * $s,
+            s3 = in(reg) 3 * $s,
+            s4 = in(reg) 4 * $s,
             fast = out(reg) _,
             e64 = in(reg) 64usize,
             e128 = in(reg) 128usize,
@@ -836,7 +614,142 @@ unsafe fn pass(
             cc = out(reg) _,
             xo = out(reg) _,
             xr = out(reg) _,
-        );
+        )
+    };
+}
+
+/// One pass over every block, added to the sums at `out`: `pair` (SVL = 4s bytes ≤ 32) 2s rows (from `act`) × 2s
+/// columns (from `rec`; za0–za3 as 2 × 2 tiles of s × s, [`mopa_group_pair!`]), the pass's 2s × 2s sums with tile
+/// row i's rows i and s + i side by side; otherwise s rows × 4s columns (four ZA tiles of s × s side by side), sums
+/// rows of 64 f32.
+///
+/// # Safety
+/// The CPU has SME2 and `s` = min(SVL bytes, 64) / 4 for this thread (with `pair`: SVL = 4s bytes, s ∈ {4, 8});
+/// `rec` is a panel's first record offset to the pass's columns, `act` a row group offset to the pass's rows,
+/// `cols` / `rows` the per-call buffers offset likewise (`a.blocks` blocks each), `out` the pass's sums; all as
+/// `run` lays them out, for `a` with 4-bit codes in blocks of whole 32-K chunks.
+#[inline(never)] // a symbol of its own for the counts (scripts/aarch64/icount-kernel.sh)
+#[allow(clippy::too_many_arguments)]
+unsafe fn pass(
+    a: &RunArgs,
+    s: usize,
+    pair: bool,
+    rec: *const u8,
+    act: *const u8,
+    cols: *const f32,
+    rows: *const f32,
+    out: *mut f32,
+) {
+    // SAFETY: reads per block: chunks × 4 groups × the pass's code vectors (2s columns of 64 with `pair`, else 4s,
+    // at the pass's offset) inside the record, 8 LHS runs × the pass's rows (2s or s of 16) per chunk inside the
+    // group, the block's vectors of `cols` and f32 of `rows`; writes the pass's sums at `out` (4s² f32 with `pair`,
+    // else s rows × 4s f32 64 apart): all inside the buffers `run` owns or the tile's (RunArgs contract). Every
+    // vector and predicate register and ffr is declared clobbered (SMSTART/SMSTOP zero them), so are x12 and
+    // x14–x17; ZA is left off (SMSTOP), TPIDR2_EL0 is 0 or untouched; flags clobbered.
+    unsafe {
+        if pair {
+            pass_asm!(
+                a,
+                s,
+                rec,
+                act,
+                cols,
+                rows,
+                out,
+                ["ptrue p0.b", "ptrue p1.s", "ptrue pn8.s", "ptrue pn9.b", "// {s2} {s3} {fast}",],
+                [
+                    // Chunk loop: 32 K, 4 groups (codes 256 bytes apart; LHS runs g at {xa} + 64g, and 4 + g 256
+                    // bytes further, at {xh} + 64g).
+                    chunk_loop4!(mopa_group_pair),
+                    // Block epilogue.
+                    "ld1w {{z10.s-z11.s}}, pn8/z, [{col}]",
+                    "cbz {zp}, 7f",
+                    "add {xo}, {col}, #256",
+                    "ld1w {{z20.s-z21.s}}, pn8/z, [{xo}]",
+                    "cbnz {row}, 18f",
+                    epi_loop4!(pair, block, "13", zp),
+                    "b 9f",
+                    "18:",
+                    epi_loop4!(pair, row, "19", zp),
+                    "b 9f",
+                    "7:",
+                    "cbnz {row}, 20f",
+                    epi_loop4!(pair, block, "15"),
+                    "b 9f",
+                    "20:",
+                    epi_loop4!(pair, row, "21"),
+                ]
+            )
+        } else {
+            pass_asm!(
+                a,
+                s,
+                rec,
+                act,
+                cols,
+                rows,
+                out,
+                [
+                    "lsl {xc}, {s1}, #2",
+                    "whilelo p0.b, xzr, {xc}",
+                    "whilelo p1.s, xzr, {s1}",
+                    "ptrue pn8.s",
+                    // fast = (SVL = 4s bytes, i.e. ≤ 512 bits): a pass's 4s columns are 4 whole vectors, the
+                    // multi-vector epilogue.
+                    "rdsvl {fast}, #1",
+                    "cmp {fast}, {s4}",
+                    "cset {fast}, eq",
+                ],
+                [
+                    "cbz {fast}, 16f",
+                    // Chunk loop (SVL ≤ 512 bits): 32 K, 4 groups (codes 256 bytes apart; LHS runs g at {xa} + 64g, and
+                    // 4 + g 256 bytes further, at {xh} + 64g).
+                    chunk_loop4!(mopa_group_fast),
+                    "b 17f",
+                    // Chunk loop (any SVL): 32 K, 4 groups; then the high runs 4–7 of the chunk are done: skip them.
+                    "16:",
+                    mopa_group!(),
+                    mopa_group!(),
+                    mopa_group!(),
+                    mopa_group!(),
+                    "add {xa}, {xa}, #256",
+                    "subs {cc}, {cc}, #1",
+                    "b.ne 16b",
+                    "17:",
+                    // Block epilogue.
+                    "ld1w {{z10.s}}, p1/z, [{col}]",
+                    "ld1w {{z11.s}}, p1/z, [{col}, {s1}, lsl #2]",
+                    "ld1w {{z12.s}}, p1/z, [{col}, {s2}, lsl #2]",
+                    "ld1w {{z13.s}}, p1/z, [{col}, {s3}, lsl #2]",
+                    "cbz {zp}, 7f",
+                    "add {xo}, {col}, #256",
+                    "ld1w {{z20.s}}, p1/z, [{xo}]",
+                    "ld1w {{z21.s}}, p1/z, [{xo}, {s1}, lsl #2]",
+                    "ld1w {{z22.s}}, p1/z, [{xo}, {s2}, lsl #2]",
+                    "ld1w {{z23.s}}, p1/z, [{xo}, {s3}, lsl #2]",
+                    "cbz {fast}, 12f",
+                    "cbnz {row}, 18f",
+                    epi_loop4!(fast, block, "13", zp),
+                    "b 9f",
+                    "18:",
+                    epi_loop4!(fast, row, "19", zp),
+                    "b 9f",
+                    "12:",
+                    epi_rows!("8", zp),
+                    "b 9f",
+                    "7:",
+                    "cbz {fast}, 14f",
+                    "cbnz {row}, 20f",
+                    epi_loop4!(fast, block, "15"),
+                    "b 9f",
+                    "20:",
+                    epi_loop4!(fast, row, "21"),
+                    "b 9f",
+                    "14:",
+                    epi_rows!("8"),
+                ]
+            )
+        }
     }
 }
 
