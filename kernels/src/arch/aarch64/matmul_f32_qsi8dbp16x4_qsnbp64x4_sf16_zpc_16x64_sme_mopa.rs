@@ -135,6 +135,7 @@ unsafe fn widen_scales(src: *const u8, dst: *mut f32) {
 /// # Safety
 /// The CPU has SME2; `args` satisfies the `RunArgs` contract with a `qsi8dbp16x4` LHS (the tile starts at a
 /// row group) and a `qsnbp64x4_sf16_zpc` RHS.
+#[target_feature(enable = "neon")] // so that `store_row` inlines
 pub(crate) unsafe fn run(args: &RunArgs) {
     let a = args;
     if !(a.bits == 4 && a.bl.is_multiple_of(32)) || a.blocks == 0 {
@@ -229,39 +230,13 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                             }
                             let src = &sums[h * hs + i * is..][..pc];
                             // SAFETY: row g·16 + r < rows is inside dst (RunArgs contract), which nothing else
-                            // references during the call; a whole chunk's columns col0 .. col0 + pc ≤ cols are
-                            // inside it and bias; store_row stores only its columns below cols (and reads bias
-                            // there).
-                            unsafe {
-                                let d = a.dst.add((g * MR + r) * a.dst_stride);
-                                if col0 + pc <= a.cols {
-                                    let bias = if a.bias.is_null() { a.bias } else { a.bias.add(col0) };
-                                    add_bias(d.add(col0), src, bias);
-                                } else {
-                                    store_row(a, d, col0, src);
-                                }
-                            }
+                            // references during the call; store_row stores only its columns below cols (and
+                            // reads bias there).
+                            unsafe { store_row(a, a.dst.add((g * MR + r) * a.dst_stride), col0, src) };
                         }
                     }
                 }
             }
-        }
-    }
-}
-
-/// `dst[..n] = src + bias[..n]` (+ 0.0 without bias, as `ops::store4`), n = src.len(), a multiple of 4.
-///
-/// # Safety
-/// `dst` is writable and `bias` (unless null) readable for `src.len()` f32.
-#[inline]
-unsafe fn add_bias(dst: *mut f32, src: &[f32], bias: *const f32) {
-    use core::arch::aarch64::*;
-    debug_assert!(src.len().is_multiple_of(4));
-    for (q, v) in src.chunks_exact(4).enumerate() {
-        // SAFETY: 4 f32 at 4q of src, dst and bias (the caller's guarantee); base AdvSIMD.
-        unsafe {
-            let b = if bias.is_null() { vdupq_n_f32(0.0) } else { vld1q_f32(bias.add(4 * q)) };
-            vst1q_f32(dst.add(4 * q), vaddq_f32(vld1q_f32(v.as_ptr()), b));
         }
     }
 }
@@ -647,15 +622,11 @@ unsafe fn pass(
     // vector and predicate register and ffr is declared clobbered (SMSTART/SMSTOP zero them), so are x12 and
     // x14–x17; ZA is left off (SMSTOP), TPIDR2_EL0 is 0 or untouched; flags clobbered.
     unsafe {
+        macro_rules! go {
+            ($($t:tt)*) => { pass_asm!(a, s, rec, act, cols, rows, out, $($t)*) };
+        }
         if pair {
-            pass_asm!(
-                a,
-                s,
-                rec,
-                act,
-                cols,
-                rows,
-                out,
+            go!(
                 ["ptrue p0.b", "ptrue p1.s", "ptrue pn8.s", "ptrue pn9.b", "// {s2} {s3} {fast}",],
                 [
                     // Chunk loop: 32 K, 4 groups (codes 256 bytes apart; LHS runs g at {xa} + 64g, and 4 + g 256
@@ -681,14 +652,7 @@ unsafe fn pass(
                 ]
             )
         } else {
-            pass_asm!(
-                a,
-                s,
-                rec,
-                act,
-                cols,
-                rows,
-                out,
+            go!(
                 [
                     "lsl {xc}, {s1}, #2",
                     "whilelo p0.b, xzr, {xc}",

@@ -405,6 +405,18 @@ pub(crate) unsafe fn accumulate_block<const R: usize, const BITS: usize, const Z
 /// `dst` is the row's output (columns `col0 ..` below `a.cols` inside it); `a.bias` is null or holds `a.cols` values.
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn store_row(a: &RunArgs, dst: *mut f32, col0: usize, out: &[f32]) {
+    if col0 + out.len() <= a.cols {
+        // Every column real: whole vectors, no per-group clipping (the same sums: v + bias, or + 0.0).
+        for (q, v) in out.chunks_exact(4).enumerate() {
+            let col = col0 + 4 * q;
+            // SAFETY: columns col .. col + 4 ≤ cols of the row are inside dst and bias (the caller's guarantee).
+            unsafe {
+                let b = if a.bias.is_null() { vdupq_n_f32(0.0) } else { vld1q_f32(a.bias.add(col)) };
+                vst1q_f32(dst.add(col), vaddq_f32(vld1q_f32(v.as_ptr()), b));
+            }
+        }
+        return;
+    }
     for (q, v) in out.chunks_exact(4).enumerate() {
         let col = col0 + 4 * q;
         if col < a.cols {
