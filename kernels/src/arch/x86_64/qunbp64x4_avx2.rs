@@ -31,7 +31,8 @@ macro_rules! int8_unit {
         /// there.
         #[target_feature(enable = $features)]
         #[inline]
-        unsafe fn $inner<const R: usize, const G: usize, const BITS: usize, const CHUNK: usize>(
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $inner<const R: usize, const G: usize, const BITS: usize, const CHUNK: usize, const ONE: bool, const UNPACKED: bool>(
             args: &RunArgs,
             panel: usize,
             unit: usize,
@@ -39,11 +40,17 @@ macro_rules! int8_unit {
             lhs_scale: *const f32,
             lhs_sum: *const i32,
             dst: *mut f32,
+            codes: *const __m256i,
         ) {
             let a = args;
             let bl = a.bl;
             let chunk = CHUNK;
             debug_assert_eq!(bl.min(32), CHUNK);
+            debug_assert_eq!(ONE, bl == CHUNK);
+            // One chunk per block as a constant (blocks of 16 and 32): the chunk loop is straight code, so the
+            // int32 sums live only inside it (a loop over chunks kept them live beside the i16 sums and the
+            // outputs: 18 vectors for a 3 × 16 tile, spilled).
+            let chunks = if ONE { 1 } else { bl / chunk };
             let cpb = 8 / BITS;
             let lane_len = chunk / cpb;
             let groups = lane_len / KR;
@@ -53,6 +60,7 @@ macro_rules! int8_unit {
             let shift: [__m128i; 4] = std::array::from_fn(|l| _mm_cvtsi32_si128((l * BITS) as i32));
             let has_zp = a.has_zp != 0;
             debug_assert!(panel < a.cols.div_ceil(NR) && unit < NR / (8 * G));
+            debug_assert!(!UNPACKED || (BITS <= 4 && !codes.is_null()));
             // SAFETY: panel < the tile's panels, inside the packed weights.
             let prec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
             let c0 = panel * NR + unit * 8 * G;
@@ -77,7 +85,7 @@ macro_rules! int8_unit {
                 }
                 // SAFETY: row r's block b: bl values.
                 let arow: [*const i8; R] = std::array::from_fn(|r| unsafe { lhs.add(r * a.lhs_stride + b * bl) });
-                for c in 0..bl / chunk {
+                for c in 0..chunks {
                     // i16 sums of the chunk's `vpmaddubsw` pairs (`$i16`, codes of ≤ 4 bits): each i16 lane adds
                     // 2 · chunk / 4 ≤ 16 products of ≤ 15 · 128, so at most 30720: no wrap, and one `vpmaddwd`
                     // per chunk instead of one per pair of dots. The same int32 sums as `$dot`.
@@ -85,14 +93,26 @@ macro_rules! int8_unit {
                     for grp in 0..groups {
                         // SAFETY: chunk c, group grp of the record's codes.
                         let base = unsafe { rec.add(c * chunk_bytes + grp * NR * KR + goff) };
-                        // SAFETY: 32 bytes inside the record.
                         let v: [__m256i; G] = std::array::from_fn(|g| {
-                            // SAFETY: one vector of codes inside the record.
-                            unsafe { _mm256_loadu_si256(base.add(32 * g).cast()) }
+                            if UNPACKED {
+                                _mm256_setzero_si256()
+                            } else {
+                                // SAFETY: one vector of codes inside the record.
+                                unsafe { _mm256_loadu_si256(base.add(32 * g).cast()) }
+                            }
                         });
                         for l in 0..cpb {
+                            let at = (((b * chunks + c) * groups + grp) * cpb + l) * G;
                             let w: [__m256i; G] = std::array::from_fn(|g| {
-                                if BITS == 8 { v[g] } else { _mm256_and_si256(_mm256_srl_epi32(v[g], shift[l]), field) }
+                                if UNPACKED {
+                                    // SAFETY: the unit's unpacked codes hold `blocks · bl / 4 · G` vectors in
+                                    // this order ([`unpack_unit_avx2`]).
+                                    unsafe { _mm256_load_si256(codes.add(at + g)) }
+                                } else if BITS == 8 {
+                                    v[g]
+                                } else {
+                                    _mm256_and_si256(_mm256_srl_epi32(v[g], shift[l]), field)
+                                }
                             });
                             let k = c * chunk + l * lane_len + KR * grp;
                             for r in 0..R {
@@ -159,9 +179,9 @@ macro_rules! int8_unit {
             lhs_sum: *const i32,
             dst: *mut f32,
         ) {
-            // SAFETY: forwarded.
+            // SAFETY: forwarded; a unit that reads codes in place never reads `codes`.
             unsafe {
-                $crate::arch::dispatch!($inner::<R, G, BITS>(args, panel, unit, lhs, lhs_scale, lhs_sum, dst); chunk(args.bl))
+                $crate::arch::dispatch!($inner::<R, G, BITS>(args, panel, unit, lhs, lhs_scale, lhs_sum, dst, std::ptr::null()); chunk_one(args.bl) zp(false))
             }
         }
     };
@@ -193,6 +213,109 @@ fn dot_maddubs<const BITS: usize>(acc: __m256i, w: __m256i, x: __m256i) -> __m25
 
 int8_unit!(unit_avxvnni, unit_avxvnni_c, "avx2,fma,avxvnni", dot_vnni, false);
 int8_unit!(unit_avx2, unit_avx2_c, "avx2,fma", dot_maddubs, true);
+
+/// What the row blocks of one unit of the AVX2 int8 GEMM share: its codes of ≤ 4 bits shifted down to plain u8
+/// values once ([`unpack_unit_avx2`], by the unit's first row block), `args.blocks · bl / 4 · G` aligned
+/// vectors in the order the unit's body reads them, so that every row block after the first loads each vector
+/// instead of shifting and masking it again (2 of the 6 vector operations per 2 × 16 products of a 3-row block;
+/// see [`unit_avx2_unpacked`]).
+pub(crate) struct UnpackedCodes {
+    /// This thread's buffer ([`with_unpacked_codes`]).
+    pub(crate) codes: *mut __m256i,
+    /// Whether `codes` holds this unit's codes yet.
+    pub(crate) filled: bool,
+}
+
+/// This thread's buffer of unpacked codes with room for `vectors` vectors, kept between calls (grown to the
+/// largest unit seen: K · 16 bytes for 16 columns).
+pub(crate) fn with_unpacked_codes<T>(vectors: usize, f: impl FnOnce(*mut __m256i) -> T) -> T {
+    thread_local! {
+        static CODES: std::cell::RefCell<Vec<__m256i>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    CODES.with_borrow_mut(|t| {
+        if t.len() < vectors {
+            // SAFETY: all-zero bits are a valid __m256i.
+            t.resize(vectors, unsafe { std::mem::zeroed() });
+        }
+        f(t.as_mut_ptr())
+    })
+}
+
+/// Writes the codes of `G` groups of 8 columns of `panel` from group `unit·G`, all blocks, as plain u8 values:
+/// vector `(((b · bl/chunk + c) · groups + grp) · cpb + l) · G + g` is lane `l` of group `grp` of chunk `c` of
+/// block `b`, columns `8g ..` of the unit (the order of the int8 body's loops).
+///
+/// # Safety
+/// The CPU has avx2. `args` holds a `qunbp64x4_sf32_zpc` RHS of `BITS` ≤ 4 bits; `codes` has room for
+/// `args.blocks · args.bl / 4 · G` aligned vectors.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn unpack_unit_avx2<const G: usize, const BITS: usize>(
+    args: &RunArgs,
+    panel: usize,
+    unit: usize,
+    codes: *mut __m256i,
+) {
+    let a = args;
+    let chunk = a.bl.min(32);
+    let cpb = 8 / BITS;
+    let groups = chunk / cpb / KR;
+    let chunk_bytes = chunk * NR * BITS / 8;
+    let field = _mm256_set1_epi8(((1u32 << BITS) - 1) as u8 as i8);
+    let goff = unit * 32 * G;
+    let mut at = 0;
+    for b in 0..a.blocks {
+        // SAFETY: block b's record of this panel.
+        let rec = unsafe { a.rhs.add(panel * a.rhs_panel_stride + b * a.rhs_record) };
+        for c in 0..a.bl / chunk {
+            for grp in 0..groups {
+                // SAFETY: chunk c, group grp of the record's codes.
+                let base = unsafe { rec.add(c * chunk_bytes + grp * NR * KR + goff) };
+                for g in 0..G {
+                    // SAFETY: one vector of codes inside the record.
+                    let v = unsafe { _mm256_loadu_si256(base.add(32 * g).cast()) };
+                    for l in 0..cpb {
+                        let w = _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128((l * BITS) as i32)), field);
+                        // SAFETY: at + l·G + g < blocks · bl / 4 · G: inside the buffer.
+                        unsafe { _mm256_store_si256(codes.add(at + l * G + g), w) };
+                    }
+                }
+                at += cpb * G;
+            }
+        }
+    }
+}
+
+/// [`unit_avx2`] for a unit whose row blocks share its unpacked codes (`state`, see [`UnpackedCodes`]): the
+/// first row block unpacks them, every row block reads them. 8-bit codes read their records in place.
+///
+/// # Safety
+/// As [`unit_avx2`]; `state` is this unit's: `filled: false` for its first row block, its buffer holding
+/// `args.blocks · args.bl / 4 · G` vectors.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn unit_avx2_unpacked<const R: usize, const G: usize, const BITS: usize>(
+    args: &RunArgs,
+    panel: usize,
+    unit: usize,
+    lhs: *const i8,
+    lhs_scale: *const f32,
+    lhs_sum: *const i32,
+    dst: *mut f32,
+    state: &mut UnpackedCodes,
+) {
+    // SAFETY: forwarded; the buffer is this unit's, filled before any row block reads it.
+    unsafe {
+        if BITS == 8 {
+            return unit_avx2::<R, G, BITS>(args, panel, unit, lhs, lhs_scale, lhs_sum, dst);
+        }
+        if !state.filled {
+            unpack_unit_avx2::<G, BITS>(args, panel, unit, state.codes);
+            state.filled = true;
+        }
+        let codes = state.codes.cast_const();
+        crate::arch::dispatch!(unit_avx2_c::<R, G, BITS>(args, panel, unit, lhs, lhs_scale, lhs_sum, dst, codes); chunk_one(args.bl) zp(true))
+    }
+}
 
 /// [`unit_fma_c`] with the chunk length (16 or 32) as a constant, so that every loop inside a block unrolls.
 ///
