@@ -222,6 +222,16 @@ avx2_kernel!(
     LhsFormat::Qsi8Db,
     gemm3_geometry
 );
+/// The AVX2 int8 GEMV runs M ≤ 8 (one row after another over a task's panels: the first row streams its
+/// weights, the others find them in L2), where the 3 × 16 GEMM walks a panel's records once per 16-column unit and
+/// waits on them: measured against ORT 1.31.1 (AMD EPYC Zen 3, AVX2 only, bs32 symmetric, `bench_matmulnbits.py`,
+/// ratio ORT / nibble) on 4096 × 4096 the GEMM took 0.40 / 0.58 / 0.75 at M = 2 / 4 / 8 (1 thread), the GEMV
+/// 0.97 / 1.19 / 1.11 (2 threads: 0.56 – 0.76 → 1.20 – 1.73); on 2048², 576 → 1536 and 1536 → 576 the GEMV
+/// 1.26 – 1.69 against 0.91 – 1.86. At M = 12 and 16 neither wins everywhere (GEMV 1.36 – 2.07, GEMM 1.06 – 1.88).
+fn int8_gemv_avx2_geometry(_: &Cpu, _: &RhsLayout) -> Geometry {
+    Geometry::new(1, qunbp64x4_vnni::NR, 8)
+}
+
 avx2_kernel!(
     INT8_GEMV_AVX2,
     "matmul_f32_qsi8db_qunbp64x4_sf32_zpc_1x64_avx2",
@@ -229,7 +239,7 @@ avx2_kernel!(
     AVX2,
     ComputePath::Int8,
     LhsFormat::Qsi8Db,
-    gemv_geometry
+    int8_gemv_avx2_geometry
 );
 avx2_kernel!(
     INT8_GEMM_AVX2,
