@@ -1,5 +1,5 @@
 //! int8-activation GEMV, AVX2 (`vpmaddubsw` + `vpmaddwd`): 1 row × 64 columns, a whole panel per pass (the
-//! family's kernel for M ≤ 8, row after row: see `INT8_GEMV_AVX2` in `mod.rs`). Features: avx2, fma.
+//! family's kernel for M ≤ 16, panel after panel: see `INT8_GEMV_AVX2` in `mod.rs`). Features: avx2, fma.
 //!
 //! LHS: `qsi8db`. RHS: `qunbp64x4_sf32_zpc` (see `qunbp64x4_avx2` for the inner loop), bits 2/4/8, any block
 //! size 16 … 65536. No over-reads; padding columns of the last panel are computed, never stored.

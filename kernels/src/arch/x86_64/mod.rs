@@ -222,14 +222,24 @@ avx2_kernel!(
     LhsFormat::Qsi8Db,
     gemm3_geometry
 );
-/// The AVX2 int8 GEMV runs M ≤ 8 (one row after another over a task's panels: the first row streams its
-/// weights, the others find them in L2), where the 3 × 16 GEMM walks a panel's records once per 16-column unit and
-/// waits on them: measured against ORT 1.31.1 (AMD EPYC Zen 3, AVX2 only, bs32 symmetric, `bench_matmulnbits.py`,
-/// ratio ORT / nibble) on 4096 × 4096 the GEMM took 0.40 / 0.58 / 0.75 at M = 2 / 4 / 8 (1 thread), the GEMV
-/// 0.97 / 1.19 / 1.11 (2 threads: 0.56 – 0.76 → 1.20 – 1.73); on 2048², 576 → 1536 and 1536 → 576 the GEMV
-/// 1.26 – 1.69 against 0.91 – 1.86. At M = 12 and 16 neither wins everywhere (GEMV 1.36 – 2.07, GEMM 1.06 – 1.88).
+/// The AVX2 int8 GEMV runs M ≤ 16 (panel after panel, a panel's rows in turn: the first row streams its weights,
+/// the others find them in L2 or L3; `tiles::gemv`), where the 3 × 16 GEMM walks a panel's records once per
+/// 16-column unit and waits on them: measured against ORT 1.31.1 (AMD EPYC Zen 3, AVX2 only, bs32 symmetric,
+/// `bench_matmulnbits.py`, ratio ORT / nibble) on 4096 × 4096 the GEMM took 0.40 / 0.58 / 0.75 at M = 2 / 4 / 8
+/// (1 thread), the GEMV (then row-major) 0.97 / 1.19 / 1.11; at M = 12 and 16 on the shapes whose weights do not
+/// stay in cache (L3-8B gate/up 4096 → 14336, down 14336 → 4096) the GEMM 0.79 – 1.25, the panel-major GEMV
+/// 1.23 – 1.61 (1 and 2 threads); on 576 → 1536 the GEMM is faster (1.70 – 1.87 against 1.52 – 1.64).
 fn int8_gemv_avx2_geometry(_: &Cpu, _: &RhsLayout) -> Geometry {
-    Geometry::new(1, qunbp64x4_vnni::NR, 8)
+    Geometry::new(1, qunbp64x4_vnni::NR, 16)
+}
+
+/// The AVX2 fp32 GEMV runs M ≤ 6 (panel after panel, a panel's rows in turn: see `tiles::gemv`), where the
+/// in-register 3 × 16 GEMM streams the weights unit by unit: measured against ORT 1.31.1 (AMD EPYC Zen 3,
+/// bs32 symmetric, ratio ORT / nibble, 1 and 2 threads) on the shapes whose weights do not stay in cache (L3-8B
+/// gate/up 4096 → 14336 and down 14336 → 4096) the GEMM took 0.80 – 1.40 at M = 4 and 6, the GEMV 1.13 – 1.73;
+/// on 4096², 8192 → 2048 and 576 → 1536 the GEMM is faster (1.77 – 2.27 against 1.15 – 1.79), both above 1.
+fn fp32_gemv_avx2_geometry(_: &Cpu, _: &RhsLayout) -> Geometry {
+    Geometry::new(1, qunbp64x4_vnni::NR, 6)
 }
 
 avx2_kernel!(
@@ -257,7 +267,7 @@ avx2_kernel!(
     AVX2,
     ComputePath::Fp32,
     LhsFormat::F32,
-    gemv_geometry
+    fp32_gemv_avx2_geometry
 );
 avx2_kernel!(
     FP32_GEMM_AVX2,

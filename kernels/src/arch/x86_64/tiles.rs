@@ -4,10 +4,12 @@
 use super::qunbp64x4_vnni::NR;
 use crate::ukernel::RunArgs;
 
-/// GEMV order: each row, each panel (whole 64-column panels, one unit each): `f(row, panel)`.
+/// GEMV order: each panel (whole 64-column panels), each row: `f(row, panel)`. The rows after a panel's first
+/// read its weights from L2 (or L3 where a panel's K is longer), so a GEMV of a few rows streams the weights from
+/// DRAM once, not once per row.
 pub(crate) fn gemv(args: &RunArgs, mut f: impl FnMut(usize, usize)) {
-    for r in 0..args.rows {
-        for panel in 0..args.cols.div_ceil(NR) {
+    for panel in 0..args.cols.div_ceil(NR) {
+        for r in 0..args.rows {
             f(r, panel);
         }
     }
