@@ -12,11 +12,15 @@
 //!
 //! Instruction budget per 32 K × 8 columns (one panel, one block of 32), 4-bit codes, symmetric (per SVE SDOT: /
 //! 8): 8 SDOT; 4 code loads; 8 field extractions; the chunk's 4 activation loads shared by 4 panels (1); the block
-//! epilogue: 2 scale loads, 2 FCVT, 2 ZIP1 (each column's scale into its two K-half lanes), 2 FMUL (× sa/16),
+//! epilogue: 2 scale loads, 2 FCVT, 2 ZIP1 (each column's scale into its two K-half lanes), 2 FMUL (× sa),
 //! 2 SCVTF, 2 FMLA, the zeroing (2 NEON LD1 of zeros per 4 panels: 0.5; 2 DUP per panel before) and 2 address ADD (16; zero points add 2 loads, 2 ZIP1, 2 FMLA, 1 ADD); loop
 //! ~1.5. Total ~38.5 per panel and block, ~4.8 per SVE SDOT = ~2.4 per NEON-SDOT-equivalent (the NEON GEMV of
-//! this layout measures 3.53 per SDOT). The activation scale sa/16 (the field's 2^4 folded in, exact) and sa·Σq
-//! of each block are laid out once per call (`RowBlocks`).
+//! this layout measures 3.53 per SDOT). The block's activation scale sa and Σq are read straight from the packed
+//! activations (`ld1rw`, one of each per block and pass; Σq only with zero points, as 16·sa·Σq); the fields' 2^4
+//! is taken out of the pass's sums once, when they are stored (× 1/16: exact, so the sums are those of
+//! sa/16 per block bit for bit). Nothing is laid out per call or per task: a decode call is cut into up to 32
+//! tasks (`plan::TilePlan::TARGET_TILES`), and a per-task table of the row's block factors (allocated and
+//! filled by every task) cost ~1.7 k instructions per task, ~7% of a 2048² Run.
 //!
 //! LHS: `qsi8db`; RHS: `qsnbp8x8_sf16_zpc`. The asm runs one row, 4-bit codes in blocks of whole 32-K chunks,
 //! four panels at a time; the last 1–3 panels, other bit widths, blocks of 16 and tiles of more rows run the NEON
@@ -45,13 +49,11 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     }
     let panels = a.cols.div_ceil(NR);
     let quads = panels / PANELS;
-    // The asm passes' per-block row factors (none for a tile of fewer than 4 panels: the NEON GEMV reads its own).
-    let row = if quads > 0 { RowBlocks::new(a) } else { RowBlocks(Vec::new()) };
     let lhs = a.lhs.cast::<i8>();
     for q in 0..quads {
         let mut out = [0f32; 64];
         // SAFETY: panels 4q .. 4q + 4 are the tile's; row 0 is the tile's; the CPU has SVE at ≥ 256 bits.
-        unsafe { pass(a, PANELS * q, &row, &mut out) };
+        unsafe { pass(a, PANELS * q, &mut out) };
         for p in 0..PANELS {
             for j in 0..2 {
                 let col = (PANELS * q + p) * NR + 4 * j;
@@ -62,7 +64,8 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                 // inside dst and bias.
                 unsafe {
                     let at = out.as_ptr().add((2 * p + j) * 8);
-                    let v = vpaddq_f32(vld1q_f32(at), vld1q_f32(at.add(4)));
+                    // The fields' 2^4 (the sums were taken with sa, not sa/16): exact.
+                    let v = vmulq_n_f32(vpaddq_f32(vld1q_f32(at), vld1q_f32(at.add(4))), 1.0 / 16.0);
                     store4(a.dst, a.bias, col, a.cols, v);
                 }
             }
@@ -84,7 +87,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 }
 
 /// Per block of the row: [sa / 16, sa·Σq] (the row numerics: sa = 1, Σq), the two values `ld1rw` broadcasts
-/// (also the SME2 GEMV's).
+/// (the SME2 GEMV's, laid out once per task).
 pub(crate) struct RowBlocks(pub(crate) Vec<f32>);
 
 impl RowBlocks {
@@ -104,16 +107,16 @@ impl RowBlocks {
     }
 }
 
-/// Row 0 × the 32 columns of panels `panel .. panel + 4`, over all K, into `out`: [panel p][column half j] 8 f32
-/// each, lanes (column, K half): c0 lo, c0 hi, c1 lo, c1 hi, … (adding each pair gives the 4 columns).
+/// Row 0 × the 32 columns of panels `panel .. panel + 4`, over all K, into `out`, times 16 (the fields' 2^4 is
+/// left in): [panel p][column half j] 8 f32 each, lanes (column, K half): c0 lo, c0 hi, c1 lo, c1 hi, … (adding
+/// each pair gives the 4 columns).
 ///
 /// # Safety
 /// The CPU has SVE with a vector length of at least 32 bytes; `a` satisfies the `RunArgs` contract for a `qsi8db`
-/// LHS and a 4-bit `qsnbp8x8` RHS with blocks of whole 32-K chunks; panels `panel .. panel + 4` are the tile's;
-/// `row` is `RowBlocks::new(a)`.
+/// LHS and a 4-bit `qsnbp8x8` RHS with blocks of whole 32-K chunks; panels `panel .. panel + 4` are the tile's.
 #[target_feature(enable = "neon,sve")]
-unsafe fn pass(a: &RunArgs, panel: usize, row: &RowBlocks, out: &mut [f32; 64]) {
-    debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0 && row.0.len() == 2 * a.blocks);
+unsafe fn pass(a: &RunArgs, panel: usize, out: &mut [f32; 64]) {
+    debug_assert!(a.bits == 4 && a.bl.is_multiple_of(32) && a.blocks > 0);
     let codes_bytes = a.bl / 32 * 128;
     let rec: [*const u8; PANELS] = core::array::from_fn(|p| a.rhs.wrapping_add((panel + p) * a.rhs_panel_stride));
     // After a block's chunks each panel's pointer is at its record's end of codes: the scales, corrections and
@@ -121,7 +124,7 @@ unsafe fn pass(a: &RunArgs, panel: usize, row: &RowBlocks, out: &mut [f32; 64]) 
     let (to_scales, to_zp, to_next) =
         (a.rhs_scales - codes_bytes, a.rhs_zp.wrapping_sub(codes_bytes), a.rhs_record - codes_bytes);
     // SAFETY: reads per block: each panel's record (its codes, 8 f16 scales and, with zero points, 8 f32
-    // corrections), the row's bl activation bytes and 2 f32 of `row`, for a.blocks blocks, all inside the tile's
+    // corrections), the row's bl activation bytes, its scale and (with zero points) its Σq, for a.blocks blocks, all inside the tile's
     // buffers (the caller's guarantee); writes: the 64 f32 of `out`. Every vector, predicate and scratch register
     // the block touches is declared; d8–d15 (callee-saved) are clobbered and saved by the compiler; the flags are
     // clobbered.
@@ -203,11 +206,10 @@ unsafe fn pass(a: &RunArgs, panel: usize, row: &RowBlocks, out: &mut [f32; 64]) 
             "add {c3}, {c3}, #128",
             "subs {cc}, {cc}, #1",
             "b.ne 3b",
-            // Block epilogue: y += f32(acc)·(s·sa/16) [+ (c, 0)·sa·Σq]; each column's scale in both its K-half
-            // lanes, its correction in the low one only.
-            "ld1rw {{z27.s}}, p1/z, [{xr}]",
-            "ld1rw {{z28.s}}, p1/z, [{xr}, #4]",
-            "add {xr}, {xr}, #8",
+            // Block epilogue: 16·y += f32(acc)·(s·sa) [+ (c, 0)·16·sa·Σq]; each column's scale in both its
+            // K-half lanes, its correction in the low one only.
+            "ld1rw {{z27.s}}, p1/z, [{xs}]",
+            "add {xs}, {xs}, #4",
             "scvtf z0.s, p1/m, z0.s", "scvtf z1.s, p1/m, z1.s",
             "scvtf z2.s, p1/m, z2.s", "scvtf z3.s, p1/m, z3.s",
             "scvtf z4.s, p1/m, z4.s", "scvtf z5.s, p1/m, z5.s",
@@ -241,6 +243,11 @@ unsafe fn pass(a: &RunArgs, panel: usize, row: &RowBlocks, out: &mut [f32; 64]) 
             "fmul z25.s, z25.s, z27.s", "fmul z26.s, z26.s, z27.s",
             "fmla z14.s, p1/m, z6.s, z25.s", "fmla z15.s, p1/m, z7.s, z26.s",
             "cbz {zp}, 4f",
+            "ld1rw {{z28.s}}, p1/z, [{xq}]",
+            "add {xq}, {xq}, #4",
+            "lsl z28.s, z28.s, #4",
+            "scvtf z28.s, p1/m, z28.s",
+            "fmul z28.s, z28.s, z27.s",
             "add {xt}, {c0}, {to_zp}",
             "ld1w {{z30.s}}, p2/z, [{xt}]",
             "ld1w {{z31.s}}, p2/z, [{xt}, {e4}, lsl #2]",
@@ -276,7 +283,8 @@ unsafe fn pass(a: &RunArgs, panel: usize, row: &RowBlocks, out: &mut [f32; 64]) 
             c2 = inout(reg) rec[2] => _,
             c3 = inout(reg) rec[3] => _,
             xa = inout(reg) a.lhs => _,
-            xr = inout(reg) row.0.as_ptr() => _,
+            xs = inout(reg) a.lhs_scale => _,
+            xq = inout(reg) a.lhs_sum => _,
             nb = inout(reg) a.blocks => _,
             out = inout(reg) out.as_mut_ptr() => _,
             chunks = in(reg) a.bl / 32,
