@@ -18,7 +18,7 @@
 //! FMLA into ZA (fused, as the NEON kernels' FMLA: `ops::block_epilogue`'s formula and order of roundings, the
 //! fields' 16 folded into sa/16, exact); with zero points + c · sa·Σq (one multi-vector load of the f32
 //! corrections, one multi-vector FMLA by the broadcast sa·Σq). The row factors sa/16 and sa·Σq are laid out once
-//! per call (`RowBlocks`, shared with the SVE GEMV).
+//! per task into a per-thread buffer (`with_row_blocks`: no allocation per task; a decode call is up to 32 tasks).
 //!
 //! Instruction budget per panel × block of 32 at SVL 256 (`pair`: both stripes, 64 columns × 32 K = 2048
 //! multiply-adds in 16 multi-vector SDOT), 4-bit codes, symmetric: 2 activation loads; per group and stripe 1 code
@@ -31,8 +31,8 @@
 //! `min_task_cols`) 1.05x.
 //!
 //! Measured (qemu 11 `-cpu max`, the whole Run, 1 thread, `bench/results/aarch64-icount-sme2.md`): SVL 256
-//! 0.85x ORT's instructions at 2048², 0.83x at 4096² (uint8 zero points 0.87x, the row numerics 0.87x); SVL 512
-//! 0.91x / 0.88x.
+//! 0.83x ORT's instructions at 2048², 0.81x at 4096²; SVL 512 0.86x at 2048² (before the per-thread row-factor
+//! buffer, which took a heap allocation per task out: 0.85 / 0.83 / 0.91).
 //!
 //! Streaming mode: as the SMOPA GEMM (`sve_asm::enter_streaming!`, `streaming_asm!`): ZA's lazy save honoured, every
 //! vector and predicate register declared clobbered, only instructions legal in streaming mode (no NEON).
@@ -42,7 +42,6 @@
 //! zero codes), and other bit widths, block sizes, streaming vector lengths and tiles of more rows run the
 //! portable GEMV on the same layout. Features: sme, sme2. No over-reads.
 
-use super::matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x32_sve::RowBlocks;
 use super::matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::{NR, svl_bytes};
 use super::sve_asm::{enter_streaming, streaming_asm};
 use crate::ukernel::RunArgs;
@@ -337,6 +336,24 @@ struct Stripe {
     to_zp: usize,
 }
 
+/// Runs `f` on the row's per-block factors [sa / 16, sa·Σq] (the row numerics: sa = 1, Σq), the two values the
+/// asm's `ld1rw` broadcasts, laid out in this thread's buffer (kept for its next call: a fresh allocation per
+/// task cost ~1.3 k instructions per task of a decode Run, measured on the SVE GEMV).
+fn with_row_blocks<T>(a: &RunArgs, f: impl FnOnce(*const f32) -> T) -> T {
+    thread_local! {
+        static ROWS: core::cell::RefCell<Vec<f32>> = const { core::cell::RefCell::new(Vec::new()) };
+    }
+    ROWS.with_borrow_mut(|v| {
+        v.clear();
+        v.extend((0..a.blocks).flat_map(|b| {
+            // SAFETY: row 0's scale (1 in the row numerics) and Σq of block b (RunArgs contract).
+            let (sa, q) = unsafe { (*a.lhs_scale.add(b), *a.lhs_sum.add(b) as f32) };
+            [sa / 16.0, if a.has_zp != 0 { sa * q } else { 0.0 }]
+        }));
+        f(v.as_ptr())
+    })
+}
+
 /// # Safety
 /// The CPU has SME2; `args` satisfies the `RunArgs` contract with a `qsi8db` LHS and a `qsnbp64x4_sf16_zpc` RHS
 /// of `args.bits` ∈ {2, 4, 8}.
@@ -348,7 +365,17 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         // SAFETY: the same contract, for the portable GEMV (any layout, any rows).
         return unsafe { (crate::arch::portable::INT8.run)(a) };
     }
-    let rows = RowBlocks::new(a);
+    with_row_blocks(a, |rows| {
+        // SAFETY: as this function's; `rows` holds the row's 2 · blocks factors.
+        unsafe { run_with(a, v, rows) }
+    })
+}
+
+/// `run` at a streaming vector length of `v` bytes (32 or 64) on the asm's shapes, with the row's factors at `rows`.
+///
+/// # Safety
+/// As `run`'s, and the asm's conditions checked there; `rows` holds `2 · a.blocks` f32.
+unsafe fn run_with(a: &RunArgs, v: usize, rows: *const f32) {
     let whole = a.cols / NR;
     let mut last = [0f32; NR];
     let zp = a.has_zp != 0;
@@ -357,7 +384,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         rec: a.rhs,
         panels: 0,
         out: a.dst,
-        rows: rows.0.as_ptr(),
+        rows,
         lhs: a.lhs,
         blocks: a.blocks,
         chunks: a.bl / 32,
@@ -374,20 +401,17 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     };
     // At SVL 256 a pass is a panel's two stripes (`Pair`); at SVL 512 two panels of one stripe (`Pair64`), an odd
     // last whole panel alone (`Single`). Whole panels go straight into dst, the last partial one into `last`.
-    let mut passes = Vec::with_capacity(3);
-    if v == 32 {
-        passes.push((Lay::Pair, at(0, whole, a.dst)));
+    let none = at(0, 0, a.dst);
+    let passes = if v == 32 {
+        [(Lay::Pair, at(0, whole, a.dst)), (Lay::Single, none)]
     } else {
-        passes.push((Lay::Pair64, at(0, whole / 2, a.dst)));
-        if whole % 2 == 1 {
-            passes.push((Lay::Single, at(whole - 1, 1, a.dst.wrapping_add((whole - 1) * NR))));
-        }
-    }
-    if whole * NR < a.cols {
-        let lay = if v == 32 { Lay::Pair } else { Lay::Single };
-        passes.push((lay, at(whole, 1, last.as_mut_ptr())));
-    }
-    for (lay, st) in passes {
+        // An odd last whole panel alone (at whole − 1 = whole − whole % 2); none when `whole` is even.
+        let odd = whole - whole % 2;
+        [(Lay::Pair64, at(0, whole / 2, a.dst)), (Lay::Single, at(odd, whole % 2, a.dst.wrapping_add(odd * NR)))]
+    };
+    let tail_lay = if v == 32 { Lay::Pair } else { Lay::Single };
+    let tail = (tail_lay, at(whole, usize::from(whole * NR < a.cols), last.as_mut_ptr()));
+    for (lay, st) in passes.into_iter().chain([tail]) {
         if st.panels == 0 {
             continue;
         }

@@ -86,27 +86,6 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     }
 }
 
-/// Per block of the row: [sa / 16, sa·Σq] (the row numerics: sa = 1, Σq), the two values `ld1rw` broadcasts
-/// (the SME2 GEMV's, laid out once per task).
-pub(crate) struct RowBlocks(pub(crate) Vec<f32>);
-
-impl RowBlocks {
-    pub(crate) fn new(a: &RunArgs) -> RowBlocks {
-        let mut v = vec![0f32; 2 * a.blocks];
-        for (b, o) in v.chunks_exact_mut(2).enumerate() {
-            // SAFETY: row 0's scale (not read in the row numerics, where it is 1) and Σq of block b.
-            let sa = if a.row != 0 { 1.0 } else { unsafe { *a.lhs_scale.add(b) } };
-            o[0] = sa / 16.0;
-            if a.has_zp != 0 {
-                // SAFETY: as above.
-                let q = unsafe { *a.lhs_sum.add(b) } as f32;
-                o[1] = if a.row != 0 { q } else { sa * q };
-            }
-        }
-        RowBlocks(v)
-    }
-}
-
 /// Row 0 × the 32 columns of panels `panel .. panel + 4`, over all K, into `out`, times 16 (the fields' 2^4 is
 /// left in): [panel p][column half j] 8 f32 each, lanes (column, K half): c0 lo, c0 hi, c1 lo, c1 hi, … (adding
 /// each pair gives the 4 columns).
