@@ -116,15 +116,10 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, des
     let rec = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
     let act0 = a.lhs.wrapping_add(g * MR * a.lhs_stride);
     let act1 = a.lhs.wrapping_add((g + 1) * MR * a.lhs_stride);
-    // SAFETY: reads: per block, the record's codes (chunks × 128 bytes from the record's start), each group's
-    // 128 bytes per chunk (4 runs of 8 K × 4 rows), 128 bytes of the column scales and the two groups' 128 bytes of
-    // row pairs, for a.blocks blocks: all inside
-    // the tile's buffers (the caller's guarantee); 8 f32 of `dest.bias`. Writes: 8 rows × 8 columns of `dest` (the
-    // caller's guarantee). Every vector, predicate and
-    // scratch register the block touches is declared; d8–d15 (callee-saved) are clobbered and saved by the
-    // compiler; the flags are clobbered (no preserves_flags).
-    // The accumulators restart from the 64 bytes of `sve_asm::ZEROS` (a static).
-    unsafe {
+    // `$head` / `$tail`: the chunk loop's head and tail, or (blocks of one chunk: 4 instructions fewer per block)
+    // straight-line code.
+    macro_rules! tile_asm {
+        ($head:tt, $tail:tt) => {
         sve_asm!(
             ".arch_extension sve",
             ".arch_extension i8mm",
@@ -136,10 +131,9 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, des
             "2:",
             "mov {xc}, {rec}",
             "add {rec}, {rec}, {rstride}",
-            "mov {cc}, {chunks}",
             // Chunk loop: 32 K, two 64-byte groups of 8 columns × 8 K × 2 fields; field l of group g is run
             // 2l + g of the chunk (32 bytes apart in each row group).
-            "3:",
+            $head,
             "ld1w {{z16.s}}, p1/z, [{xc}]",
             "ld1w {{z17.s}}, p1/z, [{xc}, {e8}, lsl #2]",
             "lsl z18.b, z16.b, #4",
@@ -172,11 +166,9 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, des
             "ld1rqb {{z22.b}}, p0/z, [{a1}, #96]",
             "ld1rqb {{z23.b}}, p0/z, [{a1}, #112]",
             smmla_8x8!(),
-            "add {xc}, {xc}, #128",
             "add {a0}, {a0}, #128",
             "add {a1}, {a1}, #128",
-            "subs {cc}, {cc}, #1",
-            "b.ne 3b",
+            $tail,
             // Block epilogue: y += f32(acc)·(s·sa) [+ c·sq] (the row numerics: y += f32(S)·w [+ c·sq]).
             "ld1w {{z25.s}}, p1/z, [{col}]",
             "ld1w {{z26.s}}, p1/z, [{col}, {e8}, lsl #2]",
@@ -256,7 +248,23 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, des
             xc = out(reg) _,
             cc = out(reg) _,
             zeros = in(reg) super::sve_asm::ZEROS.0.as_ptr(),
-        );
+        )
+        };
+    }
+    // SAFETY: reads: per block, the record's codes (chunks × 128 bytes from the record's start), each group's
+    // 128 bytes per chunk (4 runs of 8 K × 4 rows), 128 bytes of the column scales and the two groups' 128 bytes of
+    // row pairs, for a.blocks blocks: all inside
+    // the tile's buffers (the caller's guarantee); 8 f32 of `dest.bias`. Writes: 8 rows × 8 columns of `dest` (the
+    // caller's guarantee). Every vector, predicate and
+    // scratch register the block touches is declared; d8–d15 (callee-saved) are clobbered and saved by the
+    // compiler; the flags are clobbered (no preserves_flags).
+    // The accumulators restart from the 64 bytes of `sve_asm::ZEROS` (a static).
+    unsafe {
+        if a.bl == 32 {
+            tile_asm!("// {cc} {chunks}", "")
+        } else {
+            tile_asm!("mov {cc}, {chunks}\n3:", "add {xc}, {xc}, #128\nsubs {cc}, {cc}, #1\nb.ne 3b")
+        }
     }
 }
 
