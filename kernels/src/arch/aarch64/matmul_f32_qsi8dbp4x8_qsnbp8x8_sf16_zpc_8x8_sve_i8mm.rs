@@ -16,8 +16,9 @@
 //! (0.25); per block 2 NEON LD1 of zeros (zeroing 4 accumulators each, their bits above 128 included; 8 DUP
 //! before), 8 SCVTF, 8 FMUL (row × column scales), 8 FMLA, 2 + 4 scale loads (0.88; the
 //! row numerics keep running sums over all blocks (the Abel weights of `ops::for_each_block_weight`, as the NEON
-//! i8mm tiles): no DUP, no FMUL, 2 loads: 0.56; zero points add 4 loads and 8 FMLA); loop ~9 (0.28). Total
-//! ~3.2 per SVE SMMLA = ~1.6 per NEON-SMMLA-equivalent (the NEON 4×8 tile measures 3.37). The column scales
+//! i8mm tiles): no DUP, no FMUL, 2 loads: 0.56; zero points add 4 loads and 8 FMLA); loop ~9 (0.28; ~5 for blocks
+//! of one chunk, which run without the chunk loop: 0.16). Total ~3.1 per SVE SMMLA = ~1.55 per
+//! NEON-SMMLA-equivalent (the NEON 4×8 tile measures 3.37). The column scales
 //! (× 2^−4, the field's factor, exact), their zero-point corrections and the rows' activation scales and
 //! sa·Σq are laid out in the lane order of the 2 × 2 tiles (`ColumnScales` per panel, the LHS packing's
 //! `PackedLhs::pairs` once per call), so the
