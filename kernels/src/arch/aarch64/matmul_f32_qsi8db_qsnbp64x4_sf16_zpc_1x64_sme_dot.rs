@@ -399,23 +399,11 @@ unsafe fn run_with(a: &RunArgs, v: usize, rows: *const f32) {
         out,
         ..st
     };
-    // At SVL 256 a pass is a panel's two stripes (`Pair`); at SVL 512 two panels of one stripe (`Pair64`), an odd
-    // last whole panel alone (`Single`). Whole panels go straight into dst, the last partial one into `last`.
-    let none = at(0, 0, a.dst);
-    let passes = if v == 32 {
-        [(Lay::Pair, at(0, whole, a.dst)), (Lay::Single, none)]
-    } else {
-        // An odd last whole panel alone (at whole − 1 = whole − whole % 2); none when `whole` is even.
-        let odd = whole - whole % 2;
-        [(Lay::Pair64, at(0, whole / 2, a.dst)), (Lay::Single, at(odd, whole % 2, a.dst.wrapping_add(odd * NR)))]
-    };
-    let tail_lay = if v == 32 { Lay::Pair } else { Lay::Single };
-    let tail = (tail_lay, at(whole, usize::from(whole * NR < a.cols), last.as_mut_ptr()));
-    for (lay, st) in passes.into_iter().chain([tail]) {
+    let pass = |lay: Lay, st: Stripe| {
         if st.panels == 0 {
-            continue;
+            return;
         }
-        // SAFETY: the CPU has SME2 at this SVL (read above; `Pair` is SVL 256, the others SVL 512: the group and
+        // SAFETY: the CPU has SME2 at this SVL (read by `run`; `Pair` is SVL 256, the others SVL 512: the group and
         // store offsets are in vectors of V bytes); reads per panel and block: chunks × 4 groups × 64 columns × 4
         // bytes of codes, 64 f16 scales and (zero points) 64 f32 corrections inside the record (RunArgs
         // contract: the pass's panels are the tile's), the row's bl activation bytes and 2 f32 of `rows`;
@@ -438,6 +426,20 @@ unsafe fn run_with(a: &RunArgs, v: usize, rows: *const f32) {
                 (Lay::Single, true, false) => stripe_call!(single zp many "4" "8" "12"; st),
             }
         }
+    };
+    // At SVL 256 a pass is a panel's two stripes (`Pair`); at SVL 512 two panels of one stripe (`Pair64`), an odd
+    // last whole panel alone (`Single`). Whole panels go straight into dst, the last partial one into `last`.
+    if v == 32 {
+        pass(Lay::Pair, at(0, whole, a.dst));
+    } else {
+        pass(Lay::Pair64, at(0, whole / 2, a.dst));
+        if whole % 2 == 1 {
+            pass(Lay::Single, at(whole - 1, 1, a.dst.wrapping_add((whole - 1) * NR)));
+        }
+    }
+    if whole * NR < a.cols {
+        let lay = if v == 32 { Lay::Pair } else { Lay::Single };
+        pass(lay, at(whole, 1, last.as_mut_ptr()));
     }
     let tail = a.cols - whole * NR;
     // SAFETY: row 0's columns whole·64 .. cols are inside dst (RunArgs contract).

@@ -19,8 +19,8 @@
 //! activations (`ld1rw`, one of each per block and pass; Σq only with zero points, as 16·sa·Σq); the fields' 2^4
 //! is taken out of the pass's sums once, when they are stored (× 1/16: exact, so the sums are those of
 //! sa/16 per block bit for bit). Nothing is laid out per call or per task: a decode call is cut into up to 32
-//! tasks (`plan::TilePlan::TARGET_TILES`), and a per-task table of the row's block factors (allocated and
-//! filled by every task) cost ~1.7 k instructions per task, ~7% of a 2048² Run.
+//! tasks (`plan::TilePlan::TARGET_TILES`), and a table of the row's block factors, allocated and filled by every
+//! task, cost ~1.3 k instructions per task (~5% of a 2048² Run).
 //!
 //! LHS: `qsi8db`; RHS: `qsnbp8x8_sf16_zpc`. The asm runs one row, 4-bit codes in blocks of whole 32-K chunks,
 //! four panels at a time; the last 1–3 panels, other bit widths, blocks of 16 and tiles of more rows run the NEON
@@ -103,8 +103,8 @@ unsafe fn pass(a: &RunArgs, panel: usize, out: &mut [f32; 64]) {
     let (to_scales, to_zp, to_next) =
         (a.rhs_scales - codes_bytes, a.rhs_zp.wrapping_sub(codes_bytes), a.rhs_record - codes_bytes);
     // SAFETY: reads per block: each panel's record (its codes, 8 f16 scales and, with zero points, 8 f32
-    // corrections), the row's bl activation bytes, its scale and (with zero points) its Σq, for a.blocks blocks, all inside the tile's
-    // buffers (the caller's guarantee); writes: the 64 f32 of `out`. Every vector, predicate and scratch register
+    // corrections), the row's bl activation bytes, its scale and (with zero points) its Σq, for a.blocks blocks,
+    // all inside the tile's buffers (the caller's guarantee); writes: the 64 f32 of `out`. Every vector, predicate and scratch register
     // the block touches is declared; d8–d15 (callee-saved) are clobbered and saved by the compiler; the flags are
     // clobbered.
     // The accumulators restart from the 64 bytes of `sve_asm::ZEROS` (a static).
