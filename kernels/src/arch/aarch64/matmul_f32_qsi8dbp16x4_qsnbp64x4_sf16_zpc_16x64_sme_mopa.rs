@@ -73,10 +73,8 @@ pub(crate) const MR: usize = 16;
 pub(crate) const NR: usize = 64;
 pub(crate) const KR: usize = 4;
 
-/// f32 per block in the per-call column buffer (64 scales, then 64 corrections) and row buffer (16 sa · 2^−4,
-/// then 16 sa·Σq).
+/// f32 per block in the per-call column buffer: 64 scales, then 64 corrections.
 const COL_PER_BLOCK: usize = 2 * NR;
-const ROW_PER_BLOCK: usize = 2 * MR;
 
 /// The streaming vector length in bytes (`rdsvl`; legal outside streaming mode).
 ///
@@ -131,7 +129,6 @@ unsafe fn widen_scales(src: *const u8, dst: *mut f32) {
         )
     };
 }
-
 /// # Safety
 /// The CPU has SME2; `args` satisfies the `RunArgs` contract with a `qsi8dbp16x4` LHS (the tile starts at a
 /// row group) and a `qsnbp64x4_sf16_zpc` RHS.
@@ -144,40 +141,21 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         return;
     }
     // SAFETY: the CPU has SME (the caller's guarantee).
-    let svl = unsafe { svl_bytes() };
-    let s = svl.min(64) / 4;
-    debug_assert!(s.is_power_of_two() && (4..=16).contains(&s));
-    // SVL ≤ 256 bits: passes of 2s rows × 2s columns (the four tiles 2 × 2: each code vector serves two row
-    // halves); above, and for a tile of at most s rows (whose second row half would be padding), s rows × 4s
-    // columns (one pass per tile at SVL 512).
-    let pair = svl <= 32 && a.rows > s;
-    let (pr, pc) = if pair { (2 * s, 2 * s) } else { (s, 4 * s) };
+    let v = unsafe { svl_bytes() };
+    let s = v.min(64) / 4;
+    debug_assert!(v.is_power_of_two() && v >= 16 && (4..=16).contains(&s));
+    // Tall passes (SVL ≤ 256 bits and a tile of more than s rows): 2s rows × s columns, each code field vector
+    // serving both row halves; otherwise s rows × 2s columns.
+    let tall = v == 32 && a.rows > s;
+    let g = Pass { v, s, tall };
+    let (pr, pc) = g.rows_cols();
     let groups = a.rows.div_ceil(MR);
-    let (zp, row) = (a.has_zp != 0, a.row != 0);
-
-    // Per group and block: 16 sa · 2^−4 (sa = 1 in the row numerics), 16 sa·Σq.
-    let mut rows = vec![0f32; groups * a.blocks * ROW_PER_BLOCK];
-    for g in 0..groups {
-        for b in 0..a.blocks {
-            let out = &mut rows[(g * a.blocks + b) * ROW_PER_BLOCK..][..ROW_PER_BLOCK];
-            for r in 0..MR {
-                let i = g * MR * a.blocks + b * MR + r;
-                // SAFETY: row g·16 + r's block-b scale and Σq, inside the tile's (RunArgs contract: group-major,
-                // rows rounded up to the group; padding rows hold 0).
-                let (sa, q) = unsafe { (*a.lhs_scale.add(i), *a.lhs_sum.add(i) as f32) };
-                // The codes' 16·v: × 2^−4 (exact) with the row's scale; in the row numerics the column scales
-                // carry the 2^−4 and the fast epilogue does not read these (1: the other one multiplies by it).
-                out[r] = if row { 1.0 } else { sa * (1.0 / 16.0) };
-                if zp {
-                    out[MR + r] = if row { q } else { sa * q };
-                }
-            }
-        }
-    }
+    let row_passes = MR / pr;
+    let zp = a.has_zp != 0;
 
     let mut cols = vec![0f32; a.blocks * COL_PER_BLOCK];
-    // One pass's sums (at most 16 × 64 f32).
-    let mut sums = [0f32; MR * NR];
+    // One pass's sums (at most 16 × 32 f32: rows pc apart).
+    let mut sums = [0f32; MR * NR / 2];
     for panel in 0..a.cols.div_ceil(NR) {
         let rec0 = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
         for b in 0..a.blocks {
@@ -191,49 +169,55 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                     core::ptr::copy_nonoverlapping(rec.add(a.rhs_zp), out[NR..].as_mut_ptr().cast::<u8>(), 4 * NR);
                 }
             }
-            if row {
-                // The codes' 2^−4 (exact: an f16 scale × 2^−4 is a normal f32), so that the row numerics'
-                // epilogue is one FMLA per vector, with the bits of (s · 2^−4) · 1.
-                for v in &mut out[..NR] {
-                    *v *= 1.0 / 16.0;
-                }
+            // The codes' 16·v: × 2^−4 (exact: an f16 scale × 2^−4 is a normal f32) in the column scales, so that the
+            // row factor is the LHS scale itself (1 in the row numerics, whose epilogue then skips it).
+            for v in &mut out[..NR] {
+                *v *= 1.0 / 16.0;
             }
         }
-        for g in 0..groups {
-            let act = a.lhs.wrapping_add(g * MR * a.lhs_stride);
-            let rws = &rows[g * a.blocks * ROW_PER_BLOCK..][..a.blocks * ROW_PER_BLOCK];
-            let real_rows = (a.rows - g * MR).min(MR);
-            for ri in 0..MR / pr {
+        for gr in 0..groups {
+            let act = a.lhs.wrapping_add(gr * MR * a.lhs_stride);
+            let real_rows = (a.rows - gr * MR).min(MR);
+            for ri in 0..row_passes {
+                // The pass's rows' scales and Σq of block 0 (the next block's 16 further).
+                let row0 = gr * MR * a.blocks + ri * pr;
+                let (sa, sq) = (a.lhs_scale.wrapping_add(row0), a.lhs_sum.wrapping_add(row0));
                 for cq in 0..NR / pc {
                     let col0 = panel * NR + cq * pc;
                     if ri * pr >= real_rows || col0 >= a.cols {
                         continue;
                     }
-                    sums[..if pair { pr * pc } else { s * NR }].fill(0.0);
-                    // SAFETY: the CPU has SME2 at this SVL (read above: 4s bytes ≤ 32 for the pair passes); group g
-                    // and `panel` are the tile's, with a.blocks records of whole 32-K chunks; the pass (ri, cq) reads
-                    // its pr rows and pc columns inside them and writes its pr × pc sums into `sums`; `cols`/`rws`
-                    // hold every block.
+                    // A whole pass (its rows and columns all real) stores its sums plus bias into the output rows;
+                    // another into `sums` (rows pc apart), which store_row adds the bias to.
+                    let whole = ri * pr + pr <= real_rows && col0 + pc <= a.cols;
+                    let (out, ostride, bias) = if whole {
+                        let out = a.dst.wrapping_add((gr * MR + ri * pr) * a.dst_stride + col0);
+                        let bias = if a.bias.is_null() { ZERO_BIAS.as_ptr() } else { a.bias.wrapping_add(col0) };
+                        (out, 4 * a.dst_stride, bias)
+                    } else {
+                        (sums.as_mut_ptr(), 4 * pc, ZERO_BIAS.as_ptr())
+                    };
+                    // SAFETY: the CPU has SME2 at this SVL (read above); group gr and `panel` are the tile's, with
+                    // a.blocks records of whole 32-K chunks; the pass (ri, cq) reads its pr rows and pc columns
+                    // inside them and of the group's scales and Σq (a.blocks × 16 each), `cols` holds every block,
+                    // `bias` pc f32; it writes its pr × pc sums at `out`, `ostride` bytes per row: the output rows
+                    // of a whole pass (inside dst, which nothing else references during the call), else `sums`.
                     unsafe {
                         let (rec, act) = (rec0.wrapping_add(cq * 4 * pc), act.wrapping_add(ri * 4 * pr));
-                        let (cols, rws) = (cols.as_ptr().wrapping_add(cq * pc), rws.as_ptr().wrapping_add(ri * pr));
-                        pass(a, s, pair, rec, act, cols, rws, sums.as_mut_ptr())
+                        let cols = cols.as_ptr().wrapping_add(cq * pc);
+                        pass(a, &g, rec, act, cols, sa, sq, out, ostride, bias)
                     };
-                    // The pass's real rows: row ri·pr + h·s + i at h·hs + i·is of `sums` (pair passes: tile row i
-                    // holds rows i and s + i side by side; pass: rows of 64).
-                    let (hn, hs, is) = if pair { (2, pc, 2 * pc) } else { (1, 0, NR) };
-                    for h in 0..hn {
-                        for i in 0..s {
-                            let r = ri * pr + h * s + i;
-                            if r >= real_rows {
-                                break;
-                            }
-                            let src = &sums[h * hs + i * is..][..pc];
-                            // SAFETY: row g·16 + r < rows is inside dst (RunArgs contract), which nothing else
-                            // references during the call; store_row stores only its columns below cols (and
-                            // reads bias there).
-                            unsafe { store_row(a, a.dst.add((g * MR + r) * a.dst_stride), col0, src) };
-                        }
+                    if whole {
+                        continue;
+                    }
+                    for i in 0..pr.min(real_rows - ri * pr) {
+                        // SAFETY: row gr·16 + ri·pr + i < rows is inside dst (RunArgs contract), which nothing else
+                        // references during the call; store_row stores only its columns below cols (and reads bias
+                        // there).
+                        unsafe {
+                            let dst = a.dst.add((gr * MR + ri * pr + i) * a.dst_stride);
+                            store_row(a, dst, col0, &sums[i * pc..][..pc])
+                        };
                     }
                 }
             }
@@ -241,231 +225,53 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     }
 }
 
-/// One row of the per-block epilogue for tile `$j` (0–3): the row out of ZA (w12), converted, × (column scale
-/// · row scale), added to the sums row at `$addr` (tile $j's part of it), with zero points (`zp`) + c · sa·Σq.
-macro_rules! epi_tile {
-    // With zero points: + c · sa·Σq (tile $j's corrections in z2$j, the row's sa·Σq in z29).
-    (@zp $j:literal) => {
-        concat!("fmla z2.s, p1/m, z2", $j, ".s, z29.s\n")
-    };
-    ($j:literal, $addr:literal $(, $zp:ident)?) => {
-        concat!(
-            "mova z0.s, p1/m, za",
-            $j,
-            "h.s[w12, 0]\n",
-            "scvtf z0.s, p1/m, z0.s\n",
-            "fmul z1.s, z1",
-            $j,
-            ".s, z28.s\n",
-            "ld1w {{z2.s}}, p1/z, ",
-            $addr,
-            "\n",
-            "fmla z2.s, p1/m, z0.s, z1.s\n",
-            $(epi_tile!(@$zp $j),)?
-            "st1w {{z2.s}}, p1, ",
-            $addr,
-            "\n",
-        )
-    };
+/// The bias of passes without one: 0 for each of a pass's (at most 32) columns.
+static ZERO_BIAS: [f32; 2 * MAX_S] = [0.0; 2 * MAX_S];
+
+/// Most rows (and columns) of a ZA tile the passes use: 64 bytes of int8 rows or 4-byte code columns.
+const MAX_S: usize = 16;
+
+/// A pass's geometry at streaming vector length `v` bytes: tiles of s × s int32 (s = min(v, 64) / 4) in za0 and za1,
+/// their f32 sums in za2 and za3; `tall`: za0 / za1 the two row halves of 2s rows × s columns, else the two column
+/// halves of s rows × 2s columns.
+struct Pass {
+    v: usize,
+    s: usize,
+    tall: bool,
 }
 
-/// The epilogue's row loop (label `$l`): s rows of the four tiles into the sums rows at `{out}` (256 bytes
-/// apart), row scales at `{rowp}` (sa, and sa·Σq 64 bytes further).
-macro_rules! epi_rows {
-    ($l:literal $(, $zp:ident)?) => {
-        concat!(
-            "mov {xo}, {out}\n",
-            "mov {xr}, {rowp}\n",
-            "mov w12, #0\n",
-            $l,
-            ":\n",
-            "ld1rw {{z28.s}}, p1/z, [{xr}]\n",
-            "ld1rw {{z29.s}}, p1/z, [{xr}, #64]\n",
-            epi_tile!("0", "[{xo}]" $(, $zp)?),
-            epi_tile!("1", "[{xo}, {s1}, lsl #2]" $(, $zp)?),
-            epi_tile!("2", "[{xo}, {s2}, lsl #2]" $(, $zp)?),
-            epi_tile!("3", "[{xo}, {s3}, lsl #2]" $(, $zp)?),
-            "add {xo}, {xo}, #256\n",
-            "add {xr}, {xr}, #4\n",
-            "add w12, w12, #1\n",
-            "cmp x12, {s1}\n",
-            "b.lo ",
-            $l,
-            "b\n",
-        )
-    };
+impl Pass {
+    /// (rows, columns) of a pass.
+    fn rows_cols(&self) -> (usize, usize) {
+        if self.tall { (2 * self.s, self.s) } else { (self.s, 2 * self.s) }
+    }
 }
 
-/// One MOVA's worth of the multi-vector epilogues (SVL ≤ 512 bits, four sums vectors): ZA array vectors
-/// w12 + `$za` (row w12 / 4 + `$r` of za0.s–za3.s) by one multi-vector MOVA, one multi-vector SCVTF, × (column
-/// scale · row scale: sums vector j takes column scales `z$c_j` and the row scale in lane `$r` of `z$a_j`), added to
-/// the four sums vectors at `$addr` (one multi-vector load and store), with zero points + c · sa·Σq (corrections
-/// `z$z_j`, sa·Σq in lane `$r` of `z$q_j`). The same operations in the same order per element as `epi_tile!`, so
-/// the same bits. The row numerics (`row`): the column scales themselves (they carry the 2^−4; row scale 1).
-/// `epi_fast_row!` (s × 4s passes: one sums row) and `epi_pair_row!` (pair passes: rows i and s + i) name the
-/// registers.
-macro_rules! epi_row4 {
-    (@zp $r:literal $([$d:literal $z:literal $q:literal])*) => {
-        concat!($("fmla z", $d, ".s, z", $z, ".s, z", $q, ".s[", $r, "]\n",)*)
-    };
-    ($act:ident, $r:literal, $za:literal, $addr:literal, [$c0:literal $c1:literal $c2:literal $c3:literal],
-     [$a0:literal $a1:literal $a2:literal $a3:literal], [$z0:literal $z1:literal $z2:literal $z3:literal],
-     [$q0:literal $q1:literal $q2:literal $q3:literal] $(, $zp:ident)?) => {
-        concat!(
-            "mova {{z16.b-z19.b}}, za0h.b[w12, ", $za, "]\n",
-            "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
-            epi_row4!(@fmul $act $r [$c0 "24" $a0] [$c1 "25" $a1] [$c2 "26" $a2] [$c3 "27" $a3]),
-            "ld1w {{z28.s-z31.s}}, pn8/z, ", $addr, "\n",
-            epi_row4!(@fmla $act [$c0 $c1 $c2 $c3]),
-            $(epi_row4!(@$zp $r ["28" $z0 $q0] ["29" $z1 $q1] ["30" $z2 $q2] ["31" $z3 $q3]),)?
-            "st1w {{z28.s-z31.s}}, pn8, ", $addr, "\n",
-        )
-    };
-    // Block numerics: the factors column scale × row scale into z24–z27.
-    (@fmul block $r:literal $([$c:literal $f:literal $a:literal])*) => {
-        concat!($("fmul z", $f, ".s, z", $c, ".s, z", $a, ".s[", $r, "]\n",)*)
-    };
-    (@fmul row $r:literal $([$c:literal $f:literal $a:literal])*) => { "" };
-    (@fmla block [$($c:literal)*]) => {
-        concat!(
-            "fmla z28.s, p1/m, z16.s, z24.s\n",
-            "fmla z29.s, p1/m, z17.s, z25.s\n",
-            "fmla z30.s, p1/m, z18.s, z26.s\n",
-            "fmla z31.s, p1/m, z19.s, z27.s\n",
-        )
-    };
-    (@fmla row [$c0:literal $c1:literal $c2:literal $c3:literal]) => {
-        concat!(
-            "fmla z28.s, p1/m, z16.s, z", $c0, ".s\n",
-            "fmla z29.s, p1/m, z17.s, z", $c1, ".s\n",
-            "fmla z30.s, p1/m, z18.s, z", $c2, ".s\n",
-            "fmla z31.s, p1/m, z19.s, z", $c3, ".s\n",
-        )
-    };
-}
-
-/// [`epi_row4!`] for the s × 4s passes: one sums row (4 vectors), column scales z10–z13, the row's scale in z2,
-/// corrections z20–z23, sa·Σq in z3.
-macro_rules! epi_fast_row {
-    ($act:ident, $r:literal, $za:literal, $addr:literal $(, $zp:ident)?) => {
-        epi_row4!($act, $r, $za, $addr, ["10" "11" "12" "13"], ["2" "2" "2" "2"], ["20" "21" "22" "23"],
-            ["3" "3" "3" "3"] $(, $zp)?)
-    };
-}
-
-/// The multi-vector epilogues' row loop (label `$l`), four ZA rows per iteration, for the s × 4s passes (`fast`:
-/// s is 4, 8 or 16; s sums rows at `{out}`, 256 bytes apart, x14 two rows further; 4 rows' scales in the 128-bit
-/// segments of z2, their sa·Σq in z3) or the pair passes (`pair`: s is 4 or 8; tile row i's 4 sums vectors at 4i
-/// vectors from `{out}`; rows i's scales in z2, s + i's in z3, their sa·Σq in z6, z7). Row scales at `{rowp}`
-/// (sa · 2^−4 per row, sa·Σq 64 bytes further; the row numerics read no sa).
-macro_rules! epi_loop4 {
-    (@setup fast) => { "add x14, {out}, #512\n" };
-    (@setup pair) => { "" };
-    (@sa fast block) => { "ld1rqw {{z2.s}}, p1/z, [{xr}]\n" };
-    (@sa pair block) => {
-        concat!("ld1rqw {{z2.s}}, p1/z, [{xr}]\n", "ld1rqw {{z3.s}}, p1/z, [{xr}, {s1}, lsl #2]\n")
-    };
-    (@sa $k:ident row) => { "" };
-    (@zp fast) => { "ld1rqw {{z3.s}}, p1/z, [{xr}, #64]\n" };
-    (@zp pair) => {
-        concat!(
-            "add x15, {xr}, #64\n",
-            "ld1rqw {{z6.s}}, p1/z, [x15]\n",
-            "ld1rqw {{z7.s}}, p1/z, [x15, {s1}, lsl #2]\n",
-        )
-    };
-    (@rows fast $act:ident $(, $zp:ident)?) => {
-        concat!(
-            epi_fast_row!($act, "0", "0:3", "[{xo}]" $(, $zp)?),
-            epi_fast_row!($act, "1", "4:7", "[{xo}, {e64}, lsl #2]" $(, $zp)?),
-            epi_fast_row!($act, "2", "8:11", "[x14]" $(, $zp)?),
-            epi_fast_row!($act, "3", "12:15", "[x14, {e64}, lsl #2]" $(, $zp)?),
-        )
-    };
-    (@rows pair $act:ident $(, $zp:ident)?) => {
-        concat!(
-            epi_pair_row!($act, "0", "0:3", "[{xo}]" $(, $zp)?),
-            epi_pair_row!($act, "1", "4:7", "[{xo}, #4, mul vl]" $(, $zp)?),
-            epi_pair_row!($act, "2", "8:11", "[{xo}, #8, mul vl]" $(, $zp)?),
-            epi_pair_row!($act, "3", "12:15", "[{xo}, #12, mul vl]" $(, $zp)?),
-        )
-    };
-    (@step fast) => { concat!("add {xo}, {xo}, #1024\n", "add x14, x14, #1024\n") };
-    (@step pair) => { "addvl {xo}, {xo}, #16\n" };
-    ($k:ident, $act:ident, $l:literal $(, $zp:ident)?) => {
-        concat!(
-            "mov {xo}, {out}\n",
-            epi_loop4!(@setup $k),
-            "mov {xr}, {rowp}\n",
-            "mov w12, #0\n",
-            $l,
-            ":\n",
-            epi_loop4!(@sa $k $act),
-            $(epi_loop4!(@$zp $k),)?
-            epi_loop4!(@rows $k $act $(, $zp)?),
-            epi_loop4!(@step $k),
-            "add {xr}, {xr}, #16\n",
-            "add w12, w12, #16\n",
-            "cmp x12, {s4}\n",
-            "b.lo ",
-            $l,
-            "b\n",
-        )
-    };
-}
-
-/// The 8 SMOPA of a 4-K column group, its codes in z0–z3 and LHS runs g and 4 + g in z8, z9: low fields
-/// (`lsl #4`, z4–z7) against run g, high fields (`and`, in place) against run 4 + g.
-macro_rules! mopa_fields {
+/// The 4 SMOPA of a 4-K column group, wide pass: codes of the two tiles' columns in z0, z1 and the LHS runs g
+/// (z8) and 4 + g (z9) of s rows; low fields (`lsl #4`) against run g, high fields (`and`, in place) against run
+/// 4 + g.
+macro_rules! mopa_wide {
     () => {
         concat!(
             "lsl z4.b, z0.b, #4\n",
             "lsl z5.b, z1.b, #4\n",
-            "lsl z6.b, z2.b, #4\n",
-            "lsl z7.b, z3.b, #4\n",
             "and z0.b, z0.b, #0xf0\n",
             "and z1.b, z1.b, #0xf0\n",
-            "and z2.b, z2.b, #0xf0\n",
-            "and z3.b, z3.b, #0xf0\n",
             "smopa za0.s, p0/m, p0/m, z8.b, z4.b\n",
             "smopa za1.s, p0/m, p0/m, z8.b, z5.b\n",
-            "smopa za2.s, p0/m, p0/m, z8.b, z6.b\n",
-            "smopa za3.s, p0/m, p0/m, z8.b, z7.b\n",
             "smopa za0.s, p0/m, p0/m, z9.b, z0.b\n",
             "smopa za1.s, p0/m, p0/m, z9.b, z1.b\n",
-            "smopa za2.s, p0/m, p0/m, z9.b, z2.b\n",
-            "smopa za3.s, p0/m, p0/m, z9.b, z3.b\n",
         )
     };
 }
 
-/// One 4-K column group of a chunk: codes of 4s columns at `{xc}` (4 vectors z0–z3), the LHS runs g (`{xa}`)
-/// and 4 + g (256 bytes further) of s rows, low fields (`lsl #4`, z4–z7) against run g, high fields (`and`)
-/// against run 4 + g: 8 SMOPA.
-macro_rules! mopa_group {
-    () => {
-        concat!(
-            "ld1w {{z0.s}}, p1/z, [{xc}]\n",
-            "ld1w {{z1.s}}, p1/z, [{xc}, {s1}, lsl #2]\n",
-            "ld1w {{z2.s}}, p1/z, [{xc}, {s2}, lsl #2]\n",
-            "ld1w {{z3.s}}, p1/z, [{xc}, {s3}, lsl #2]\n",
-            "ld1w {{z8.s}}, p1/z, [{xa}]\n",
-            "ld1w {{z9.s}}, p1/z, [{xa}, {e64}, lsl #2]\n",
-            mopa_fields!(),
-            "add {xc}, {xc}, #256\n",
-            "add {xa}, {xa}, #64\n",
-        )
-    };
-}
-
-/// [`mopa_group!`] for SVL ≤ 512 bits (the pass's 4s columns are 4 whole vectors): the group's codes by one
-/// multi-vector load at `$codes`, its two LHS runs at `$lo` and `$hi` (byte-element loads, so the same offset
-/// registers serve both: the codes' groups are 256 bytes apart, the runs 64), and no pointer steps (the chunk
-/// loop steps once per 4 groups).
-macro_rules! mopa_group_fast {
+/// A 4-K column group of the wide pass at SVL ≤ 512 bits (the pass's 2s columns are 2 whole vectors): codes by one
+/// 2-vector load at `$codes`, the LHS runs at `$lo` and `$hi` (byte-element loads, so the same offset registers
+/// serve both: the codes' groups are 256 bytes apart, the runs 64): 11 instructions per 4 SMOPA.
+macro_rules! group_wide {
     ($codes:literal, $lo:literal, $hi:literal) => {
         concat!(
-            "ld1w {{z0.s-z3.s}}, pn8/z, ",
+            "ld1w {{z0.s-z1.s}}, pn8/z, ",
             $codes,
             "\n",
             "ld1b {{z8.b}}, p0/z, ",
@@ -474,19 +280,18 @@ macro_rules! mopa_group_fast {
             "ld1b {{z9.b}}, p0/z, ",
             $hi,
             "\n",
-            mopa_fields!(),
+            mopa_wide!(),
         )
     };
 }
 
-/// [`mopa_group_fast!`] of the pair passes (SVL ≤ 256 bits): a 4-K column group's 2s columns by one 2-vector
-/// load at `$codes` (z0–z1), its two LHS runs of 2s rows at `$lo` (z8–z9: the row halves) and `$hi` (z14–z15),
-/// each code field vector against both row halves: za0 = rows 0..s × columns 0..s, za1 = rows 0..s × columns
-/// s..2s, za2 / za3 the rows s..2s likewise. 15 instructions per 8 SMOPA (the 4s-column group: 19).
-macro_rules! mopa_group_pair {
+/// A 4-K column group of the tall pass (SVL ≤ 256 bits): the s columns' codes by one load at `$codes` (z0), the
+/// LHS runs of 2s rows at `$lo` (z8–z9: the row halves) and `$hi` (z14–z15), each code field vector against both
+/// row halves (za0 rows 0..s, za1 rows s..2s): 9 instructions per 4 SMOPA.
+macro_rules! group_tall {
     ($codes:literal, $lo:literal, $hi:literal) => {
         concat!(
-            "ld1w {{z0.s-z1.s}}, pn8/z, ",
+            "ld1w {{z0.s}}, p1/z, ",
             $codes,
             "\n",
             "ld1b {{z8.b-z9.b}}, pn9/z, ",
@@ -496,35 +301,19 @@ macro_rules! mopa_group_pair {
             $hi,
             "\n",
             "lsl z4.b, z0.b, #4\n",
-            "lsl z5.b, z1.b, #4\n",
             "and z0.b, z0.b, #0xf0\n",
-            "and z1.b, z1.b, #0xf0\n",
             "smopa za0.s, p0/m, p0/m, z8.b, z4.b\n",
-            "smopa za1.s, p0/m, p0/m, z8.b, z5.b\n",
-            "smopa za2.s, p0/m, p0/m, z9.b, z4.b\n",
-            "smopa za3.s, p0/m, p0/m, z9.b, z5.b\n",
+            "smopa za1.s, p0/m, p0/m, z9.b, z4.b\n",
             "smopa za0.s, p0/m, p0/m, z14.b, z0.b\n",
-            "smopa za1.s, p0/m, p0/m, z14.b, z1.b\n",
-            "smopa za2.s, p0/m, p0/m, z15.b, z0.b\n",
-            "smopa za3.s, p0/m, p0/m, z15.b, z1.b\n",
+            "smopa za1.s, p0/m, p0/m, z15.b, z0.b\n",
         )
     };
 }
 
-/// [`epi_row4!`] for the pair passes: tile row i gives sums rows i (columns 0..s, s..2s: column scales z10, z11,
-/// row scale in z2, corrections z20, z21, sa·Σq in z6) and s + i (the same columns, row scale in z3, sa·Σq in z7),
-/// which the pass's sums keep side by side.
-macro_rules! epi_pair_row {
-    ($act:ident, $r:literal, $za:literal, $addr:literal $(, $zp:ident)?) => {
-        epi_row4!($act, $r, $za, $addr, ["10" "11" "10" "11"], ["2" "2" "3" "3"], ["20" "21" "20" "21"],
-            ["6" "6" "7" "7"] $(, $zp)?)
-    };
-}
-
 /// The chunk loop (label 6) of the whole-vector passes: per 32 K the 4 column groups by `$group!` (codes 256 bytes
-/// apart from `{xc}`; LHS runs g at `{xa}` + 64g and 4 + g 256 bytes further, at `{xh}` + 64g), then the
-/// pointers step once.
-macro_rules! chunk_loop4 {
+/// apart from `{xc}`; LHS runs g at `{xa}` + 64g and 4 + g 256 bytes further, at `{xh}` + 64g), then the pointers
+/// step once.
+macro_rules! chunk_loop {
     ($group:ident) => {
         concat!(
             "add {xh}, {xa}, #256\n",
@@ -542,29 +331,306 @@ macro_rules! chunk_loop4 {
     };
 }
 
-/// The `asm!` of a pass ([`pass`], both kinds): streaming mode entered (ZA's lazy save honoured), `$setup`
-/// (predicates), the block loop (its record pointers; `$body`: the chunk loop and the block epilogue, which end at
-/// label 9), ZA zeroed per block, streaming mode left; the operands both bodies use.
+/// The chunk loop of the wide pass at SVL > 512 bits (the vectors predicated to their first 64 bytes): each group
+/// loads its two tiles' codes apart and steps its pointers.
+macro_rules! chunk_loop_any {
+    () => {
+        concat!(
+            "add {xh}, {xa}, #256\n",
+            "6:\n",
+            chunk_loop_any!(@group),
+            chunk_loop_any!(@group),
+            chunk_loop_any!(@group),
+            chunk_loop_any!(@group),
+            "add {xa}, {xa}, #256\n",
+            "add {xh}, {xh}, #256\n",
+            "subs {cc}, {cc}, #1\n",
+            "b.ne 6b\n",
+        )
+    };
+    (@group) => {
+        concat!(
+            "ld1w {{z0.s}}, p1/z, [{xc}]\n",
+            "ld1w {{z1.s}}, p1/z, [{xc}, {s1}, lsl #2]\n",
+            "ld1b {{z8.b}}, p0/z, [{xa}]\n",
+            "ld1b {{z9.b}}, p0/z, [{xh}]\n",
+            mopa_wide!(),
+            "add {xc}, {xc}, #256\n",
+            "add {xa}, {xa}, #64\n",
+            "add {xh}, {xh}, #64\n",
+        )
+    };
+}
+
+/// One tile's part of one step of the block epilogue: ZA vector group x8 + `$t` (rows j + i·v/16 of int32 tile
+/// `$t`) out by one MOVA, converted, × (column scale `z$c` · row factor: lane i of each quadword of `z$r`, the
+/// `block` numerics; the column scale alone, `row`), added to the same rows of the f32 sums tile 2 + `$t` (vector
+/// group x8 + 2 + `$t`) by one multi-vector FMLA.
+macro_rules! epi_tile {
+    (block, $t:literal, $u:literal, $c:literal, $r:literal) => {
+        concat!(
+            "mova {{z16.d-z19.d}}, za.d[w8, ", $t, ", vgx4]\n",
+            "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
+            "fmul z24.s, z", $c, ".s, z", $r, ".s[0]\n",
+            "fmul z25.s, z", $c, ".s, z", $r, ".s[1]\n",
+            "fmul z26.s, z", $c, ".s, z", $r, ".s[2]\n",
+            "fmul z27.s, z", $c, ".s, z", $r, ".s[3]\n",
+            "fmla za.s[w8, ", $u, ", vgx4], {{z16.s-z19.s}}, {{z24.s-z27.s}}\n",
+        )
+    };
+    (row, $t:literal, $u:literal, $c:literal, $r:literal) => {
+        concat!(
+            "mova {{z16.d-z19.d}}, za.d[w8, ", $t, ", vgx4]\n",
+            "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
+            "fmla za.s[w8, ", $u, ", vgx4], {{z16.s-z19.s}}, z", $c, ".s\n",
+        )
+    };
+}
+
+/// The block epilogue: the block's int32 tiles za0, za1 into the f32 sums za2, za3 (`epi_tile!`, steps of 4 rows of
+/// each tile), with zero points (`zp`) + sa·Σq ⊗ correction by one FMOPA per tile, then za0, za1 zeroed. Column
+/// scales (× 2^−4) in z10 (tile 0) and z11 (tile 1), corrections in z20, z21. The `block` numerics' row factors
+/// are the rows' sa, read from the LHS scales at `{sap}` (the pass's rows of the block) and spread by TBL: step j
+/// takes rows j + i·v/16 (i = 0..3, lane i of every quadword) from the index vectors of [`idx_setup!`]. The steps
+/// by SVL: `v32` (the tall pass at 256 bits: two steps, vector groups 0–7 from w8 = 0; tile 0's rows in z28, tile
+/// 1's in z29), `v32w` (the wide pass at 256 bits: the same two steps, both tiles the rows of z28), `v64` (the wide
+/// pass at 512 bits: four steps, w8 = 0 and 8), `any` (a loop of v/16 steps, label `$l`: x17 = v/4).
+macro_rules! epilogue {
+    (@sa v32) => { "ld1w {{z28.s-z29.s}}, pn8/z, [{sap}]\n" };
+    (@sa $k:ident) => { "ld1w {{z28.s}}, p1/z, [{sap}]\n" };
+    (@quads v32 block) => {
+        concat!(
+            "tbl z2.s, {{z28.s}}, z12.s\n",
+            "tbl z3.s, {{z29.s}}, z12.s\n",
+            "tbl z4.s, {{z28.s}}, z13.s\n",
+            "tbl z5.s, {{z29.s}}, z13.s\n",
+        )
+    };
+    (@quads v32w block) => { concat!("tbl z2.s, {{z28.s}}, z12.s\n", "tbl z3.s, {{z28.s}}, z13.s\n") };
+    (@quads v64 block) => {
+        concat!(
+            "tbl z2.s, {{z28.s}}, z12.s\n",
+            "tbl z3.s, {{z28.s}}, z13.s\n",
+            "tbl z4.s, {{z28.s}}, z14.s\n",
+            "tbl z5.s, {{z28.s}}, z15.s\n",
+        )
+    };
+    (@quads $k:ident $act:ident) => { "" };
+    (@steps v32 $act:ident $l:literal) => {
+        concat!(
+            "mov w8, #0\n",
+            epi_tile!($act, "0", "2", "10", "2"),
+            epi_tile!($act, "1", "3", "11", "3"),
+            epi_tile!($act, "4", "6", "10", "4"),
+            epi_tile!($act, "5", "7", "11", "5"),
+        )
+    };
+    (@steps v32w $act:ident $l:literal) => {
+        concat!(
+            "mov w8, #0\n",
+            epi_tile!($act, "0", "2", "10", "2"),
+            epi_tile!($act, "1", "3", "11", "2"),
+            epi_tile!($act, "4", "6", "10", "3"),
+            epi_tile!($act, "5", "7", "11", "3"),
+        )
+    };
+    (@steps v64 $act:ident $l:literal) => {
+        concat!(
+            "mov w8, #0\n",
+            epi_tile!($act, "0", "2", "10", "2"),
+            epi_tile!($act, "1", "3", "11", "2"),
+            epi_tile!($act, "4", "6", "10", "3"),
+            epi_tile!($act, "5", "7", "11", "3"),
+            "mov w8, #8\n",
+            epi_tile!($act, "0", "2", "10", "4"),
+            epi_tile!($act, "1", "3", "11", "4"),
+            epi_tile!($act, "4", "6", "10", "5"),
+            epi_tile!($act, "5", "7", "11", "5"),
+        )
+    };
+    (@steps any $act:ident $l:literal) => {
+        concat!(
+            "mov z13.d, z12.d\n",
+            "mov w8, #0\n",
+            $l,
+            ":\n",
+            epilogue!(@anyquad $act),
+            epi_tile!($act, "0", "2", "10", "2"),
+            epi_tile!($act, "1", "3", "11", "2"),
+            "add z13.s, z13.s, #1\n",
+            "add w8, w8, #4\n",
+            "cmp x8, x17\n",
+            "b.lo ",
+            $l,
+            "b\n",
+        )
+    };
+    (@anyquad block) => { "tbl z2.s, {{z28.s}}, z13.s\n" };
+    (@anyquad row) => { "" };
+    // Zero points: the rows' Σq (× sa in the block numerics; the row numerics' sa are 1) ⊗ the corrections.
+    (@zp v32 block zp) => {
+        concat!(
+            "ld1w {{z30.s-z31.s}}, pn8/z, [{sqp}]\n",
+            "scvtf z30.s, p1/m, z30.s\n",
+            "scvtf z31.s, p1/m, z31.s\n",
+            "fmul z6.s, z30.s, z28.s\n",
+            "fmul z7.s, z31.s, z29.s\n",
+            "fmopa za2.s, p1/m, p1/m, z6.s, z20.s\n",
+            "fmopa za3.s, p1/m, p1/m, z7.s, z21.s\n",
+        )
+    };
+    (@zp v32 row zp) => {
+        concat!(
+            "ld1w {{z30.s-z31.s}}, pn8/z, [{sqp}]\n",
+            "scvtf z30.s, p1/m, z30.s\n",
+            "scvtf z31.s, p1/m, z31.s\n",
+            "fmopa za2.s, p1/m, p1/m, z30.s, z20.s\n",
+            "fmopa za3.s, p1/m, p1/m, z31.s, z21.s\n",
+        )
+    };
+    (@zp $k:ident block zp) => {
+        concat!(
+            "ld1w {{z30.s}}, p1/z, [{sqp}]\n",
+            "scvtf z30.s, p1/m, z30.s\n",
+            "fmul z6.s, z30.s, z28.s\n",
+            "fmopa za2.s, p1/m, p1/m, z6.s, z20.s\n",
+            "fmopa za3.s, p1/m, p1/m, z6.s, z21.s\n",
+        )
+    };
+    (@zp $k:ident row zp) => {
+        concat!(
+            "ld1w {{z30.s}}, p1/z, [{sqp}]\n",
+            "scvtf z30.s, p1/m, z30.s\n",
+            "fmopa za2.s, p1/m, p1/m, z30.s, z20.s\n",
+            "fmopa za3.s, p1/m, p1/m, z30.s, z21.s\n",
+        )
+    };
+    (@zp $k:ident $act:ident nozp) => { "" };
+    (@load block $k:ident) => { epilogue!(@sa $k) };
+    (@load row $k:ident) => { "" };
+    ($k:ident, $act:ident, $zp:ident, $l:literal) => {
+        concat!(
+            epilogue!(@load $act $k),
+            epilogue!(@quads $k $act),
+            epilogue!(@steps $k $act $l),
+            epilogue!(@zp $k $act $zp),
+        )
+    };
+}
+
+/// The TBL indices of the epilogue's row factors (`epilogue!`): lane i of every quadword of step j's index vector is
+/// j + i·v/16. `v32`, `v32w`: z12, z13 (steps 0, 1); `v64`: z12–z15; `any`: z12 (step 0; the loop adds 1 per step).
+macro_rules! idx_setup {
+    (@base $shift:literal) => {
+        concat!("index z12.s, #0, #1\n", "and z12.s, z12.s, #3\n", "lsl z12.s, z12.s, #", $shift, "\n")
+    };
+    (v32) => { concat!(idx_setup!(@base "1"), "mov z13.d, z12.d\n", "add z13.s, z13.s, #1\n") };
+    (v32w) => { idx_setup!(v32) };
+    (v64) => {
+        concat!(
+            idx_setup!(@base "2"),
+            "mov z13.d, z12.d\n",
+            "add z13.s, z13.s, #1\n",
+            "mov z14.d, z12.d\n",
+            "add z14.s, z14.s, #2\n",
+            "mov z15.d, z12.d\n",
+            "add z15.s, z15.s, #3\n",
+        )
+    };
+    (any) => {
+        concat!(
+            "index z12.s, #0, #1\n",
+            "and z12.s, z12.s, #3\n",
+            "lsr x16, x17, #2\n",
+            "dup z13.s, w16\n",
+            "ptrue p2.s\n",
+            "mul z12.s, p2/m, z12.s, z13.s\n",
+        )
+    };
+}
+
+/// The `asm!` of a pass: streaming mode entered (ZA's lazy save honoured; ZA zeroed), the predicates, the block loop
+/// (`$chunks`: the chunk loop; then the tiles' column scales and corrections (tile 1's `$col1` from tile 0's) and the epilogue
+/// of the call's numerics), the f32 sums of za2, za3 stored (rows `$ostride` bytes apart, tile 1's first at
+/// `$out1`), streaming mode left.
 macro_rules! pass_asm {
-    ($a:ident, $s:ident, $rec:ident, $act:ident, $cols:ident, $rows:ident, $out:ident, [$($setup:tt)*],
-     [$($body:tt)*]) => {
+    ($a:ident, $s:expr, $rec:ident, $act:ident, $cols:ident, $sa:ident, $sq:ident, $out:ident, $ostride:ident,
+     $bias:ident, $k:ident, [$($chunks:tt)*], $col1:literal, $out1:literal) => {
         streaming_asm!(
             ".arch_extension sme2",
             ".arch_extension sve",
             enter_streaming!(),
-            $($setup)*
+            "lsl {xc}, {s1}, #2",
+            "whilelo p0.b, xzr, {xc}",
+            "whilelo p1.s, xzr, {s1}",
+            "ptrue pn8.s",
+            "ptrue pn9.b",
+            "rdsvl x17, #1",
+            "lsr x17, x17, #2",
+            idx_setup!($k),
             // Block loop.
             "5:",
             "mov {xc}, {rec}",
             "add {rec}, {rec}, {rstride}",
             "mov {cc}, {chunks}",
-            $($body)*
+            $($chunks)*
+            "ld1w {{z10.s}}, p1/z, [{col}]",
+            concat!("ld1w {{z11.s}}, p1/z, [{col}", $col1, "]"),
+            "tbz {mode}, #0, 7f",
+            "add x16, {col}, #256",
+            "ld1w {{z20.s}}, p1/z, [x16]",
+            concat!("ld1w {{z21.s}}, p1/z, [x16", $col1, "]"),
+            "tbnz {mode}, #1, 18f",
+            epilogue!($k, block, zp, "13"),
+            "b 9f",
+            "18:",
+            epilogue!($k, row, zp, "19"),
+            "b 9f",
+            "7:",
+            "tbnz {mode}, #1, 20f",
+            epilogue!($k, block, nozp, "15"),
+            "b 9f",
+            "20:",
+            epilogue!($k, row, nozp, "21"),
             "9:",
-            "zero {{za}}",
+            "zero {{za0.s, za1.s}}",
             "add {col}, {col}, #512",
-            "add {rowp}, {rowp}, #128",
+            "add {sap}, {sap}, #64",
+            "add {sqp}, {sqp}, #64",
             "subs {nb}, {nb}, #1",
             "b.ne 5b",
+            // The sums plus bias (one FMOPA of 1 ⊗ bias per tile: one rounding, as sum + bias) out: rows of za2
+            // (tile 0) and za3 (tile 1), 4 per step, `{ostride}` bytes apart.
+            "fmov z28.s, #1.0",
+            "ld1w {{z29.s}}, p1/z, [{bias}]",
+            concat!("ld1w {{z30.s}}, p1/z, [{bias}", $col1, "]"),
+            "fmopa za2.s, p1/m, p1/m, z28.s, z29.s",
+            "fmopa za3.s, p1/m, p1/m, z28.s, z30.s",
+            "mov w12, #0",
+            "mov {xo}, {out}",
+            $out1,
+            "10:",
+            "mova {{z16.s-z19.s}}, za2h.s[w12, 0:3]",
+            "mova {{z20.s-z23.s}}, za3h.s[w12, 0:3]",
+            "st1w {{z16.s}}, p1, [{xo}]",
+            "st1w {{z20.s}}, p1, [x15]",
+            "add {xo}, {xo}, {ostride}",
+            "add x15, x15, {ostride}",
+            "st1w {{z17.s}}, p1, [{xo}]",
+            "st1w {{z21.s}}, p1, [x15]",
+            "add {xo}, {xo}, {ostride}",
+            "add x15, x15, {ostride}",
+            "st1w {{z18.s}}, p1, [{xo}]",
+            "st1w {{z22.s}}, p1, [x15]",
+            "add {xo}, {xo}, {ostride}",
+            "add x15, x15, {ostride}",
+            "st1w {{z19.s}}, p1, [{xo}]",
+            "st1w {{z23.s}}, p1, [x15]",
+            "add {xo}, {xo}, {ostride}",
+            "add x15, x15, {ostride}",
+            "add w12, w12, #4",
+            "cmp x12, {s1}",
+            "b.lo 10b",
             "smstop",
             rec = inout(reg) $rec => _,
             rstride = in(reg) $a.rhs_record,
@@ -572,15 +638,13 @@ macro_rules! pass_asm {
             nb = inout(reg) $a.blocks => _,
             xa = inout(reg) $act => _,
             col = inout(reg) $cols => _,
-            rowp = inout(reg) $rows => _,
+            sap = inout(reg) $sa => _,
+            sqp = inout(reg) $sq => _,
             out = in(reg) $out,
-            zp = in(reg) $a.has_zp,
-            row = in(reg) $a.row,
+            mode = in(reg) ($a.has_zp != 0) as usize | ((($a.row != 0) as usize) << 1),
+            bias = in(reg) $bias,
+            ostride = in(reg) $ostride,
             s1 = in(reg) $s,
-            s2 = in(reg) 2 * $s,
-            s3 = in(reg) 3 * $s,
-            s4 = in(reg) 4 * $s,
-            fast = out(reg) _,
             e64 = in(reg) 64usize,
             e128 = in(reg) 128usize,
             e192 = in(reg) 192usize,
@@ -588,134 +652,57 @@ macro_rules! pass_asm {
             xc = out(reg) _,
             cc = out(reg) _,
             xo = out(reg) _,
-            xr = out(reg) _,
+            out("x8") _,
         )
     };
 }
 
-/// One pass over every block, added to the sums at `out`: `pair` (SVL = 4s bytes ≤ 32) 2s rows (from `act`) × 2s
-/// columns (from `rec`; za0–za3 as 2 × 2 tiles of s × s, [`mopa_group_pair!`]), the pass's 2s × 2s sums with tile
-/// row i's rows i and s + i side by side; otherwise s rows × 4s columns (four ZA tiles of s × s side by side), sums
-/// rows of 64 f32.
+/// One pass over every block (geometry `g`), its sums stored at `out` (`g.rows_cols()`: rows pc f32 apart).
 ///
 /// # Safety
-/// The CPU has SME2 and `s` = min(SVL bytes, 64) / 4 for this thread (with `pair`: SVL = 4s bytes, s ∈ {4, 8});
-/// `rec` is a panel's first record offset to the pass's columns, `act` a row group offset to the pass's rows,
-/// `cols` / `rows` the per-call buffers offset likewise (`a.blocks` blocks each), `out` the pass's sums; all as
-/// `run` lays them out, for `a` with 4-bit codes in blocks of whole 32-K chunks.
+/// The CPU has SME2 and `g` was made for this thread's SVL (`v` = SVL bytes, `tall` only at v ≤ 32); `rec` is a
+/// panel's first record offset to the pass's columns, `act` a row group offset to the pass's rows, `cols` the
+/// per-call column buffer offset likewise and `rows` the pass's row table (`a.blocks` blocks each), `out` the pass's
+/// sums (rows × columns f32); all as `run` lays them out, for `a` with 4-bit codes in blocks of whole 32-K chunks.
 #[inline(never)] // a symbol of its own for the counts (scripts/aarch64/icount-kernel.sh)
 #[allow(clippy::too_many_arguments)]
 unsafe fn pass(
     a: &RunArgs,
-    s: usize,
-    pair: bool,
+    g: &Pass,
     rec: *const u8,
     act: *const u8,
     cols: *const f32,
-    rows: *const f32,
+    sa: *const f32,
+    sq: *const i32,
     out: *mut f32,
+    ostride: usize,
+    bias: *const f32,
 ) {
-    // SAFETY: reads per block: chunks × 4 groups × the pass's code vectors (2s columns of 64 with `pair`, else 4s,
-    // at the pass's offset) inside the record, 8 LHS runs × the pass's rows (2s or s of 16) per chunk inside the
-    // group, the block's vectors of `cols` and f32 of `rows`; writes the pass's sums at `out` (4s² f32 with `pair`,
-    // else s rows × 4s f32 64 apart): all inside the buffers `run` owns or the tile's (RunArgs contract). Every
-    // vector and predicate register and ffr is declared clobbered (SMSTART/SMSTOP zero them), so are x12 and
-    // x14–x17; ZA is left off (SMSTOP), TPIDR2_EL0 is 0 or untouched; flags clobbered.
+    let s = g.s;
+    // SAFETY: reads per block: chunks × 4 groups × the pass's code vectors (s or 2s columns of 64 at the pass's
+    // offset) inside the record, 8 LHS runs × the pass's rows (2s or s of 16) per chunk inside the group, the
+    // block's f32 of `cols` and `rows`; writes the pass's sums at `out`: all inside the buffers `run` owns or the
+    // tile's (RunArgs contract). Every vector and predicate register and ffr is declared clobbered (SMSTART/SMSTOP
+    // zero them), so are x8, x12 and x14–x17; ZA is left off (SMSTOP), TPIDR2_EL0 is 0 or untouched; flags
+    // clobbered.
     unsafe {
-        macro_rules! go {
-            ($($t:tt)*) => { pass_asm!(a, s, rec, act, cols, rows, out, $($t)*) };
-        }
-        if pair {
-            go!(
-                ["ptrue p0.b", "ptrue p1.s", "ptrue pn8.s", "ptrue pn9.b", "// {s2} {s3} {fast}",],
-                [
-                    // Chunk loop: 32 K, 4 groups (codes 256 bytes apart; LHS runs g at {xa} + 64g, and 4 + g 256
-                    // bytes further, at {xh} + 64g).
-                    chunk_loop4!(mopa_group_pair),
-                    // Block epilogue.
-                    "ld1w {{z10.s-z11.s}}, pn8/z, [{col}]",
-                    "cbz {zp}, 7f",
-                    "add {xo}, {col}, #256",
-                    "ld1w {{z20.s-z21.s}}, pn8/z, [{xo}]",
-                    "cbnz {row}, 18f",
-                    epi_loop4!(pair, block, "13", zp),
-                    "b 9f",
-                    "18:",
-                    epi_loop4!(pair, row, "19", zp),
-                    "b 9f",
-                    "7:",
-                    "cbnz {row}, 20f",
-                    epi_loop4!(pair, block, "15"),
-                    "b 9f",
-                    "20:",
-                    epi_loop4!(pair, row, "21"),
-                ]
-            )
-        } else {
-            go!(
-                [
-                    "lsl {xc}, {s1}, #2",
-                    "whilelo p0.b, xzr, {xc}",
-                    "whilelo p1.s, xzr, {s1}",
-                    "ptrue pn8.s",
-                    // fast = (SVL = 4s bytes, i.e. ≤ 512 bits): a pass's 4s columns are 4 whole vectors, the
-                    // multi-vector epilogue.
-                    "rdsvl {fast}, #1",
-                    "cmp {fast}, {s4}",
-                    "cset {fast}, eq",
-                ],
-                [
-                    "cbz {fast}, 16f",
-                    // Chunk loop (SVL ≤ 512 bits): 32 K, 4 groups (codes 256 bytes apart; LHS runs g at {xa} + 64g, and
-                    // 4 + g 256 bytes further, at {xh} + 64g).
-                    chunk_loop4!(mopa_group_fast),
-                    "b 17f",
-                    // Chunk loop (any SVL): 32 K, 4 groups; then the high runs 4–7 of the chunk are done: skip them.
-                    "16:",
-                    mopa_group!(),
-                    mopa_group!(),
-                    mopa_group!(),
-                    mopa_group!(),
-                    "add {xa}, {xa}, #256",
-                    "subs {cc}, {cc}, #1",
-                    "b.ne 16b",
-                    "17:",
-                    // Block epilogue.
-                    "ld1w {{z10.s}}, p1/z, [{col}]",
-                    "ld1w {{z11.s}}, p1/z, [{col}, {s1}, lsl #2]",
-                    "ld1w {{z12.s}}, p1/z, [{col}, {s2}, lsl #2]",
-                    "ld1w {{z13.s}}, p1/z, [{col}, {s3}, lsl #2]",
-                    "cbz {zp}, 7f",
-                    "add {xo}, {col}, #256",
-                    "ld1w {{z20.s}}, p1/z, [{xo}]",
-                    "ld1w {{z21.s}}, p1/z, [{xo}, {s1}, lsl #2]",
-                    "ld1w {{z22.s}}, p1/z, [{xo}, {s2}, lsl #2]",
-                    "ld1w {{z23.s}}, p1/z, [{xo}, {s3}, lsl #2]",
-                    "cbz {fast}, 12f",
-                    "cbnz {row}, 18f",
-                    epi_loop4!(fast, block, "13", zp),
-                    "b 9f",
-                    "18:",
-                    epi_loop4!(fast, row, "19", zp),
-                    "b 9f",
-                    "12:",
-                    epi_rows!("8", zp),
-                    "b 9f",
-                    "7:",
-                    "cbz {fast}, 14f",
-                    "cbnz {row}, 20f",
-                    epi_loop4!(fast, block, "15"),
-                    "b 9f",
-                    "20:",
-                    epi_loop4!(fast, row, "21"),
-                    "b 9f",
-                    "14:",
-                    epi_rows!("8"),
-                ]
-            )
+        match (g.tall, g.v) {
+            // Tile 1: the same columns, rows s..2s.
+            (true, _) => pass_asm!(a, s, rec, act, cols, sa, sq, out, ostride, bias, v32, [chunk_loop!(group_tall),], "",
+                "mul x15, {s1}, {ostride}\nadd x15, {out}, x15"),
+            // Tile 1: columns s..2s.
+            (false, 64) => pass_asm!(a, s, rec, act, cols, sa, sq, out, ostride, bias, v64, [chunk_loop!(group_wide),],
+                ", {s1}, lsl #2", "add x15, {out}, {s1}, lsl #2"),
+            (false, 32) => pass_asm!(a, s, rec, act, cols, sa, sq, out, ostride, bias, v32w, [chunk_loop!(group_wide),],
+                ", {s1}, lsl #2", "add x15, {out}, {s1}, lsl #2"),
+            (false, 16) => pass_asm!(a, s, rec, act, cols, sa, sq, out, ostride, bias, any, [chunk_loop!(group_wide),],
+                ", {s1}, lsl #2", "add x15, {out}, {s1}, lsl #2"),
+            _ => pass_asm!(a, s, rec, act, cols, sa, sq, out, ostride, bias, any,
+                [chunk_loop_any!(), "// {e64} {e128} {e192}",], ", {s1}, lsl #2", "add x15, {out}, {s1}, lsl #2"),
         }
     }
 }
+
 
 // PR_SME_SET_VL, SVCR and TPIDR2_EL0 as Linux gives them to user space.
 #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
