@@ -361,9 +361,26 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     let a = args;
     // SAFETY: the CPU has SME (the caller's guarantee).
     let v = unsafe { svl_bytes() };
-    if a.rows != 1 || a.bits != 4 || !a.bl.is_multiple_of(32) || a.blocks == 0 || !(v == 32 || v == 64) {
+    if a.rows == 0 || a.bits != 4 || !a.bl.is_multiple_of(32) || a.blocks == 0 || !(v == 32 || v == 64) {
         // SAFETY: the same contract, for the portable GEMV (any layout, any rows).
         return unsafe { (crate::arch::portable::INT8.run)(a) };
+    }
+    if a.rows > 1 {
+        // Rows in turn (the family's GEMV takes a few rows: `INT8_GEMV_SME2`'s geometry).
+        for r in 0..a.rows {
+            let row = RunArgs {
+                rows: 1,
+                lhs: a.lhs.wrapping_add(r * a.lhs_stride),
+                lhs_scale: a.lhs_scale.wrapping_add(r * a.blocks),
+                lhs_sum: a.lhs_sum.wrapping_add(r * a.blocks),
+                dst: a.dst.wrapping_add(r * a.dst_stride),
+                ..*a
+            };
+            // SAFETY: row r of the tile (r < rows): its activations, scales and Σq (row-major, `blocks` per row) and
+            // its output row, the same contract for one row.
+            unsafe { run(&row) };
+        }
+        return;
     }
     with_row_blocks(a, |rows| {
         // SAFETY: as this function's; `rows` holds the row's 2 · blocks factors.

@@ -1,56 +1,37 @@
 //! int8-activation GEMM for prefill, SME2: 16 rows (one `qsi8dbp16x4` row group) × 64 columns (one
-//! `qsnbp64x4` panel) per register tile, int32 in the four ZA tiles za0.s–za3.s through 4-way SMOPA
-//! (16 rows × 4 K of activations ⊗ 16 columns × 4 K of weights per instruction at a 512-bit streaming vector).
+//! `qsnbp64x4` panel) per register tile, computed in passes of two s × s int32 ZA tiles (za0.s, za1.s) through
+//! 4-way SMOPA, their f32 sums in the other two (za2.s, za3.s).
 //!
 //! Layout. `qsnbp64x4_sf16_zpc` does not depend on the streaming vector length (SVL): a 32-K chunk of a panel
 //! is 4 groups of 64 columns × 4 bytes (K 4g…4g+3 in the low nibbles, 16 + 4g… in the high ones), so the
 //! SMOPA column operand is any run of `s` columns (4·s bytes) of a group and the row operand any `s` rows of an
-//! LHS run (16 rows × 4 K = 64 bytes). With `s` = min(SVL, 64 bytes) / 4 the asm computes the 16 × 64 tile in
-//! (16 / s) · (64 / 4s) passes of s rows × 4s columns (one pass at SVL 512, 4 at 256, 16 at 128; at SVL > 512
-//! the vectors are predicated to their first 512 bits). The SVL is read (`rdsvl`) on every call and the pass
-//! geometry follows from it, so weights packed on one thread run on any other whatever its SVL: no packed
-//! geometry can mismatch the vector (the brief's `qsnbp<SVL>x4` would need a fallback when it does).
+//! LHS run (16 rows × 4 K = 64 bytes). With `s` = min(SVL, 64 bytes) / 4 a pass is s rows × 2s columns (`wide`:
+//! za0, za1 side by side; one row pass and two column passes per tile at SVL 512) or, at SVL 256 for a tile of more
+//! than 8 rows, 2s rows × s columns (`tall`: za0, za1 the two row halves, each code field vector serving both:
+//! 16 × 8, 9 instructions per 4 SMOPA against the wide pass's 11). At SVL > 512 the vectors are predicated to their
+//! first 64 bytes. The SVL is read (`rdsvl`) on every call and the pass geometry follows from it, so weights packed
+//! on one thread run on any other whatever its SVL.
 //!
-//! Numerics (option (a) of `design/sme2.md` §2: f32 sums in memory): per 32-K chunk, each group's four code
-//! vectors give the low field by `lsl #4` and the high one by `and #0xf0` (16·v exactly; the 2^−4 is in the
-//! rows' scales), 8 SMOPA per group. Per block, for each of the s rows: row r of the
-//! four tiles out of ZA by one multi-vector MOVA (`mova {z16.b-z19.b}, za0h.b[w12, 0:3]`: ZA array vectors
-//! 4r…4r + 3), one multi-vector SCVTF, × (column scale · row scale · 2^−4: 4 indexed FMUL, the row scales of 4
-//! rows in one LD1RQW), FMLA into the f32 sums (one multi-vector load and store: the 16 × 64 f32 live in a 4 KB
-//! buffer), + c · sa·Σq with zero points (4 indexed FMLA); then `zero {za}`. That multi-vector path needs the
-//! pass's 4s columns to be 4 whole vectors (SVL ≤ 512 bits); at SVL > 512 the asm takes the single-vector
-//! epilogue (a MOVA / SCVTF / FMUL / FMLA / load / store per tile row), with the same operations per element in
-//! the same order, so the same bits. The column scales (f16 → f32 by FCVTL) and corrections are laid out once
-//! per call and panel, the rows' sa · 2^−4 and sa·Σq once per call and group, so the asm epilogue is loads and
-//! vector arithmetic. The `row` numerics (activation scales 1) put the 2^−4 into the column scales instead (exact)
-//! and their fast epilogue has no FMUL and no row-scale load: per row, MOVA, SCVTF, a load, 4 FMLA of the
-//! converted sums by the column scales and a store, 8 instructions against the per-block numerics' 12, with the
-//! same bits as (s · 2^−4) · 1 (the single-vector epilogue multiplies by the rows' 1).
+//! Numerics: per 32-K chunk, each group's code vectors give the low field by `lsl #4` and the high one by
+//! `and #0xf0` (16·v exactly; the 2^−4 is in the column scales). The f32 sums live in ZA for the whole pass: per
+//! block, the int32 tiles go into them through SME2's ZA vector groups: ZA array vectors 4j + t + i·SVL/4 (i = 0..3)
+//! are rows j + i·SVL/16 of tile t, so one multi-vector MOVA (`za.d[w8, t, vgx4]`), one multi-vector SCVTF and one
+//! multi-vector FMLA into vector group 4j + 2 + t (the same rows of the sums tile 2 + t) carry 4 rows; the `block`
+//! numerics multiply first by column scale × row scale (4 indexed FMUL, the rows' sa spread into quadwords by TBL
+//! from one load of the LHS scales: no per-call table), the `row` numerics (sa = 1) by the column scales alone (the
+//! multi × single FMLA). Zero points: + (sa·Σq) ⊗ correction, one FMOPA per tile and block. After the last block
+//! one FMOPA of 1 ⊗ bias per tile, then the sums rows out: a whole pass (every row and column real) straight into
+//! the output, another into a buffer that `store_row` clips. No sums load or store per block.
 //!
-//! Pair passes (SVL ≤ 256 bits): the four tiles as 2 × 2, a pass 2s rows × 2s columns (16 × 16 at
-//! SVL 256), so each code field vector serves two row halves: per 4-K group one 2-vector code load, two 2-vector
-//! LHS loads (both row halves of runs g and 4 + g), 4 field extractions and 8 SMOPA (15 instructions, against 19
-//! for an s × 4s pass); the epilogue is the same per sums vector (one MOVA of the four tiles' row i gives rows i and
-//! s + i, which the pass's sums keep side by side, so one 4-vector load and store serve them).
+//! Static instruction budget per 32-K block (16 SMOPA), the tall pass at SVL 256: chunk loop 4 × 9 + 5 = 41 (2.6
+//! per SMOPA); epilogue, block numerics: 2 column-scale loads, 1 LHS-scale load, 4 TBL, 4 × 7 (MOVA, SCVTF, 4 FMUL,
+//! FMLA), `zero`, about 8 for the block loop ≈ 44 (2.8 per SMOPA; row numerics 4 × 3: ≈ 1.8). Wide pass at SVL 512:
+//! 4 × 11 + 5 = 49 (3.1) and 2 + 1 + 4 + 8 × 7 + 9 ≈ 72 (4.5; each SMOPA there does 4x the MACs of one at 256).
 //!
-//! Static instruction budget per 32-K block, one pass at SVL 512 (32 SMOPA):
-//! - inner loop: 4 groups × (1 multi-vector code load, 2 LHS loads, 8 field extractions, 8 SMOPA), 3 pointer
-//!   steps and 2 for the loop = 81 (2.5 per SMOPA; the group's 4 code vectors are contiguous when they are whole
-//!   vectors, SVL ≤ 512; above, each group loads 4 predicated vectors and steps its pointers: 99, 3.1);
-//! - epilogue: 4 scale loads and about 8 set-up, then 4 × (1 row-scale load, 4 rows × 12, 6 loop) = 220 (about
-//!   7 per SMOPA; zero points add 4 + 4 loads and 16 × 4 indexed FMLA); at SVL 256 (8 rows per 32 SMOPA) half:
-//!   about 3.7 per SMOPA; the row numerics 4 × (4 rows × 8, 5 loop) ≈ 160 (5 per SMOPA; about 2.6 at SVL 256);
-//! - block loop: about 8.
-//!
-//! Counted (qemu 11 `-cpu max`, SVL 256, 2048 × 2048, the whole Run, `bench/results/aarch64-icount-sme2.md`):
-//! with the pair passes and the sums stored per pass (vector bias adds, padding passes skipped) 7.9 instructions
-//! per SMOPA at M = 32 and 7.4 at M = 128 (ORT's KleidiAI kernel 8.4), nibble / ORT 0.94 and 0.89; at M = 128
-//! the pair `pass` is 6.0 per SMOPA (the loop ~2.0, the per-block epilogue ~3.9: per sums vector and block one FMUL
-//! of column × row scale, one FMLA, a quarter of MOVA, SCVTF, load and store), `run` 0.6. Before: 8.5 / 8.0
-//! (1.01 / 0.96), the kernel alone (`kernel_icount`, M = 128): 7.1 per SMOPA, the activation quantizer 0.4. Before the
-//! multi-vector code loads, the quantizer's 4-byte runs and the FCVTL scale conversion: 10.0 / 9.6 (1.19 /
-//! 1.15); before the multi-vector epilogue: 18.4 / 18.0 (2.19 / 2.16). The family stays ranked below the i8mm
-//! families (see `registry.rs`).
+//! Counted (qemu 11, 2048 × 2048, block 32 symmetric; `bench/results/aarch64-icount-sme2.md`): the kernel alone
+//! (`kernel_icount`, M = 128: `pass` and `run`) 13.80 M → 12.65 M instructions at SVL 256, 6.28 M → 4.83 M at
+//! SVL 512 against the previous design (four int32 tiles, the f32 sums in memory loaded and stored per block, a
+//! per-call table of row factors). The family stays ranked below the i8mm families (see `registry.rs`).
 //!
 //! Streaming mode: every pass is one `asm!` block from `smstart` to `smstop` with no Rust code between; ZA's
 //! lazy-save protocol is honoured (a non-null TPIDR2_EL0 block gets ZA saved into its buffer, then TPIDR2_EL0

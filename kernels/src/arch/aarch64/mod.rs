@@ -210,10 +210,12 @@ pub static INT8_GEMV_SME2: UKernel = UKernel {
     name: "matmul_f32_qsi8db_qsnbp64x4_sf16_zpc_1x64_sme_dot",
     lhs: LhsFormat::Qsi8Db,
     // Tasks of at least 4 panels: each call lays out the row's block factors and enters streaming mode once per
-    // stripe.
+    // stripe. Up to 2 rows (in turn): at M = 2 two GEMV rows count about half the GEMM's instructions (qemu 11,
+    // 2048², SVL 256 and 512: the GEMM's passes cost the same for 2 rows as for 8 or 16), at M = 3 and 4 still
+    // fewer than the GEMM's but more than ORT's SME2 path (bench/results/aarch64-icount-sme2.md).
     geometry: |_, _| Geometry {
         min_task_cols: 256,
-        ..Geometry::new(1, matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::NR, 1)
+        ..Geometry::new(1, matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::NR, 2)
     },
     run: matmul_f32_qsi8db_qsnbp64x4_sf16_zpc_1x64_sme_dot::run,
     ..INT8_GEMM_SME2
