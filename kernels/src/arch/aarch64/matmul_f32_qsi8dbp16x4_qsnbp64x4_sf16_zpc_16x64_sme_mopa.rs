@@ -350,20 +350,25 @@ macro_rules! chunk_loop_any {
 macro_rules! epi_tile {
     (block, $t:literal, $u:literal, $c:literal, $r:literal) => {
         concat!(
-            "mova {{z16.d-z19.d}}, za.d[w8, ", $t, ", vgx4]\n",
-            "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
-            "fmul z24.s, z", $c, ".s, z", $r, ".s[0]\n",
-            "fmul z25.s, z", $c, ".s, z", $r, ".s[1]\n",
-            "fmul z26.s, z", $c, ".s, z", $r, ".s[2]\n",
-            "fmul z27.s, z", $c, ".s, z", $r, ".s[3]\n",
-            "fmla za.s[w8, ", $u, ", vgx4], {{z16.s-z19.s}}, {{z24.s-z27.s}}\n",
+            epi_tile!(@out $t),
+            epi_tile!(@fmul "24", $c, $r, "0"),
+            epi_tile!(@fmul "25", $c, $r, "1"),
+            epi_tile!(@fmul "26", $c, $r, "2"),
+            epi_tile!(@fmul "27", $c, $r, "3"),
+            concat!("fmla za.s[w8, ", $u, ", vgx4], {{z16.s-z19.s}}, {{z24.s-z27.s}}\n"),
         )
+    };
+    // Vector group x8 + $t out of ZA, converted.
+    (@out $t:literal) => {
+        concat!("mova {{z16.d-z19.d}}, za.d[w8, ", $t, ", vgx4]\n", "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n")
+    };
+    (@fmul $d:literal, $c:literal, $r:literal, $i:literal) => {
+        concat!("fmul z", $d, ".s, z", $c, ".s, z", $r, ".s[", $i, "]\n")
     };
     (row, $t:literal, $u:literal, $c:literal, $r:literal) => {
         concat!(
-            "mova {{z16.d-z19.d}}, za.d[w8, ", $t, ", vgx4]\n",
-            "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
-            "fmla za.s[w8, ", $u, ", vgx4], {{z16.s-z19.s}}, z", $c, ".s\n",
+            epi_tile!(@out $t),
+            concat!("fmla za.s[w8, ", $u, ", vgx4], {{z16.s-z19.s}}, z", $c, ".s\n"),
         )
     };
 }
@@ -667,23 +672,25 @@ unsafe fn pass(
     // zero them), so are x8, x12 and x14–x17; ZA is left off (SMSTOP), TPIDR2_EL0 is 0 or untouched; flags
     // clobbered.
     unsafe {
+        macro_rules! go {
+            ($k:ident, [$($chunks:tt)*], $col1:literal, $out1:literal) => {
+                pass_asm!(a, s, rec, act, cols, sa, sq, out, ostride, bias, $k, [$($chunks)*], $col1, $out1)
+            };
+            // Wide passes: tile 1 is columns s..2s.
+            ($k:ident, [$($chunks:tt)*]) => {
+                go!($k, [$($chunks)*], ", {s1}, lsl #2", "add x15, {out}, {s1}, lsl #2")
+            };
+        }
         match (g.tall, g.v) {
             // Tile 1: the same columns, rows s..2s.
-            (true, _) => pass_asm!(a, s, rec, act, cols, sa, sq, out, ostride, bias, v32, [chunk_loop!(group_tall),], "",
-                "mul x15, {s1}, {ostride}\nadd x15, {out}, x15"),
-            // Tile 1: columns s..2s.
-            (false, 64) => pass_asm!(a, s, rec, act, cols, sa, sq, out, ostride, bias, v64, [chunk_loop!(group_wide),],
-                ", {s1}, lsl #2", "add x15, {out}, {s1}, lsl #2"),
-            (false, 32) => pass_asm!(a, s, rec, act, cols, sa, sq, out, ostride, bias, v32w, [chunk_loop!(group_wide),],
-                ", {s1}, lsl #2", "add x15, {out}, {s1}, lsl #2"),
-            (false, 16) => pass_asm!(a, s, rec, act, cols, sa, sq, out, ostride, bias, any, [chunk_loop!(group_wide),],
-                ", {s1}, lsl #2", "add x15, {out}, {s1}, lsl #2"),
-            _ => pass_asm!(a, s, rec, act, cols, sa, sq, out, ostride, bias, any,
-                [chunk_loop_any!(), "// {e64} {e128} {e192}",], ", {s1}, lsl #2", "add x15, {out}, {s1}, lsl #2"),
+            (true, _) => go!(v32, [chunk_loop!(group_tall),], "", "mul x15, {s1}, {ostride}\nadd x15, {out}, x15"),
+            (false, 64) => go!(v64, [chunk_loop!(group_wide),]),
+            (false, 32) => go!(v32w, [chunk_loop!(group_wide),]),
+            (false, 16) => go!(any, [chunk_loop!(group_wide),]),
+            _ => go!(any, [chunk_loop_any!(), "// {e64} {e128} {e192}",]),
         }
     }
 }
-
 
 // PR_SME_SET_VL, SVCR and TPIDR2_EL0 as Linux gives them to user space.
 #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
