@@ -110,6 +110,7 @@ unsafe fn widen_scales(src: *const u8, dst: *mut f32) {
         )
     };
 }
+
 /// # Safety
 /// The CPU has SME2; `args` satisfies the `RunArgs` contract with a `qsi8dbp16x4` LHS (the tile starts at a
 /// row group) and a `qsnbp64x4_sf16_zpc` RHS.
@@ -125,7 +126,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     let v = unsafe { svl_bytes() };
     let s = v.min(64) / 4;
     debug_assert!(v.is_power_of_two() && v >= 16 && (4..=16).contains(&s));
-    // Tall passes (SVL ≤ 256 bits and a tile of more than s rows): 2s rows × s columns, each code field vector
+    // Tall passes (SVL 256 bits and a tile of more than s = 8 rows): 2s rows × s columns, each code field vector
     // serving both row halves; otherwise s rows × 2s columns.
     let tall = v == 32 && a.rows > s;
     let g = Pass { v, s, tall };
