@@ -647,7 +647,7 @@ macro_rules! pass_asm {
 /// One pass over every block (geometry `g`), its sums stored at `out` (`g.rows_cols()`: rows pc f32 apart).
 ///
 /// # Safety
-/// The CPU has SME2 and `g` was made for this thread's SVL (`v` = SVL bytes, `tall` only at v ≤ 32); `rec` is a
+/// The CPU has SME2 and `g` was made for this thread's SVL (`v` = SVL bytes, `tall` only at v = 32); `rec` is a
 /// panel's first record offset to the pass's columns, `act` a row group offset to the pass's rows, `cols` the
 /// per-call column buffer offset likewise and `rows` the pass's row table (`a.blocks` blocks each), `out` the pass's
 /// sums (rows × columns f32); all as `run` lays them out, for `a` with 4-bit codes in blocks of whole 32-K chunks.
