@@ -403,36 +403,24 @@ macro_rules! epilogue {
         )
     };
     (@quads $k:ident $act:ident) => { "" };
-    (@steps v32 $act:ident $l:literal) => {
+    // Two steps from w8: vector groups 0–3 (step j, quadwords $a for tile 0 and $b for tile 1) and 4–7 (step j + 1:
+    // $c, $d).
+    (@two $act:ident [$a:literal $b:literal $c:literal $d:literal]) => {
         concat!(
-            "mov w8, #0\n",
-            epi_tile!($act, "0", "2", "10", "2"),
-            epi_tile!($act, "1", "3", "11", "3"),
-            epi_tile!($act, "4", "6", "10", "4"),
-            epi_tile!($act, "5", "7", "11", "5"),
+            epi_tile!($act, "0", "2", "10", $a),
+            epi_tile!($act, "1", "3", "11", $b),
+            epi_tile!($act, "4", "6", "10", $c),
+            epi_tile!($act, "5", "7", "11", $d),
         )
     };
-    (@steps v32w $act:ident $l:literal) => {
-        concat!(
-            "mov w8, #0\n",
-            epi_tile!($act, "0", "2", "10", "2"),
-            epi_tile!($act, "1", "3", "11", "2"),
-            epi_tile!($act, "4", "6", "10", "3"),
-            epi_tile!($act, "5", "7", "11", "3"),
-        )
-    };
+    (@steps v32 $act:ident $l:literal) => { concat!("mov w8, #0\n", epilogue!(@two $act ["2" "3" "4" "5"])) };
+    (@steps v32w $act:ident $l:literal) => { concat!("mov w8, #0\n", epilogue!(@two $act ["2" "2" "3" "3"])) };
     (@steps v64 $act:ident $l:literal) => {
         concat!(
             "mov w8, #0\n",
-            epi_tile!($act, "0", "2", "10", "2"),
-            epi_tile!($act, "1", "3", "11", "2"),
-            epi_tile!($act, "4", "6", "10", "3"),
-            epi_tile!($act, "5", "7", "11", "3"),
+            epilogue!(@two $act ["2" "2" "3" "3"]),
             "mov w8, #8\n",
-            epi_tile!($act, "0", "2", "10", "4"),
-            epi_tile!($act, "1", "3", "11", "4"),
-            epi_tile!($act, "4", "6", "10", "5"),
-            epi_tile!($act, "5", "7", "11", "5"),
+            epilogue!(@two $act ["4" "4" "5" "5"]),
         )
     };
     (@steps any $act:ident $l:literal) => {
