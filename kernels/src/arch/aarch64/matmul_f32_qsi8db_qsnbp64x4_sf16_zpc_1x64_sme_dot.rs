@@ -366,7 +366,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         return unsafe { (crate::arch::portable::INT8.run)(a) };
     }
     if a.rows > 1 {
-        // Rows in turn (the family's GEMV takes a few rows: `INT8_GEMV_SME2`'s geometry).
+        // Rows in turn (the family takes M ≥ 2 to its GEMM, whose few-row tiles run the 4-row SDOT kernel).
         for r in 0..a.rows {
             let row = RunArgs {
                 rows: 1,

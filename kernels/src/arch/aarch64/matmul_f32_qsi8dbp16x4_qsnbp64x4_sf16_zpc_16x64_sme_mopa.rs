@@ -45,6 +45,7 @@
 //! row groups (the packed LHS pads them with zero rows) and column tails whole panels (zero columns); only real
 //! rows and columns are stored. No over-reads.
 
+use super::matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_4x64_sme_dot as few_rows;
 use super::ops::store_row;
 use super::sve_asm::{enter_streaming, streaming_asm};
 use crate::ukernel::RunArgs;
@@ -116,7 +117,7 @@ unsafe fn widen_scales(src: *const u8, dst: *mut f32) {
 /// row group) and a `qsnbp64x4_sf16_zpc` RHS.
 #[target_feature(enable = "neon")] // so that `store_row` inlines
 pub(crate) unsafe fn run(args: &RunArgs) {
-    let a = args;
+    let mut a = args;
     if !(a.bits == 4 && a.bl.is_multiple_of(32)) || a.blocks == 0 {
         // SAFETY: the same contract, for the portable body on this LHS format (any layout).
         unsafe { crate::arch::portable::matmul_f32_qsi8dbp4x8_qnb_portable::run_p::<MR, KR>(a) };
@@ -124,6 +125,29 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     }
     // SAFETY: the CPU has SME (the caller's guarantee).
     let v = unsafe { svl_bytes() };
+    // A last, partial row group (1–15 real rows) at SVL 256 or 512 runs the few-row SDOT kernel: a pass here
+    // computes SVL/4 rows (16 × 8 or 8 × 16 at SVL 256, 16 × 32 at 512) whatever the real rows, the SDOT kernel
+    // costs in proportion to them and counts fewer below 16 rows at both lengths (its module doc).
+    let full = a.rows / MR * MR;
+    let head;
+    if full < a.rows && (v == 32 || v == 64) {
+        let tail = RunArgs {
+            rows: a.rows - full,
+            lhs: a.lhs.wrapping_add(full * a.lhs_stride),
+            lhs_scale: a.lhs_scale.wrapping_add(full * a.blocks),
+            lhs_sum: a.lhs_sum.wrapping_add(full * a.blocks),
+            dst: a.dst.wrapping_add(full * a.dst_stride),
+            ..*a
+        };
+        // SAFETY: the tile's row group full / 16 (its first row `full`: group-major scales and Σq, `blocks` × 16
+        // per group) and its output rows, the same contract for those rows; SVL, bits and block size as it needs.
+        unsafe { few_rows::run(&tail, v) };
+        if full == 0 {
+            return;
+        }
+        head = RunArgs { rows: full, ..*a };
+        a = &head;
+    }
     let s = v.min(64) / 4;
     debug_assert!(v.is_power_of_two() && v >= 16 && (4..=16).contains(&s));
     // Tall passes (SVL 256 bits and a tile of more than s = 8 rows): 2s rows × s columns, each code field vector

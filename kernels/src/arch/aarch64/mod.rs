@@ -20,6 +20,7 @@ mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_4x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x32_sve;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa;
+mod matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_4x64_sme_dot;
 mod matmul_f32_qsi8dbp4x16_qsnbp8x4_sf16_zpc_8x4_neon_dotprod;
 mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_12x4_neon_i8mm;
 mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x8_sve_i8mm;
@@ -210,13 +211,12 @@ pub static INT8_GEMV_SME2: UKernel = UKernel {
     name: "matmul_f32_qsi8db_qsnbp64x4_sf16_zpc_1x64_sme_dot",
     lhs: LhsFormat::Qsi8Db,
     // Tasks of at least 4 panels: each call lays out the row's block factors and enters streaming mode once per
-    // stripe. Up to 4 rows (in turn): the GEMM's passes cost the same for 2 rows as for 8 (SVL 256) or 16 (SVL
-    // 512), and each further GEMV row adds ~230 k instructions at SVL 256 and ~125 k at 512 on 2048² (qemu 11), so
-    // the GEMV counts fewer up to M = 4 at both (M = 2: 0.49 M against 1.05 M at SVL 256, 0.28 M against 0.78 M at
-    // 512; M = 4: ~0.95 M against 1.09 M, ~0.53 M against 0.81 M; bench/results/aarch64-icount-sme2.md).
+    // stripe. One row: from M = 2 the GEMM's few-row SDOT kernel (its last, partial row group) shares each code
+    // vector's decode among up to 4 rows, where this kernel run row by row decodes it again per row (2048²,
+    // qemu 11: M = 2 0.36 M instructions against 0.49 M at SVL 256; bench/results/aarch64-icount-sme2.md).
     geometry: |_, _| Geometry {
         min_task_cols: 256,
-        ..Geometry::new(1, matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::NR, 4)
+        ..Geometry::new(1, matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::NR, 1)
     },
     run: matmul_f32_qsi8db_qsnbp64x4_sf16_zpc_1x64_sme_dot::run,
     ..INT8_GEMM_SME2
