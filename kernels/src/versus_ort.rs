@@ -64,15 +64,24 @@ pub fn ort_faster_somewhere(cpu: &Cpu, ort_minor: u32) -> Option<String> {
 /// `Some(reason)` when ORT 1.`ort_minor`'s own kernel for `node` is faster on `cpu` than every nibble family it
 /// runs (the table above), worded for the log line after "left to ORT's own kernel: ".
 pub fn ort_faster(cpu: &Cpu, node: &NodeTraits, ort_minor: u32) -> Option<String> {
-    if cpu.has(Feature::Sme2) && ort_runs_kleidiai(node, ort_minor) {
+    if cpu.has(Feature::Sme2) && !sme2_family_leads(cpu) && ort_runs_kleidiai(node, ort_minor) {
         let (lhs, rhs) = if node.zero_points { ("qsi8d32p", "qai4c32p") } else { ("qai8dxp", "qsi4c32p") };
+        let svl = cpu.sme_svl().unwrap_or(0) * 8;
         return Some(format!(
-            "this CPU has SME2 ({cpu}), where ONNX Runtime 1.{ort_minor} runs 4-bit accuracy_level-4 nodes with \
-             KleidiAI's SME2 kernels ({lhs}_{rhs} sme2_mopa for M > 1, sme2 dot for M = 1), which execute about \
-             half the instructions of nibble's best family there"
+            "this CPU has SME2 ({cpu}) with a {svl}-bit streaming vector, where ONNX Runtime 1.{ort_minor} runs \
+             4-bit accuracy_level-4 nodes with KleidiAI's SME2 kernels ({lhs}_{rhs} sme2_mopa for M > 1, sme2 dot \
+             for M = 1); nibble's SME2 family was measured faster than them only at 256 and 512 bits"
         ));
     }
     None
+}
+
+/// Whether nibble's SME2 int8 family leads on `cpu` (ranked first on the int8 path, and ORT's KleidiAI nodes
+/// taken): SME2 with a streaming vector of 256 or 512 bits, the lengths its kernels have asm for and were counted
+/// at below ORT's KleidiAI SME2 kernels at every M (qemu 11, bench/results/aarch64-icount-sme2.md). Other lengths
+/// run its generic-length or portable code, which was not counted.
+pub fn sme2_family_leads(cpu: &Cpu) -> bool {
+    cpu.has(Feature::Sme2) && matches!(cpu.sme_svl(), Some(32 | 64))
 }
 
 #[cfg(test)]
@@ -87,13 +96,23 @@ mod tests {
     #[test]
     fn sme2_declines_exactly_the_kleidiai_nodes() {
         let base = [Feature::Neon, Feature::Dotprod, Feature::I8mm, Feature::Sve, Feature::Sve2, Feature::Sme];
-        let sme2 = Cpu::with(Features::of(&[base.as_slice(), &[Feature::Sme2]].concat())).with_vector_lengths(64, 64);
+        let sme2_cpu = Cpu::with(Features::of(&[base.as_slice(), &[Feature::Sme2]].concat()));
+        // A 128-bit streaming vector: nibble's SME2 family was not counted there, ORT's kernels keep their nodes.
+        let sme2 = sme2_cpu.with_vector_lengths(64, 16);
         let sme1 = Cpu::with(Features::of(&base)).with_vector_lengths(64, 64);
         let i8mm = Cpu::with(Features::of(&[Feature::Neon, Feature::Dotprod, Feature::I8mm]));
         let x86 = Cpu::with(Features::of(&[Feature::Avx2, Feature::Fma, Feature::Avx512f, Feature::Avx512Vnni]));
         let sym = node(4, 32, 4096, 4, false);
-        let why = ort_faster(&sme2, &sym, 31).expect("SME2, ORT 1.31, sym 4-bit acc 4 bs 32: ORT's");
+        let why = ort_faster(&sme2, &sym, 31).expect("SME2 at 128 bits, ORT 1.31, sym 4-bit acc 4 bs 32: ORT's");
         assert!(why.contains("SME2") && why.contains("1.31") && why.contains("qai8dxp"), "{why}");
+        assert!(why.contains("128-bit"), "{why}");
+        // 256 and 512 bits: nibble's SME2 family is faster at every M counted; 1024 and 2048 bits: not counted.
+        for (svl, leads) in [(16, false), (32, true), (64, true), (128, false), (256, false)] {
+            let cpu = sme2_cpu.with_vector_lengths(64, svl);
+            assert_eq!(sme2_family_leads(&cpu), leads, "SVL {svl} bytes");
+            assert_eq!(ort_faster(&cpu, &sym, 31).is_none(), leads, "SVL {svl} bytes");
+            assert_eq!(ort_faster_somewhere(&cpu, 31).is_none(), leads, "SVL {svl} bytes");
+        }
         for bs in [32, 64, 128, 256] {
             assert!(ort_faster(&sme2, &node(4, bs, 4096, 4, false), 24).is_some(), "bs {bs}");
             assert!(ort_faster(&sme2, &node(4, bs, 4096, 4, true), 28).is_some(), "zp bs {bs}");

@@ -39,8 +39,9 @@
 //!
 //! LHS: `qsi8db` (one row); RHS: `qsnbp64x4_sf16_zpc`. The asm takes 4-bit codes in blocks of whole 32-K chunks,
 //! whole panels, at SVL 256 or 512; the last partial panel runs the asm into a buffer (its padding columns are
-//! zero codes), and other bit widths, block sizes, streaming vector lengths and tiles of more rows run the
-//! portable GEMV on the same layout. Features: sme, sme2. No over-reads.
+//! zero codes), and other bit widths, block sizes and streaming vector lengths run the portable GEMV on the same
+//! layout. The family gives it one row (from M = 2 its GEMM's few-row SDOT kernel shares each code vector's decode
+//! among 4 rows); a tile of more rows (the kernel run alone) runs row by row. Features: sme, sme2. No over-reads.
 
 use super::matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::{NR, svl_bytes};
 use super::sve_asm::{enter_streaming, streaming_asm};

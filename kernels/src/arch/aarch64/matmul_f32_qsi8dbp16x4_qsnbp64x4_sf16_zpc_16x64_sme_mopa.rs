@@ -41,9 +41,12 @@
 //!
 //! LHS: `qsi8dbp16x4`; RHS: `qsnbp64x4_sf16_zpc`. The asm takes 4-bit codes in blocks of whole 32-K chunks;
 //! 2- and 8-bit codes and blocks of 16 run the portable body on the same formats
-//! (`portable::matmul_f32_qsi8dbp4x8_qnb_portable::run_p`). Features: sme, sme2. Row tails run whole
-//! row groups (the packed LHS pads them with zero rows) and column tails whole panels (zero columns); only real
-//! rows and columns are stored. No over-reads.
+//! (`portable::matmul_f32_qsi8dbp4x8_qnb_portable::run_p`). Features: sme, sme2. At SVL 256 and 512 a tile's last,
+//! partial row group (1–15 real rows: every M from 2 to 15, and the tail of larger M) runs the few-row SDOT kernel
+//! on the same formats (`matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_4x64_sme_dot`: up to 4 rows per code decode,
+//! costs in proportion to the real rows, where a pass here computes SVL/4 rows whatever they are). At other SVLs
+//! row tails run whole row groups (the packed LHS pads them with zero rows); column tails run whole panels (zero
+//! columns); only real rows and columns are stored. No over-reads.
 
 use super::matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_4x64_sme_dot as few_rows;
 use super::ops::store_row;

@@ -233,6 +233,153 @@ macro_rules! quad_asm {
             [("0" "1" "2" "3", "0", [("0" "1" "0" A)], [("1" "0")]) ("4" "5" "6" "7", "4", [("2" "3" "0" B)], [("3" "0")])],
             [("0", ["1"]) ("4", ["3"])])
     };
+    // SVL 512, 5–8 rows (the 8 rows of two quadwords; the stored ones {nst}): ZA's 16 vector groups, row r < 4's
+    // int32 sums group 2r (`za.s[w8, 2r, vgx4]`), row 4 + r's group 8 + 2r (`za.s[w9, 2r, vgx4]`, w9 = 8), f32
+    // sums the next. Per group of a chunk its 4 quadwords (low and high run × rows 0–3 and 4–7) just before its
+    // SDOTs, so that 4 registers (z8–z11) serve 8 rows.
+    (@panel v64 r8 $zp:ident $ch:ident) => {
+        concat!(
+            "mov {xrec}, {xp}\n",
+            "mov {xr}, {rowtab}\n",
+            "mov {xa}, {lhs}\n",
+            "add {xb}, {xa}, #256\n",
+            "mov {nb}, {blocks}\n",
+            "2:\n",
+            "mov {xc}, {xrec}\n",
+            quad_asm!(@chunks $ch (octo)),
+            quad_asm!(@factors8 $zp),
+            "add {xt}, {xrec}, {sc}\n",
+            "ld1h {{z20.s}}, p1/z, [{xt}, #0, mul vl]\n",
+            "ld1h {{z21.s}}, p1/z, [{xt}, #1, mul vl]\n",
+            "ld1h {{z22.s}}, p1/z, [{xt}, #2, mul vl]\n",
+            "ld1h {{z23.s}}, p1/z, [{xt}, #3, mul vl]\n",
+            "fcvt z20.s, p1/m, z20.h\n",
+            "fcvt z21.s, p1/m, z21.h\n",
+            "fcvt z22.s, p1/m, z22.h\n",
+            "fcvt z23.s, p1/m, z23.h\n",
+            quad_asm!(@row8 "w8" "0" "1" "0" "16" "19" "2"),
+            quad_asm!(@row8 "w8" "2" "3" "1" "12" "15" "2"),
+            quad_asm!(@row8 "w8" "4" "5" "2" "16" "19" "2"),
+            quad_asm!(@row8 "w8" "6" "7" "3" "12" "15" "2"),
+            quad_asm!(@row8 "w9" "0" "1" "0" "16" "19" "4"),
+            quad_asm!(@row8 "w9" "2" "3" "1" "12" "15" "4"),
+            quad_asm!(@row8 "w9" "4" "5" "2" "16" "19" "4"),
+            quad_asm!(@row8 "w9" "6" "7" "3" "12" "15" "4"),
+            quad_asm!(@zp8 $zp),
+            "zero {{za0.d, za2.d, za4.d, za6.d}}\n",
+            "add {xrec}, {xrec}, {rec}\n",
+            "add {xr}, {xr}, #64\n",
+            "subs {nb}, {nb}, #1\n",
+            "b.ne 2b\n",
+            // The stored rows' f32 sums (groups 1, 3, …, 15: w10 + 1) out, row after row.
+            "mov {xt}, {xo}\n",
+            "mov w10, #0\n",
+            "mov {nb}, {nst}\n",
+            "4:\n",
+            "mova {{z16.d-z19.d}}, za.d[w10, 1, vgx4]\n",
+            "st1w {{z16.s-z19.s}}, pn8, [{xt}]\n",
+            "add {xt}, {xt}, {ostride}\n",
+            "add w10, w10, #2\n",
+            "subs {nb}, {nb}, #1\n",
+            "b.ne 4b\n",
+            "zero {{za}}\n",
+        )
+    };
+    (@chunk (octo)) => {
+        concat!(
+            quad_asm!(@group8 "0", "-128", "-112"),
+            quad_asm!(@group8 "4", "-64", "-48"),
+            quad_asm!(@group8 "8", "0", "16"),
+            quad_asm!(@group8 "12", "64", "80"),
+            "add {xa}, {xa}, #512\n",
+            "add {xb}, {xb}, #512\n",
+            "add {xc}, {xc}, #1024\n",
+        )
+    };
+    // Group g of an 8-row chunk: codes at `[{xc}, #$imm, mul vl]`; the low run's quadwords of rows 0–3 and 4–7 at
+    // `[{xa}, #$q0]`, `[{xa}, #$q1]` (z8, z9), the high run's at the same offsets from {xb} (z10, z11).
+    (@group8 $imm:literal, $q0:literal, $q1:literal) => {
+        concat!(
+            "ld1rqb {{z8.b}}, p0/z, [{xa}, #", $q0, "]\n",
+            "ld1rqb {{z9.b}}, p0/z, [{xa}, #", $q1, "]\n",
+            "ld1rqb {{z10.b}}, p0/z, [{xb}, #", $q0, "]\n",
+            "ld1rqb {{z11.b}}, p0/z, [{xb}, #", $q1, "]\n",
+            "ld1b {{z16.b-z19.b}}, pn8/z, [{xc}, #", $imm, ", mul vl]\n",
+            "and z20.d, z16.d, z0.d\n",
+            "and z21.d, z17.d, z0.d\n",
+            "and z22.d, z18.d, z0.d\n",
+            "and z23.d, z19.d, z0.d\n",
+            "srshl {{z16.b-z19.b}}, {{z16.b-z19.b}}, z1.b\n",
+            quad_asm!(@sdot8 "w8", "8", "10"),
+            quad_asm!(@sdot8 "w9", "9", "11"),
+        )
+    };
+    (@sdot8 $w:literal, $lo:literal, $hi:literal) => {
+        concat!(
+            "sdot za.s[", $w, ", 0, vgx4], {{z16.b-z19.b}}, z", $lo, ".b[0]\n",
+            "sdot za.s[", $w, ", 0, vgx4], {{z20.b-z23.b}}, z", $hi, ".b[0]\n",
+            "sdot za.s[", $w, ", 2, vgx4], {{z16.b-z19.b}}, z", $lo, ".b[1]\n",
+            "sdot za.s[", $w, ", 2, vgx4], {{z20.b-z23.b}}, z", $hi, ".b[1]\n",
+            "sdot za.s[", $w, ", 4, vgx4], {{z16.b-z19.b}}, z", $lo, ".b[2]\n",
+            "sdot za.s[", $w, ", 4, vgx4], {{z20.b-z23.b}}, z", $hi, ".b[2]\n",
+            "sdot za.s[", $w, ", 6, vgx4], {{z16.b-z19.b}}, z", $lo, ".b[3]\n",
+            "sdot za.s[", $w, ", 6, vgx4], {{z20.b-z23.b}}, z", $hi, ".b[3]\n",
+        )
+    };
+    // One row of 8 (ZA base `$w`, groups `$oi`/`$of`, lane `$r` of the factors in z`$fr`; sums in z`$s0`–z`$s3`).
+    (@row8 $w:literal $oi:literal $of:literal $r:literal $s0:literal $s3:literal $fr:literal) => {
+        concat!(
+            "mova {{z", $s0, ".d-z", $s3, ".d}}, za.d[", $w, ", ", $oi, ", vgx4]\n",
+            "scvtf {{z", $s0, ".s-z", $s3, ".s}}, {{z", $s0, ".s-z", $s3, ".s}}\n",
+            "fmul z24.s, z20.s, z", $fr, ".s[", $r, "]\n",
+            "fmul z25.s, z21.s, z", $fr, ".s[", $r, "]\n",
+            "fmul z26.s, z22.s, z", $fr, ".s[", $r, "]\n",
+            "fmul z27.s, z23.s, z", $fr, ".s[", $r, "]\n",
+            "fmla za.s[", $w, ", ", $of, ", vgx4], {{z", $s0, ".s-z", $s3, ".s}}, {{z24.s-z27.s}}\n",
+        )
+    };
+    // The 8 rows' factors: z2, z4 = sa × 2^−4 of rows 0–3, 4–7; z3, z5 = their sa·Σq.
+    (@factors8 zp) => {
+        concat!(
+            "ld1rqw {{z2.s}}, p1/z, [{xr}]\n",
+            "ld1rqw {{z4.s}}, p1/z, [{xr}, #16]\n",
+            "ld1rqw {{z3.s}}, p1/z, [{xr}, {xqo}, lsl #2]\n",
+            "add {xt}, {xr}, #16\n",
+            "ld1rqw {{z5.s}}, p1/z, [{xt}, {xqo}, lsl #2]\n",
+            "scvtf z3.s, p1/m, z3.s\n",
+            "scvtf z5.s, p1/m, z5.s\n",
+            "fmul z3.s, z3.s, z2.s\n",
+            "fmul z5.s, z5.s, z4.s\n",
+            "fmul z2.s, z2.s, z28.s\n",
+            "fmul z4.s, z4.s, z28.s\n",
+        )
+    };
+    (@factors8 nozp) => {
+        concat!(
+            "ld1rqw {{z2.s}}, p1/z, [{xr}]\n",
+            "ld1rqw {{z4.s}}, p1/z, [{xr}, #16]\n",
+            "fmul z2.s, z2.s, z28.s\n",
+            "fmul z4.s, z4.s, z28.s\n",
+            "// {zo} {xqo}\n",
+        )
+    };
+    (@zp8 zp) => {
+        concat!(
+            "add {xt}, {xrec}, {zo}\n",
+            "ld1w {{z8.s-z11.s}}, pn8/z, [{xt}]\n",
+            "fmla za.s[w8, 1, vgx4], {{z8.s-z11.s}}, z3.s[0]\n",
+            "fmla za.s[w8, 3, vgx4], {{z8.s-z11.s}}, z3.s[1]\n",
+            "fmla za.s[w8, 5, vgx4], {{z8.s-z11.s}}, z3.s[2]\n",
+            "fmla za.s[w8, 7, vgx4], {{z8.s-z11.s}}, z3.s[3]\n",
+            "fmla za.s[w9, 1, vgx4], {{z8.s-z11.s}}, z5.s[0]\n",
+            "fmla za.s[w9, 3, vgx4], {{z8.s-z11.s}}, z5.s[1]\n",
+            "fmla za.s[w9, 5, vgx4], {{z8.s-z11.s}}, z5.s[2]\n",
+            "fmla za.s[w9, 7, vgx4], {{z8.s-z11.s}}, z5.s[3]\n",
+        )
+    };
+    (@zp8 nozp) => {
+        ""
+    };
     // One-stripe passes over the panel: two at SVL 256, one at 512.
     (@stripes v32 $zp:ident $ch:ident, $sd:tt, $rows:tt, $zps:tt, $st:tt) => {
         concat!(
@@ -256,6 +403,8 @@ macro_rules! quad_asm {
             "mov w8, #0x3d800000\n",
             "dup z28.s, w8\n",
             "mov w8, #0\n",
+            "mov w9, #8\n",
+            "// {xb} {nst}\n",
             // Panel loop.
             "1:\n",
             quad_asm!(@panel $v $r $zp $ch),
@@ -293,7 +442,11 @@ macro_rules! quad_call {
             xc = out(reg) _,
             nch = out(reg) _,
             xt = out(reg) _,
+            xb = out(reg) _,
+            nst = in(reg) $s.stored,
             out("x8") _,
+            out("x9") _,
+            out("x10") _,
         )
     };
 }
@@ -319,14 +472,15 @@ macro_rules! quad_modes {
     };
 }
 
-/// What one asm call walks: `panels` panels from the record pointer `rec`, its rows (1–4) of 64 f32 per panel at
-/// `out` (rows `out_stride` bytes apart).
+/// What one asm call walks: `panels` panels from the record pointer `rec`, its rows (1–4, or at SVL 512 the first
+/// `stored` of 8) of 64 f32 per panel at `out` (rows `out_stride` bytes apart).
 #[derive(Clone, Copy)]
 struct Pass {
     rec: *const u8,
     panels: usize,
     out: *mut f32,
     out_stride: usize,
+    stored: usize,
     /// The pass's first row's block-0 scale (group-major: the next block's 16 f32 further), and from there to
     /// its Σq in elements.
     scales: *const f32,
@@ -353,18 +507,23 @@ pub(crate) unsafe fn run(a: &RunArgs, v: usize) {
     let tail = a.cols - whole * NR;
     // Σq from the scales, in f32 elements (both arrays of 4-byte values; only the asm adds it back).
     let to_sums = (a.lhs_sum as usize).wrapping_sub(a.lhs_scale as usize) / 4;
-    for q in 0..a.rows.div_ceil(ROWS) {
-        let rows = (a.rows - q * ROWS).min(ROWS);
-        let dst = a.dst.wrapping_add(q * ROWS * a.dst_stride);
-        let mut last = [0f32; ROWS * NR];
+    // Passes of 4 rows (one quadword of the runs); at SVL 512 of 8 (two) while more than 4 are left.
+    let mut row = 0;
+    while row < a.rows {
+        let left = a.rows - row;
+        let (rows, r) =
+            if v == 64 && left > ROWS { (left.min(2 * ROWS), 2 * ROWS) } else { (left.min(ROWS), left.min(ROWS)) };
+        let dst = a.dst.wrapping_add(row * a.dst_stride);
+        let mut last = [0f32; 2 * ROWS * NR];
         let at = |panel: usize, panels: usize, out: *mut f32, row_floats: usize| Pass {
             rec: a.rhs.wrapping_add(panel * a.rhs_panel_stride),
             panels,
             out,
             out_stride: row_floats * 4,
-            scales: a.lhs_scale.wrapping_add(q * ROWS),
+            stored: rows,
+            scales: a.lhs_scale.wrapping_add(row),
             to_sums,
-            lhs: a.lhs.wrapping_add(128 + 16 * q),
+            lhs: a.lhs.wrapping_add(128 + 4 * row),
             blocks: a.blocks,
             chunks: a.bl / CHUNK,
             record: a.rhs_record,
@@ -372,28 +531,38 @@ pub(crate) unsafe fn run(a: &RunArgs, v: usize) {
             to_scales: a.rhs_scales,
             to_zp: a.rhs_zp,
         };
-        let mode = (v, rows, a.has_zp != 0, a.bl == CHUNK);
+        let (zp, one) = (a.has_zp != 0, a.bl == CHUNK);
+        let mode = (v, r, zp, one);
         let pass = |p: Pass| {
             if p.panels == 0 {
                 return;
             }
             // SAFETY: the CPU has SME2 at this SVL (`v32`: 32 bytes, `v64`: 64; the code, scale and store offsets
-            // are in vectors of v bytes), the pass's rows (`r1`..`r4`) are real rows of the group. Reads per panel
+            // are in vectors of v bytes); the pass computes rows `row` .. `row` + r of the group (r8: 8, the real ones stored, the
+            // others are the packed group's zero rows; r1..r4: all real). Reads per panel
             // and block: chunks × 4 groups × 64 columns × 4 bytes of codes, 64 f16 scales and (zero points) 64 f32
             // corrections inside the record (RunArgs contract: the pass's panels are the tile's); per chunk 8
             // quadwords of the group's 512 bytes (from lhs − 128); per block 4 f32 of the group's scales and
             // (zero points) of its Σq (group-major, 16 per block). Writes 64 f32 per panel to each of its rows,
             // `out_stride` bytes apart from `out`: the rows of dst for whole panels (inside dst, which nothing else
-            // references during the call), else `last` (4 rows of 64). Every vector and predicate register, ffr,
-            // x8, x12 and x14–x17 are declared clobbered; ZA is left off (SMSTOP), TPIDR2_EL0 0 or untouched.
-            unsafe { quad_modes!(mode, p; (v32 32) (v64 64); [(r1 1) (r2 2) (r3 3) (r4 4)]) }
+            // references during the call), else `last` (8 rows of 64). Every vector and predicate register, ffr,
+            // x8–x10, x12 and x14–x17 are declared clobbered; ZA is left off (SMSTOP), TPIDR2_EL0 0 or untouched.
+            unsafe {
+                match (r, zp, one) {
+                    (8, false, true) => quad_call!(v64 r8 nozp one; p),
+                    (8, false, false) => quad_call!(v64 r8 nozp many; p),
+                    (8, true, true) => quad_call!(v64 r8 zp one; p),
+                    (8, true, false) => quad_call!(v64 r8 zp many; p),
+                    _ => quad_modes!(mode, p; (v32 32) (v64 64); [(r1 1) (r2 2) (r3 3) (r4 4)]),
+                }
+            }
         };
         pass(at(0, whole, dst, a.dst_stride));
         if tail > 0 {
             pass(at(whole, 1, last.as_mut_ptr(), NR));
         }
         for r in 0..rows {
-            // SAFETY: row q·4 + r (< rows of the tile) of dst holds `cols` values (RunArgs contract).
+            // SAFETY: row `row` + r (< rows of the tile) of dst holds `cols` values (RunArgs contract).
             let d = unsafe { core::slice::from_raw_parts_mut(dst.add(r * a.dst_stride), a.cols) };
             d[whole * NR..].copy_from_slice(&last[r * NR..][..tail]);
             if !a.bias.is_null() {
@@ -404,5 +573,6 @@ pub(crate) unsafe fn run(a: &RunArgs, v: usize) {
                 }
             }
         }
+        row += rows;
     }
 }
