@@ -21,9 +21,6 @@ pub struct Family {
     pub(crate) name: &'static str,
     /// Higher is preferred; ties are a registry bug (tested).
     pub(crate) rank: u32,
-    /// A higher rank on the CPUs where the predicate holds (where the family was measured faster than the
-    /// families above its `rank`), or None.
-    pub(crate) leads_on: Option<(fn(&Cpu) -> bool, u32)>,
     pub(crate) path: ComputePath,
     pub(crate) gemv: &'static UKernel,
     pub(crate) gemm: &'static UKernel,
@@ -38,14 +35,6 @@ impl Family {
 
     pub fn rank(&self) -> u32 {
         self.rank
-    }
-
-    /// The family's rank on `cpu`: `rank`, or its `leads_on` rank where that applies.
-    pub fn rank_on(&self, cpu: &Cpu) -> u32 {
-        match self.leads_on {
-            Some((on, rank)) if on(cpu) => rank,
-            _ => self.rank,
-        }
     }
 
     pub fn path(&self) -> ComputePath {

@@ -81,7 +81,6 @@ static PORTABLE_FAMILIES: &[&Family] = &[
     &Family {
         name: "portable_fp32_qunbp8x4_sf32_zpb",
         rank: 20,
-        leads_on: None,
         path: ComputePath::Fp32,
         gemv: &portable::FP32,
         gemm: &portable::FP32,
@@ -90,7 +89,6 @@ static PORTABLE_FAMILIES: &[&Family] = &[
     &Family {
         name: "portable_int8_qunbp8x4_sf32_zpb",
         rank: 20,
-        leads_on: None,
         path: ComputePath::Int8,
         gemv: &portable::INT8,
         gemm: &portable::INT8,
@@ -99,7 +97,6 @@ static PORTABLE_FAMILIES: &[&Family] = &[
     &Family {
         name: "portable_fp32_qsnbp8x8_sf32_zpc",
         rank: 10,
-        leads_on: None,
         path: ComputePath::Fp32,
         gemv: &portable::FP32,
         gemm: &portable::FP32,
@@ -108,7 +105,6 @@ static PORTABLE_FAMILIES: &[&Family] = &[
     &Family {
         name: "portable_int8_qsnbp8x8_sf16_zpc_bsum",
         rank: 10,
-        leads_on: None,
         path: ComputePath::Int8,
         gemv: &portable::INT8_U8,
         gemm: &portable::INT8_P4X8,
@@ -123,7 +119,6 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "amx_int8_qunbp64x4_sf16_zpc",
         rank: 50,
-        leads_on: None,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX512VNNI_F16,
         gemm: &x86_64::INT8_GEMM_AMX_F16,
@@ -132,7 +127,6 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "amx_int8_qunbp64x4_sf32_zpc",
         rank: 47,
-        leads_on: None,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX512VNNI,
         gemm: &x86_64::INT8_GEMM_AMX,
@@ -141,7 +135,6 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx512vnni_int8_qunbp64x4_sf16_zpc",
         rank: 45,
-        leads_on: None,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX512VNNI_F16,
         gemm: &x86_64::INT8_GEMM_AVX512VNNI_F16,
@@ -150,7 +143,6 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx512vnni_int8_qunbp64x4_sf32_zpc",
         rank: 40,
-        leads_on: None,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX512VNNI,
         gemm: &x86_64::INT8_GEMM_AVX512VNNI,
@@ -159,7 +151,6 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx2_vnni_int8_qunbp64x4_sf32_zpc",
         rank: 35,
-        leads_on: None,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVXVNNI,
         gemm: &x86_64::INT8_GEMM_AVXVNNI,
@@ -168,7 +159,6 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx2_int8_qunbp64x4_sf32_zpc",
         rank: 30,
-        leads_on: None,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX2,
         gemm: &x86_64::INT8_GEMM_AVX2,
@@ -177,7 +167,6 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx2_fp32_qunbp64x4_sf32_zpc",
         rank: 30,
-        leads_on: None,
         path: ComputePath::Fp32,
         gemv: &x86_64::FP32_GEMV_AVX2,
         gemm: &x86_64::FP32_GEMM_AVX2_DQ,
@@ -186,7 +175,6 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx512vnni_fp32_qunbp64x4_sf32_zpc",
         rank: 40,
-        leads_on: None,
         path: ComputePath::Fp32,
         gemv: &x86_64::FP32_GEMV_AVX512,
         gemm: &x86_64::FP32_GEMM_AVX512_DQ,
@@ -198,7 +186,6 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "sve_i8mm_int8_qsnbp8x8_sf16_zpc",
         rank: 50,
-        leads_on: None,
         path: ComputePath::Int8,
         gemv: &aarch64::INT8_GEMV_SVE_P8X8,
         gemm: &aarch64::INT8_GEMM_SVE_I8MM,
@@ -207,21 +194,19 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "i8mm_int8_qsnbp8x8_sf16_zpc",
         rank: 45,
-        leads_on: None,
         path: ComputePath::Int8,
         gemv: &aarch64::INT8_GEMV_DOTPROD_P8X8,
         gemm: &aarch64::INT8_GEMM_I8MM,
         layout: |_| aarch64::QSNBP8X8_SF16_ZPC,
     },
     // SME2: the SMOPA GEMM (its partial row groups by the few-row SDOT kernel) and the multi-vector SDOT GEMV, all
-    // accumulating in ZA. First on SME2 CPUs with a 256- or 512-bit streaming vector, where every M counted below
-    // ORT's own KleidiAI SME2 kernels (`versus_ort::sme2_family_leads`); at other lengths (not counted) below the
-    // SVE i8mm and i8mm families, so ORT keeps its KleidiAI nodes there. It runs when named (NIBBLE_FAMILIES) and in
-    // the kernel suite at every length.
+    // accumulating in ZA. Ranked below the SVE i8mm and i8mm families (every SME2 CPU has i8mm), so it is no CPU's
+    // default; on SME2 CPUs ORT's own KleidiAI SME2 kernels keep the 4-bit int8 nodes (`versus_ort.rs`) until the
+    // family counts below them at every M (blocks of 128 at M = 8: 1.18x at SVL 256). It runs when named
+    // (NIBBLE_FAMILIES) and in the kernel suite.
     &Family {
         name: "sme2_int8_qsnbp64x4_sf16_zpc",
         rank: 42,
-        leads_on: Some((crate::versus_ort::sme2_family_leads, 52)),
         path: ComputePath::Int8,
         gemv: &aarch64::INT8_GEMV_SME2,
         gemm: &aarch64::INT8_GEMM_SME2,
@@ -230,7 +215,6 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "dotprod_int8_qsnbp8x4_sf16_zpc",
         rank: 40,
-        leads_on: None,
         path: ComputePath::Int8,
         gemv: &aarch64::INT8_GEMV_DOTPROD,
         gemm: &aarch64::INT8_GEMM_DOTPROD,
@@ -239,7 +223,6 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "neon_int8_qsnbp8x4_sf16_zpc",
         rank: 30,
-        leads_on: None,
         path: ComputePath::Int8,
         gemv: &aarch64::INT8_GEMV_NEON,
         gemm: &aarch64::INT8_GEMM_NEON,
@@ -249,7 +232,6 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "sme2_fp32_qsnbp8x4_sf32_zpc",
         rank: 50,
-        leads_on: None,
         path: ComputePath::Fp32,
         gemv: &aarch64::FP32_GEMV_NEON,
         gemm: &aarch64::FP32_GEMM_SME2,
@@ -259,7 +241,6 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "sve_fp32_qsnbp8x4_sf32_zpc",
         rank: 40,
-        leads_on: None,
         path: ComputePath::Fp32,
         gemv: &aarch64::FP32_GEMV_NEON,
         gemm: &aarch64::FP32_GEMM_SVE,
@@ -268,7 +249,6 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "neon_fp32_qsnbp8x4_sf32_zpc",
         rank: 30,
-        leads_on: None,
         path: ComputePath::Fp32,
         gemv: &aarch64::FP32_GEMV_NEON,
         gemm: &aarch64::FP32_GEMM_NEON,
@@ -381,12 +361,7 @@ pub fn build_ladder(cpu: &Cpu, isa: Option<&str>, families: Option<&str>) -> Res
     let capped = cap.map_or(*cpu, |c| cpu.capped(c));
     let named = families.map(str::trim).is_some_and(|s| !s.is_empty());
     let list = match families.map(str::trim).filter(|s| !s.is_empty()) {
-        None => {
-            // By rank on this CPU (stable: ties keep the registry's order, which the tests forbid anyway).
-            let mut v = self::families().to_vec();
-            v.sort_by_key(|f| std::cmp::Reverse(f.rank_on(&capped)));
-            v
-        }
+        None => self::families().to_vec(),
         Some(names) => {
             let mut v = Vec::new();
             for name in names.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -428,16 +403,6 @@ mod tests {
                 if !std::ptr::eq(*f, *g) {
                     assert_ne!(f.name(), g.name());
                     assert!(f.path() != g.path() || f.rank() != g.rank(), "{} and {} tie", f.name(), g.name());
-                    // A lead rank ties with no other family's ranks either.
-                    if let Some((_, lead)) = f.leads_on {
-                        let other = [Some(g.rank()), g.leads_on.map(|l| l.1)];
-                        assert!(
-                            f.path() != g.path() || !other.contains(&Some(lead)),
-                            "{} and {} tie",
-                            f.name(),
-                            g.name()
-                        );
-                    }
                 }
             }
         }
@@ -479,32 +444,6 @@ mod tests {
             assert_eq!(f.gemv().path(), f.path());
             assert_eq!(f.gemm().path(), f.path());
         }
-    }
-
-    /// The SME2 int8 family leads the int8 path (above SVE i8mm) at a 256- or 512-bit streaming vector only; the fp32
-    /// path and other lengths keep their families.
-    #[cfg(target_arch = "aarch64")]
-    #[test]
-    fn sme2_leads_the_int8_path_at_256_and_512_bits() {
-        use crate::cpu::Feature as F;
-        let feats =
-            Features::of(&[F::Neon, F::Dotprod, F::I8mm, F::Fp16, F::Sve, F::Sve2, F::SveI8mm, F::Sme, F::Sme2]);
-        let int8 = Problem::new(ComputePath::Int8, 4, 32, false);
-        for (svl, want) in [
-            (16, "sve_i8mm_int8_qsnbp8x8_sf16_zpc"),
-            (32, "sme2_int8_qsnbp64x4_sf16_zpc"),
-            (64, "sme2_int8_qsnbp64x4_sf16_zpc"),
-            (128, "sve_i8mm_int8_qsnbp8x8_sf16_zpc"),
-        ] {
-            let cpu = Cpu::with(feats).with_vector_lengths(32, svl);
-            let l = build_ladder(&cpu, None, None).unwrap();
-            assert_eq!(l.select(&int8).unwrap().name(), want, "SVL {svl} bytes");
-            assert_eq!(l.families()[0].name() == "sme2_int8_qsnbp64x4_sf16_zpc", svl == 32 || svl == 64);
-        }
-        // Without SME2 (SME only) the family cannot run at all.
-        let sme1 = Cpu::with(Features::of(&[F::Neon, F::Dotprod, F::I8mm, F::Sve, F::SveI8mm, F::Sme]));
-        let l = build_ladder(&sme1.with_vector_lengths(32, 32), None, None).unwrap();
-        assert_eq!(l.select(&int8).unwrap().name(), "sve_i8mm_int8_qsnbp8x8_sf16_zpc");
     }
 
     #[test]

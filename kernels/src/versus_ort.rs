@@ -12,7 +12,7 @@
 //!
 //! | CPU class | nodes ORT runs faster | measured (instructions per Run, nibble / ORT 1.31.1, 1 thread) |
 //! |---|---|---|
-//! | aarch64 with SME2 | the KleidiAI nodes above | qemu 11 `-cpu max` (bench/results/aarch64-icount-sme2.md, counted from qemu's exec log): nibble's SVE i8mm family 2.45x at M = 1, 2.0–2.1x at M = 32, 128 (row numerics 1.8–1.9x); its SME2 family (ranked below i8mm): GEMV (multi-vector SDOT) 0.81–0.83x at SVL 256, 0.84–0.87x at SVL 512, and at M = 2 (two GEMV rows) 0.76x / 0.80x; GEMM (SMOPA, f32 sums in ZA) at M = 32, 128 0.81–0.82x at SVL 256 and 0.80–0.82x at SVL 512 (zero points 0.66–0.67x, row numerics 0.70–0.71x), M = 16 0.86x / 0.91x, but M = 3–7 1.00–1.18x at SVL 256 and M = 3–8 1.01–1.55x at SVL 512 (ORT's costs follow the real rows, nibble's passes compute SVL/4 rows): not faster at every M. Declined |
+//! | aarch64 with SME2 | the KleidiAI nodes above | qemu 11 `-cpu max` (bench/results/aarch64-icount-sme2.md, counted from qemu's exec log): nibble's SVE i8mm family 2.45x at M = 1, 2.0–2.1x at M = 32, 128 (row numerics 1.8–1.9x); its SME2 family (ranked below i8mm), 2048², SVL 256 / 512: GEMV (multi-vector SDOT) 0.83x / 0.86x at M = 1; M = 2–15 (the few-row SDOT kernel, one code decode per 4 or 8 rows) 0.59–0.97x / 0.71–1.00x in the block numerics, zero points M = 1–8 0.55–0.87x; GEMM (SMOPA) at M = 16–128 0.80–0.91x (zero points 0.66–0.67x, row numerics 0.70–0.71x); but blocks of 128 at M = 8 1.18x (SVL 256: ORT's per-row cost falls with the block size, two 4-row passes do not) and the row numerics at M = 8 1.02x: not faster at every M. Declined |
 //! | aarch64 SVE i8mm, vectors ≥ 256 bits (Graviton3) | none | SVE i8mm family (qemu 7.2 `max,sve-default-vector-length=32,sme=off`, 2048² and 4096², bs32, counted 2026-12-05): M = 1 0.52–0.57x; M = 4 0.76–0.78x (NEON one-group tile, 2026-12-03); M = 32, 128 per-block 0.59–0.61x, row 0.52–0.55x, zero points 0.43–0.50x; bs128 0.46–0.57x |
 //! | aarch64 i8mm | none | M = 1 0.67–0.70x; M = 4 0.78x (row 0.71x); M = 32–128 sym 0.88–0.89x (row 0.76–0.79x, bs128 0.82–0.83x), zp 0.70–0.73x; SmolLM2-135M 64-token prefill 0.949x (sym), 0.768x (zp), decode step 0.83x / 0.73x (bench/results/aarch64-icount.md): claimed |
 //! | aarch64 dotprod | none | M = 1 0.68–0.70x; M = 4 0.80x (row 0.75x, zp 0.74x); M = 32–128 sym 0.95x (row 0.87x, bs128 0.89x), zp 0.79x; SmolLM2-135M 64-token prefill 0.968x (sym), 0.804x (zp), decode step 0.84x / 0.73x (bench/results/aarch64-icount.md): claimed |
@@ -64,24 +64,15 @@ pub fn ort_faster_somewhere(cpu: &Cpu, ort_minor: u32) -> Option<String> {
 /// `Some(reason)` when ORT 1.`ort_minor`'s own kernel for `node` is faster on `cpu` than every nibble family it
 /// runs (the table above), worded for the log line after "left to ORT's own kernel: ".
 pub fn ort_faster(cpu: &Cpu, node: &NodeTraits, ort_minor: u32) -> Option<String> {
-    if cpu.has(Feature::Sme2) && !sme2_family_leads(cpu) && ort_runs_kleidiai(node, ort_minor) {
+    if cpu.has(Feature::Sme2) && ort_runs_kleidiai(node, ort_minor) {
         let (lhs, rhs) = if node.zero_points { ("qsi8d32p", "qai4c32p") } else { ("qai8dxp", "qsi4c32p") };
-        let svl = cpu.sme_svl().unwrap_or(0) * 8;
         return Some(format!(
-            "this CPU has SME2 ({cpu}) with a {svl}-bit streaming vector, where ONNX Runtime 1.{ort_minor} runs \
-             4-bit accuracy_level-4 nodes with KleidiAI's SME2 kernels ({lhs}_{rhs} sme2_mopa for M > 1, sme2 dot \
-             for M = 1); nibble's SME2 family was measured faster than them only at 256 and 512 bits"
+            "this CPU has SME2 ({cpu}), where ONNX Runtime 1.{ort_minor} runs 4-bit accuracy_level-4 nodes with \
+             KleidiAI's SME2 kernels ({lhs}_{rhs} sme2_mopa for M > 1, sme2 dot for M = 1), which execute about \
+             half the instructions of nibble's best family there"
         ));
     }
     None
-}
-
-/// Whether nibble's SME2 int8 family leads on `cpu` (ranked first on the int8 path, and ORT's KleidiAI nodes
-/// taken): SME2 with a streaming vector of 256 or 512 bits, the lengths its kernels have asm for and were counted
-/// at below ORT's KleidiAI SME2 kernels at every M (qemu 11, bench/results/aarch64-icount-sme2.md). Other lengths
-/// run its generic-length or portable code, which was not counted.
-pub fn sme2_family_leads(cpu: &Cpu) -> bool {
-    cpu.has(Feature::Sme2) && matches!(cpu.sme_svl(), Some(32 | 64))
 }
 
 #[cfg(test)]
@@ -96,23 +87,13 @@ mod tests {
     #[test]
     fn sme2_declines_exactly_the_kleidiai_nodes() {
         let base = [Feature::Neon, Feature::Dotprod, Feature::I8mm, Feature::Sve, Feature::Sve2, Feature::Sme];
-        let sme2_cpu = Cpu::with(Features::of(&[base.as_slice(), &[Feature::Sme2]].concat()));
-        // A 128-bit streaming vector: nibble's SME2 family was not counted there, ORT's kernels keep their nodes.
-        let sme2 = sme2_cpu.with_vector_lengths(64, 16);
+        let sme2 = Cpu::with(Features::of(&[base.as_slice(), &[Feature::Sme2]].concat())).with_vector_lengths(64, 64);
         let sme1 = Cpu::with(Features::of(&base)).with_vector_lengths(64, 64);
         let i8mm = Cpu::with(Features::of(&[Feature::Neon, Feature::Dotprod, Feature::I8mm]));
         let x86 = Cpu::with(Features::of(&[Feature::Avx2, Feature::Fma, Feature::Avx512f, Feature::Avx512Vnni]));
         let sym = node(4, 32, 4096, 4, false);
-        let why = ort_faster(&sme2, &sym, 31).expect("SME2 at 128 bits, ORT 1.31, sym 4-bit acc 4 bs 32: ORT's");
+        let why = ort_faster(&sme2, &sym, 31).expect("SME2, ORT 1.31, sym 4-bit acc 4 bs 32: ORT's");
         assert!(why.contains("SME2") && why.contains("1.31") && why.contains("qai8dxp"), "{why}");
-        assert!(why.contains("128-bit"), "{why}");
-        // 256 and 512 bits: nibble's SME2 family is faster at every M counted; 1024 and 2048 bits: not counted.
-        for (svl, leads) in [(16, false), (32, true), (64, true), (128, false), (256, false)] {
-            let cpu = sme2_cpu.with_vector_lengths(64, svl);
-            assert_eq!(sme2_family_leads(&cpu), leads, "SVL {svl} bytes");
-            assert_eq!(ort_faster(&cpu, &sym, 31).is_none(), leads, "SVL {svl} bytes");
-            assert_eq!(ort_faster_somewhere(&cpu, 31).is_none(), leads, "SVL {svl} bytes");
-        }
         for bs in [32, 64, 128, 256] {
             assert!(ort_faster(&sme2, &node(4, bs, 4096, 4, false), 24).is_some(), "bs {bs}");
             assert!(ort_faster(&sme2, &node(4, bs, 4096, 4, true), 28).is_some(), "zp bs {bs}");

@@ -55,11 +55,9 @@ const ROWS: usize = 4;
 const CHUNK: usize = 32;
 
 macro_rules! quad_asm {
-    // Group `$g` of a chunk for one stripe: its 4 code vectors at `[{xc}, #$imm, mul vl]` into z16–z19 (low fields
-    // in place by SRSHL, z1 = 4) and z20–z23 (high fields by AND, z0 = 0xf0), then per row one SDOT per field into
-    // the row's int32 sums for the stripe (vector group `$o`) against lane `$i` (the row in its quadword) of runs
-    // `$lo` (z8 + g) and `$hi` (z12 + g).
-    (@group $imm:literal, $lo:literal, $hi:literal, [$(($o:literal $i:literal))*]) => {
+    // A stripe's 4 code vectors of one group at `[{xc}, #$imm, mul vl]` into z16–z19 (low fields in place by SRSHL,
+    // z1 = 4: 16·lo) and z20–z23 (high fields by AND, z0 = 0xf0: 16·hi).
+    (@decode $imm:literal) => {
         concat!(
             "ld1b {{z16.b-z19.b}}, pn8/z, [{xc}, #", $imm, ", mul vl]\n",
             "and z20.d, z16.d, z0.d\n",
@@ -67,6 +65,15 @@ macro_rules! quad_asm {
             "and z22.d, z18.d, z0.d\n",
             "and z23.d, z19.d, z0.d\n",
             "srshl {{z16.b-z19.b}}, {{z16.b-z19.b}}, z1.b\n",
+        )
+    };
+    // Group `$g` of a chunk for one stripe: its 4 code vectors at `[{xc}, #$imm, mul vl]` into z16–z19 (low fields
+    // in place by SRSHL, z1 = 4) and z20–z23 (high fields by AND, z0 = 0xf0), then per row one SDOT per field into
+    // the row's int32 sums for the stripe (vector group `$o`) against lane `$i` (the row in its quadword) of runs
+    // `$lo` (z8 + g) and `$hi` (z12 + g).
+    (@group $imm:literal, $lo:literal, $hi:literal, [$(($o:literal $i:literal))*]) => {
+        concat!(
+            quad_asm!(@decode $imm),
             $(
                 "sdot za.s[w8, ", $o, ", vgx4], {{z16.b-z19.b}}, z", $lo, ".b[", $i, "]\n",
                 "sdot za.s[w8, ", $o, ", vgx4], {{z20.b-z23.b}}, z", $hi, ".b[", $i, "]\n",
@@ -305,12 +312,7 @@ macro_rules! quad_asm {
             "ld1rqb {{z9.b}}, p0/z, [{xa}, #", $q1, "]\n",
             "ld1rqb {{z10.b}}, p0/z, [{xb}, #", $q0, "]\n",
             "ld1rqb {{z11.b}}, p0/z, [{xb}, #", $q1, "]\n",
-            "ld1b {{z16.b-z19.b}}, pn8/z, [{xc}, #", $imm, ", mul vl]\n",
-            "and z20.d, z16.d, z0.d\n",
-            "and z21.d, z17.d, z0.d\n",
-            "and z22.d, z18.d, z0.d\n",
-            "and z23.d, z19.d, z0.d\n",
-            "srshl {{z16.b-z19.b}}, {{z16.b-z19.b}}, z1.b\n",
+            quad_asm!(@decode $imm),
             quad_asm!(@sdot8 "w8", "8", "10"),
             quad_asm!(@sdot8 "w9", "9", "11"),
         )
