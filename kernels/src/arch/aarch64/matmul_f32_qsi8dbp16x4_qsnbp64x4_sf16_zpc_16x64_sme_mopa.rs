@@ -131,8 +131,8 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     // A last, partial row group (1–15 real rows; 1–14 at SVL 512) runs the few-row SDOT kernel: a pass here
     // computes SVL/4 rows (16 × 8 or 8 × 16 at SVL 256, 16 × 32 at 512) whatever the real rows, the SDOT kernel
     // costs in proportion to them and counts fewer below 16 rows at both lengths (its module doc).
-    // At SVL 512 a group of 15 rows stays here: the SDOT kernel's two 8-row passes count more than one SMOPA pass
-    // (2048², qemu 11: 1.00 M against the GEMM's 0.93 M, ORT 0.97 M).
+    // At SVL 512 a group of 15 rows stays here (2048², qemu 11: 1.006 M instructions, the SDOT kernel's two 8-row
+    // passes 0.998 M, ORT 0.974 M: both above ORT's; the whole 16-row pass costs 0.93 M).
     let full = a.rows / MR * MR;
     let head;
     if full < a.rows && (v == 32 || (v == 64 && a.rows - full < 15)) {

@@ -511,8 +511,8 @@ pub(crate) unsafe fn run(a: &RunArgs, v: usize) {
     // Σq from the scales, in f32 elements (both arrays of 4-byte values; only the asm adds it back).
     let to_sums = (a.lhs_sum as usize).wrapping_sub(a.lhs_scale as usize) / 4;
     // Passes of up to 4 rows (one quadword of the runs); at SVL 512 of 8 (two) while 6 or more are left. 5 rows
-    // run as 3 + 2: a pass's cost is mostly per pass, its rows' share small (2048², qemu 11: 4 + 1 rows 0.82 M
-    // instructions at SVL 256, 8 rows for 5 at SVL 512 0.49 M, each 0.93–0.99x ORT's).
+    // run as 3 + 2, which counted the same as 4 + 1 at SVL 256 and as one 8-row pass at 512 (2048², qemu 11:
+    // 0.82 M and 0.49 M instructions, 0.93x and 0.99x ORT's).
     let mut row = 0;
     while row < a.rows {
         let left = a.rows - row;
