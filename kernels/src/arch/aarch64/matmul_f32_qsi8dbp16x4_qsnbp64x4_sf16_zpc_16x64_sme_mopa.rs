@@ -42,7 +42,7 @@
 //! LHS: `qsi8dbp16x4`; RHS: `qsnbp64x4_sf16_zpc`. The asm takes 4-bit codes in blocks of whole 32-K chunks;
 //! 2- and 8-bit codes and blocks of 16 run the portable body on the same formats
 //! (`portable::matmul_f32_qsi8dbp4x8_qnb_portable::run_p`). Features: sme, sme2. At SVL 256 and 512 a tile's last,
-//! partial row group (1–15 real rows, 1–14 at SVL 512: every such M from 2, and the tail of larger M) runs the
+//! partial row group (1–15 real rows: every M from 2 to 15, and the tail of larger M) runs the
 //! few-row SDOT kernel on the same formats (`matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_4x64_sme_dot`: up to 4 rows
 //! per code decode, 8 at SVL 512, costs in proportion to the real rows, where a pass here computes SVL/4 rows). At other SVLs
 //! row tails run whole row groups (the packed LHS pads them with zero rows); column tails run whole panels (zero
@@ -128,14 +128,13 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     }
     // SAFETY: the CPU has SME (the caller's guarantee).
     let v = unsafe { svl_bytes() };
-    // A last, partial row group (1–15 real rows; 1–14 at SVL 512) runs the few-row SDOT kernel: a pass here
-    // computes SVL/4 rows (16 × 8 or 8 × 16 at SVL 256, 16 × 32 at 512) whatever the real rows, the SDOT kernel
-    // costs in proportion to them and counts fewer below 16 rows at both lengths (its module doc).
-    // At SVL 512 a group of 15 rows stays here (2048², qemu 11: 1.006 M instructions, the SDOT kernel's two 8-row
-    // passes 0.998 M, ORT 0.974 M: both above ORT's; the whole 16-row pass costs 0.93 M).
+    // A last, partial row group (1–15 real rows) runs the few-row SDOT kernel: a pass here computes SVL/4 rows (16 × 8
+    // or 8 × 16 at SVL 256, 16 × 32 at 512) whatever the real rows and stores a partial pass through `sums`; the
+    // SDOT kernel costs in proportion to the rows and counted fewer at every M from 2 to 15 (2048², qemu 11; M = 15
+    // at SVL 512: 0.998 M instructions against 1.006 M here).
     let full = a.rows / MR * MR;
     let head;
-    if full < a.rows && (v == 32 || (v == 64 && a.rows - full < 15)) {
+    if full < a.rows && (v == 32 || v == 64) {
         let tail = RunArgs {
             rows: a.rows - full,
             lhs: a.lhs.wrapping_add(full * a.lhs_stride),

@@ -1,5 +1,5 @@
-//! int8-activation GEMM for few rows on the SME2 family (the SMOPA GEMM's last, partial row group: 1–15 rows, 1–14
-//! at SVL 512, so every M from 2 to 15): four rows × one stripe of V columns per pass (V = the streaming vector
+//! int8-activation GEMM for few rows on the SME2 family (the SMOPA GEMM's last, partial row group: 1–15 rows, so
+//! every M from 2 to 15): four rows × one stripe of V columns per pass (V = the streaming vector
 //! length in bytes; at SVL 512 also passes of 8 rows, the ZA array's 16 vector groups), every code vector decoded
 //! once and multiplied into the rows by SME2's multi-vector SDOT (indexed), the int32
 //! sums and the per-block epilogue's f32 sums in ZA. Each pass over the tile's panels is one streaming `asm!` block
