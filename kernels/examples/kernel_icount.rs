@@ -6,13 +6,22 @@
 //!               [--act block|row]
 //!
 //! Weights are fixed pseudo-random codes; the kernel runs on its own layout (as `benches/ukernels.rs`). Each run
-//! packs A once and runs every tile on this thread.
+//! packs A once and runs every tile on this thread. Runs 2 ..= `runs` are marked for the counters
+//! (`scripts/aarch64/aarch64-icount.sh`: "icount marked total", a seek on /dev/null to 0x4e49424c0001 / 0002), so
+//! that with `--runs 1 + R` the marked count / R is one call's packing and tiles without the set-up.
 
 use nibble_kernels::format::{Params, Weights, ZeroPoints};
 use nibble_kernels::pack::LhsSource;
 use nibble_kernels::ukernel::RhsReads;
 use nibble_kernels::{ActQuant, Cpu, OutTiles, Problem, Selected, registry};
+use std::fs::File;
 use std::hint::black_box;
+use std::io::{Seek, SeekFrom};
+
+/// The counters' region marks (`provider/examples/run_matmul.rs` has the same): 1 opens, 2 closes.
+fn mark(null: &mut File, code: u64) -> Result<(), String> {
+    null.seek(SeekFrom::Start(0x4e49_424c_0000 | code)).map(drop).map_err(|e| format!("icount marker: {e}"))
+}
 
 fn main() -> Result<(), String> {
     let (mut kernel, mut m, mut n, mut k, mut bits, mut bs, mut zp, mut runs) =
@@ -64,13 +73,20 @@ fn main() -> Result<(), String> {
     }
     let a: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
     let mut out = vec![0f32; m * n];
-    for _ in 0..runs {
+    let mut null = File::open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
+    for run in 0..runs {
+        if run == 1 {
+            mark(&mut null, 1)?;
+        }
         let lhs = sel.pack_lhs(LhsSource::F32(&a), m, &rhs);
         let plan = sel.plan(m, &rhs);
         let tiles = OutTiles::new(&mut out, plan);
         for t in 0..plan.count() {
             sel.run_tile(&lhs, &rhs, None, &tiles, t);
         }
+    }
+    if runs > 1 {
+        mark(&mut null, 2)?;
     }
     println!(
         "{kernel} M={m} N={n} K={k} bits={bits} bs={bs} zp={zp} act={act} runs={runs}: y[0]={}",

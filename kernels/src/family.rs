@@ -287,7 +287,8 @@ impl Selected {
         }
         let plan = self.plan(m, rhs);
         let tiles = OutTiles::new(out, plan);
-        par(plan.count(), &|t| self.run_tile(&lhs, rhs, bias, &tiles, t))
+        let call = self.tile_call(&lhs, rhs, bias, &tiles);
+        par(plan.count(), &|t| call.run(t))
     }
 
     /// Σ_k w[n, k] per column over every packed K position, as this family's GEMV computes with the weights
@@ -316,6 +317,22 @@ impl Selected {
     /// If the buffers do not belong together (sizes, layout, LHS format, plan), the kernel does not take the
     /// weights' bits / block size, the tile is out of range, or it was already computed through this `out`.
     pub fn run_tile(&self, lhs: &PackedLhs<'_>, rhs: &PackedRhs, bias: Option<&[f32]>, out: &OutTiles<'_>, t: usize) {
+        self.tile_call(lhs, rhs, bias, out).run(t);
+    }
+
+    /// The checks of [`Selected::run_tile`] that do not depend on the tile, made once per call: a call's tiles
+    /// then cost only their offsets (a decode call is cut into up to 32 tiles, and the checks were ~300
+    /// instructions each).
+    ///
+    /// # Panics
+    /// As [`Selected::run_tile`], but for the tile's range and claim (checked by [`TileCall::run`]).
+    fn tile_call<'c>(
+        &self,
+        lhs: &'c PackedLhs<'_>,
+        rhs: &'c PackedRhs,
+        bias: Option<&'c [f32]>,
+        out: &'c OutTiles<'_>,
+    ) -> TileCall<'c> {
         let plan = out.plan;
         let p = rhs.params;
         let (uk, g) = self.kernel_for(plan.m);
@@ -336,7 +353,6 @@ impl Selected {
                 && plan.n_tile.is_multiple_of(g.n_step),
             "plan was made for another kernel's geometry"
         );
-        assert!(t < plan.count(), "tile {t} out of range ({} tiles)", plan.count());
         // One slice for the check and the pointer: a borrowed buffer's `as_ref` is the caller's code and need not
         // return the same slice twice.
         let rhs_bytes = rhs.bytes();
@@ -349,7 +365,6 @@ impl Selected {
             lhs.m == plan.m && lhs.k_packed == kp && lhs.blocks == rhs.blocks,
             "activations packed for another shape"
         );
-        let (m0, rows, n0, cols) = plan.tile(t);
         // The LHS must hold the plan's rows (int8 formats: rounded up to whole row groups).
         let f32_stride = lhs.f32_stride;
         let (lhs_ptr, lhs_scale, lhs_sum): (*const u8, *const f32, *const i32) = if lhs.format.is_f32() {
@@ -360,7 +375,7 @@ impl Selected {
                 lhs.f32s.len(),
                 plan.m
             );
-            (lhs.f32s[m0 * f32_stride..].as_ptr().cast(), std::ptr::null(), std::ptr::null())
+            (lhs.f32s.as_ptr().cast(), std::ptr::null(), std::ptr::null())
         } else {
             let padded = plan.m.next_multiple_of(lhs.format.mr());
             let stride = lhs.int8_stride();
@@ -377,25 +392,25 @@ impl Selected {
                 lhs.scale.len(),
                 lhs.sum.len()
             );
-            (lhs.bytes[m0 * stride..].as_ptr(), lhs.scale[m0 * nb..].as_ptr(), lhs.sum[m0 * nb..].as_ptr())
+            (lhs.bytes.as_ptr(), lhs.scale.as_ptr(), lhs.sum.as_ptr())
         };
         let (lhs_pairs, lhs_pairs_stride) = if lhs.pairs.is_empty() {
             (std::ptr::null(), 0)
         } else {
             let groups = plan.m.div_ceil(4);
             assert_eq!(lhs.pairs.len(), groups * rhs.blocks * PAIR_ROW_F32, "activations' row pairs for another shape");
-            (lhs.pairs[(m0 / 4) * PAIR_ROW_F32..].as_ptr(), groups * PAIR_ROW_F32 * 4)
+            (lhs.pairs.as_ptr(), groups * PAIR_ROW_F32 * 4)
         };
         let row = lhs.act == ActQuant::Row;
         let col_sums = if row { self.col_sums(rhs) } else { &[][..] };
-        assert!(out.claim(t), "tile {t} computed twice into the same output");
         let rec = rhs.record;
+        let lhs_stride = if lhs.format.is_f32() { f32_stride } else { lhs.int8_stride() };
         let args = RunArgs {
             lhs: lhs_ptr,
             lhs_scale,
             lhs_sum,
-            lhs_stride: if lhs.format.is_f32() { f32_stride } else { lhs.int8_stride() },
-            rhs: rhs_bytes[(n0 / self.layout.nr) * rhs.panel_bytes()..].as_ptr(),
+            lhs_stride,
+            rhs: rhs_bytes.as_ptr(),
             rhs_panel_stride: rhs.panel_bytes(),
             rhs_record: rec.bytes,
             rhs_scales: rec.scales,
@@ -406,28 +421,92 @@ impl Selected {
             bits: p.bits as usize,
             has_zp: rec.has_zp as usize,
             default_zp: p.default_zero_point() as f32,
-            bias: if row { std::ptr::null() } else { bias.map_or(std::ptr::null(), |b| b[n0..].as_ptr()) },
-            // SAFETY: (m0, n0) is inside the M×N buffer `out` borrows (tile from the plan it was built with).
-            dst: unsafe { out.ptr.add(m0 * p.n + n0) },
+            bias: if row { std::ptr::null() } else { bias.map_or(std::ptr::null(), |b| b.as_ptr()) },
+            dst: out.ptr,
             dst_stride: p.n,
-            rows,
-            cols,
+            rows: 0,
+            cols: 0,
             layout: self.layout,
             row: row as usize,
             lhs_pairs,
             lhs_pairs_stride,
             k_used: if rhs.k_map.is_some() { kp } else { p.k },
         };
+        let scale_rows = if lhs.format.is_f32() { 0 } else { rhs.blocks };
+        TileCall { uk, lhs, _rhs: rhs, bias, out, col_sums, args, scale_rows }
+    }
+}
+
+/// `p + n`, or null for a null `p` (the kernels test optional pointers for null).
+fn offset<T>(p: *const T, n: usize) -> *const T {
+    if p.is_null() { p } else { p.wrapping_add(n) }
+}
+
+/// One call's tiles after [`Selected::tile_call`]'s checks: `args` describes the whole output (rows and columns
+/// 0, the pointers at row 0 and column 0); [`TileCall::run`] moves them to a tile.
+struct TileCall<'c> {
+    uk: &'static UKernel,
+    lhs: &'c PackedLhs<'c>,
+    /// The packed weights `args.rhs` points into, borrowed as long as the call.
+    _rhs: &'c PackedRhs,
+    bias: Option<&'c [f32]>,
+    out: &'c OutTiles<'c>,
+    col_sums: &'c [f32],
+    args: RunArgs,
+    /// Per-row entries of the LHS scales and Σq (the blocks; 0 for f32 activations, which have none).
+    scale_rows: usize,
+}
+
+// SAFETY: the raw pointers in `args` point into buffers that the borrowed `lhs`, `rhs`, `bias` and `out` keep
+// alive and that the tiles only read, but for the output, which `out` hands out tile by tile through an atomic
+// claim (disjoint elements per worker), as `OutTiles` itself is Sync.
+unsafe impl Sync for TileCall<'_> {}
+
+impl TileCall<'_> {
+    /// Computes tile `t`.
+    ///
+    /// # Panics
+    /// If the tile is out of range or was already computed through this output.
+    fn run(&self, t: usize) {
+        let plan = self.out.plan;
+        assert!(t < plan.count(), "tile {t} out of range ({} tiles)", plan.count());
+        let (m0, rows, n0, cols) = plan.tile(t);
+        assert!(self.out.claim(t), "tile {t} computed twice into the same output");
+        let a = &self.args;
+        let nr = a.layout.nr;
+        let args = RunArgs {
+            // Offsets inside the buffers `tile_call` checked against the plan: rows m0.. of the LHS (its scales
+            // and Σq row-major or group-major, `scale_index` of a group's first row either way: m0 is a
+            // multiple of the kernel's m_step, whole row groups), its row pairs (m0 / 4 groups), panel n0 / nr.
+            lhs: a.lhs.wrapping_add(m0 * a.lhs_stride * if self.lhs.format.is_f32() { 4 } else { 1 }),
+            lhs_scale: a.lhs_scale.wrapping_add(m0 * self.scale_rows),
+            lhs_sum: a.lhs_sum.wrapping_add(m0 * self.scale_rows),
+            lhs_pairs: offset(a.lhs_pairs, (m0 / 4) * PAIR_ROW_F32),
+            rhs: a.rhs.wrapping_add((n0 / nr) * a.rhs_panel_stride),
+            bias: offset(a.bias, n0),
+            // SAFETY: (m0, n0) is inside the M×N buffer `out` borrows (tile from the plan it was built with).
+            dst: unsafe { self.out.ptr.add(m0 * a.dst_stride + n0) },
+            rows,
+            cols,
+            ..*a
+        };
         // SAFETY: `uk` runs on this CPU (a `Selected` is only built after checking its feature set against
-        // `Cpu::get()`), reads this layout and takes these bits/block size (checked when built, and above); the
-        // checks above tie LHS format and sizes, RHS and bias sizes to the plan, whose tiles start at multiples
-        // of the kernel's steps; the tile was claimed exactly once, so no other worker writes its elements, and
-        // `out` holds the exclusive borrow of the output.
-        unsafe { (uk.run)(&args) }
-        if row {
+        // `Cpu::get()`), reads this layout and takes these bits/block size (checked when built, and in
+        // `tile_call`); `tile_call`'s checks tie LHS format and sizes, RHS and bias sizes to the plan, whose
+        // tiles start at multiples of the kernel's steps; the tile was claimed exactly once, so no other worker
+        // writes its elements, and `out` holds the exclusive borrow of the output.
+        unsafe { (self.uk.run)(&args) }
+        if a.row != 0 {
             // SAFETY: the kernel has written the tile's rows × cols through `args.dst`, which this call claimed;
             // `lhs.row` holds the plan's M rows (from m0: the tile's), the sums and bias N columns (from n0).
-            unsafe { crate::arch::finish_row_tile(&args, &lhs.row[m0..], &col_sums[n0..], bias.map(|b| &b[n0..])) }
+            unsafe {
+                crate::arch::finish_row_tile(
+                    &args,
+                    &self.lhs.row[m0..],
+                    &self.col_sums[n0..],
+                    self.bias.map(|b| &b[n0..]),
+                )
+            }
         }
     }
 }

@@ -15,7 +15,11 @@
  * (and "icount marked1 ..." etc. for slots 1-3: codes 3/4, 5/6, 7/8),
  * plus "icount lines L" and "icount seconds S" (log lines read and wall time) on stderr.
  * Args: enc=NAME|0xMASK/0xVALUE (presets as in the plugin; needs in_asm in -d), sym=SUBSTR (the symbol qemu
- * prints on the Trace line), out=FILE (default stdout). Unknown plugin args (inline=, syscalls=) are ignored.
+ * prints on the Trace line), out=FILE (default stdout), pcs=FILE: the instructions executed inside slot 0's marked
+ * regions per TB start pc ("pc N" lines, hex pc) plus the strace lines of openat and mmap ("# ..."), from which
+ * scripts/aarch64/pc-profile.py finds the libraries' load addresses and names the functions (qemu's Trace line
+ * names symbols of the main executable only, not of dlopen'ed libraries). Unknown plugin args (inline=,
+ * syscalls=) are ignored.
  * Build: gcc -O2 -o qemu-exec-count qemu-exec-count.c
  */
 #define _GNU_SOURCE
@@ -36,7 +40,7 @@ static int nfilt, nenc;
 #define ICOUNT_MARK 0x4e49424c0000ULL
 
 /* pc -> TB counts (n instructions, per filter), open addressing (pc 0 = empty). */
-typedef struct { uint32_t n; uint32_t m[MAXF]; } Tb;
+typedef struct { uint32_t n; uint32_t m[MAXF]; uint64_t ex; } Tb;   /* ex: instructions run in marked slot 0 */
 static uint64_t *hk; static Tb *hv; static size_t hcap, hn;
 static size_t hslot(uint64_t pc)
 {
@@ -55,14 +59,17 @@ static void hput(uint64_t pc, const Tb *tb)
         free(ok); free(ov);
     }
     size_t s = hslot(pc);
+    uint64_t ex = hk[s] ? hv[s].ex : 0;        /* a TB translated again keeps its pc's executed count */
     if (!hk[s]) { hk[s] = pc; hn++; }
     hv[s] = *tb;
+    hv[s].ex = ex;
 }
 
 /* Marked regions: code 2s + 1 opens and 2s + 2 closes one of slot s's (NSLOT independent sums, as the plugin). */
 #define NSLOT 4
 static uint64_t total, lines, unknown_tbs, mark_regions[NSLOT], mark_start[NSLOT][MAXF + 1], marked[NSLOT][MAXF + 1];
 static int mark_open[NSLOT];
+static FILE *pcs;                                /* pcs=FILE */
 static void snapshot(uint64_t *v) { v[0] = total; for (int i = 0; i < nfilt; i++) v[1 + i] = filt[i].count; }
 
 static int hexval(int c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; }
@@ -79,10 +86,11 @@ static void on_trace(const char *s, const char *e)
     const char *p = memchr(s, '[', e - s);
     uint64_t pc = 0;
     if (p) { p = memchr(p, '/', e - p); if (p) { p++; pc = parse_hex(&p, e); } }
-    const Tb *tb = NULL;
+    Tb *tb = NULL;
     if (hcap) { size_t sl = hslot(pc); if (hk[sl]) tb = &hv[sl]; }
     if (!tb) { unknown_tbs++; total++; return; }   /* never seen translated: count one instruction */
     total += tb->n;
+    if (mark_open[0]) tb->ex += tb->n;
     for (int i = 0; i < nfilt; i++) {
         if (filt[i].kind == F_ENC) filt[i].count += tb->m[i];
         else {
@@ -145,6 +153,8 @@ static void line(const char *s, const char *e)
         const char *p = s;
         while (p < e && *p >= '0' && *p <= '9') p++;
         if (e - p > 7 && memcmp(p, " lseek(", 7) == 0) on_lseek(p + 1, e);
+        else if (pcs && ((e - p > 8 && memcmp(p, " openat(", 8) == 0) || (e - p > 6 && memcmp(p, " mmap(", 6) == 0)))
+            fprintf(pcs, "# %.*s\n", (int)(e - s), s);
     }
 }
 
@@ -169,6 +179,8 @@ int main(int argc, char **argv)
             filt[nfilt].kind = F_ENC; filt[nfilt].pat = strdup(v); nfilt++; nenc++;
         } else if (kl == 3 && !strncmp(argv[i], "out", 3)) {
             out = v;
+        } else if (kl == 3 && !strncmp(argv[i], "pcs", 3)) {
+            if (!(pcs = fopen(v, "w"))) { perror(v); return 2; }
         } else if ((kl == 6 && !strncmp(argv[i], "inline", 6)) || (kl == 8 && !strncmp(argv[i], "syscalls", 8))) {
             /* plugin-only options: nothing to do here */
         } else { fprintf(stderr, "qemu-exec-count: unknown arg %s\n", argv[i]); return 2; }
@@ -217,6 +229,11 @@ int main(int argc, char **argv)
                     marked[s][1 + i]);
     }
     if (f != stdout) fclose(f);
+    if (pcs) {
+        for (size_t j = 0; j < hcap; j++)
+            if (hk[j] && hv[j].ex) fprintf(pcs, "%" PRIx64 " %" PRIu64 "\n", hk[j], hv[j].ex);
+        fclose(pcs);
+    }
     fprintf(stderr, "qemu-exec-count: %" PRIu64 " lines in %.1f s (%.2f M lines/s), %" PRIu64 " instructions"
             " (%.2f M/s), %" PRIu64 " TB executions without a translation seen\n",
             lines, secs, secs > 0 ? lines / secs / 1e6 : 0.0, total, secs > 0 ? total / secs / 1e6 : 0.0, unknown_tbs);

@@ -395,7 +395,6 @@ pub(crate) unsafe fn run(args: &RunArgs) {
 /// As `run`'s, and the asm's conditions checked there; `rows` holds `2 · a.blocks` f32.
 unsafe fn run_with(a: &RunArgs, v: usize, rows: *const f32) {
     let whole = a.cols / NR;
-    let mut last = [0f32; NR];
     let zp = a.has_zp != 0;
     let one = a.bl == 32;
     let st = Stripe {
@@ -455,19 +454,14 @@ unsafe fn run_with(a: &RunArgs, v: usize, rows: *const f32) {
             pass(Lay::Single, at(whole - 1, 1, a.dst.wrapping_add((whole - 1) * NR)));
         }
     }
-    if whole * NR < a.cols {
-        let lay = if v == 32 { Lay::Pair } else { Lay::Single };
-        pass(lay, at(whole, 1, last.as_mut_ptr()));
-    }
-    let tail = a.cols - whole * NR;
-    // SAFETY: row 0's columns whole·64 .. cols are inside dst (RunArgs contract).
-    let d = unsafe { core::slice::from_raw_parts_mut(a.dst, a.cols) };
-    d[whole * NR..].copy_from_slice(&last[..tail]);
-    if !a.bias.is_null() {
-        // SAFETY: bias holds `cols` values (RunArgs contract).
-        let bias = unsafe { core::slice::from_raw_parts(a.bias, a.cols) };
-        for (y, b) in d.iter_mut().zip(bias) {
-            *y += b;
-        }
-    }
+    let mut last;
+    let partial = if whole * NR < a.cols {
+        last = [0f32; NR];
+        pass(if v == 32 { Lay::Pair } else { Lay::Single }, at(whole, 1, last.as_mut_ptr()));
+        Some((&last[..], NR))
+    } else {
+        None
+    };
+    // SAFETY: dst is the tile's one row of `cols` values, bias null or `cols` values (RunArgs contract).
+    unsafe { super::ops::finish_rows(a, a.dst, 1, whole * NR, partial) }
 }

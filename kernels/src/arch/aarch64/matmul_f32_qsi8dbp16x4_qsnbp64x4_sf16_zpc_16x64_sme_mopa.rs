@@ -115,6 +115,19 @@ unsafe fn widen_scales(src: *const u8, dst: *mut f32) {
     };
 }
 
+/// Whether a last row group of `rows` (1–15) real rows runs this kernel's wide pass (s = 8 rows × 16 columns
+/// at SVL 256: every code vector decoded once for all its rows, 4 SMOPA per 11 instructions) rather than the
+/// few-row SDOT kernel (a code decode per 4 rows): at SVL 256 for 7–8 rows in blocks of 128 K or more and 8 rows
+/// in blocks of 64, where the wide pass's per-block epilogue is spread over enough K. Counted (qemu 11, `-cpu
+/// max`, 2048², `kernel_icount`, instructions per call, few-row → wide): blocks of 64, 6 rows 742 k → 842 k,
+/// 8 rows 893 k → 826 k; blocks of 128, 6 rows 656 k → 697 k, 7 rows 736 k → 710 k, 8 rows 767 k → 662 k (the
+/// latter with the tile checks once per call, ~9 k fewer); blocks of 256, 6 rows 614 k → 625 k, 8 rows 730 k →
+/// 604 k; blocks of 32, 5 and 8 rows: the few-row kernel (bench/results/aarch64-icount-sme2.md, "Last row groups
+/// of 6–8 rows at SVL 256"). At SVL 512 the few-row kernel decodes once per 8 rows and a wide pass computes 16.
+fn wide_pass_wins(v: usize, rows: usize, bl: usize) -> bool {
+    v == 32 && rows <= 8 && ((bl >= 128 && rows >= 7) || (bl >= 64 && rows == 8))
+}
+
 /// # Safety
 /// The CPU has SME2; `args` satisfies the `RunArgs` contract with a `qsi8dbp16x4` LHS (the tile starts at a
 /// row group) and a `qsnbp64x4_sf16_zpc` RHS.
@@ -130,11 +143,11 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     let v = unsafe { svl_bytes() };
     // A last, partial row group (1–15 real rows) runs the few-row SDOT kernel: a pass here computes SVL/4 rows (16 × 8
     // or 8 × 16 at SVL 256, 16 × 32 at 512) whatever the real rows and stores a partial pass through `sums`; the
-    // SDOT kernel costs in proportion to the rows and counted fewer at every M from 2 to 15 (2048², qemu 11; M = 15
-    // at SVL 512: 0.998 M instructions against 1.006 M here).
+    // SDOT kernel costs in proportion to the rows and counted fewer at every M from 2 to 15 in blocks of 32 (2048²,
+    // qemu 11; M = 15 at SVL 512: 0.998 M instructions against 1.006 M here), but for `wide_pass_wins`.
     let full = a.rows / MR * MR;
     let head;
-    if full < a.rows && (v == 32 || v == 64) {
+    if full < a.rows && (v == 32 || v == 64) && !wide_pass_wins(v, a.rows - full, a.bl) {
         let tail = RunArgs {
             rows: a.rows - full,
             lhs: a.lhs.wrapping_add(full * a.lhs_stride),

@@ -522,7 +522,6 @@ pub(crate) unsafe fn run(a: &RunArgs, v: usize) {
             _ => (left.min(ROWS), left.min(ROWS)),
         };
         let dst = a.dst.wrapping_add(row * a.dst_stride);
-        let mut last = [0f32; 2 * ROWS * NR];
         let at = |panel: usize, panels: usize, out: *mut f32, row_floats: usize| Pass {
             rec: a.rhs.wrapping_add(panel * a.rhs_panel_stride),
             panels,
@@ -566,21 +565,18 @@ pub(crate) unsafe fn run(a: &RunArgs, v: usize) {
             }
         };
         pass(at(0, whole, dst, a.dst_stride));
-        if tail > 0 {
+        // A last, partial panel into a buffer (8 rows of 64, zeroed only when there is one).
+        let mut last;
+        let partial = if tail > 0 {
+            last = [0f32; 2 * ROWS * NR];
             pass(at(whole, 1, last.as_mut_ptr(), NR));
-        }
-        for r in 0..rows {
-            // SAFETY: row `row` + r (< rows of the tile) of dst holds `cols` values (RunArgs contract).
-            let d = unsafe { core::slice::from_raw_parts_mut(dst.add(r * a.dst_stride), a.cols) };
-            d[whole * NR..].copy_from_slice(&last[r * NR..][..tail]);
-            if !a.bias.is_null() {
-                // SAFETY: bias holds `cols` values (RunArgs contract).
-                let bias = unsafe { core::slice::from_raw_parts(a.bias, a.cols) };
-                for (y, b) in d.iter_mut().zip(bias) {
-                    *y += b;
-                }
-            }
-        }
+            Some((&last[..], NR))
+        } else {
+            None
+        };
+        // SAFETY: rows `row` .. `row` + rows of the tile's output hold `cols` values each, `dst_stride` apart;
+        // bias null or `cols` values (RunArgs contract).
+        unsafe { super::ops::finish_rows(a, dst, rows, whole * NR, partial) };
         row += rows;
     }
 }

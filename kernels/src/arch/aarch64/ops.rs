@@ -426,6 +426,33 @@ pub(crate) unsafe fn store_row(a: &RunArgs, dst: *mut f32, col0: usize, out: &[f
     }
 }
 
+/// Finishes `rows` output rows whose whole panels an SME2 asm pass wrote straight into the output, without bias:
+/// the columns `from ..` (a last, partial panel) out of `last` (row r at `r * last_stride`) when there is one,
+/// then the bias over every column. The one-row GEMV's and the few-row kernel's tail.
+///
+/// # Safety
+/// `dst` is row 0 of `rows` output rows `a.dst_stride` apart, each holding `a.cols` values; `a.bias` is null or
+/// holds `a.cols` values.
+///
+/// # Panics
+/// If `last` holds fewer than `(rows - 1) * last_stride + a.cols - from` values.
+pub(crate) unsafe fn finish_rows(a: &RunArgs, dst: *mut f32, rows: usize, from: usize, last: Option<(&[f32], usize)>) {
+    // SAFETY: bias holds `cols` values (the caller's guarantee).
+    let bias = (!a.bias.is_null()).then(|| unsafe { core::slice::from_raw_parts(a.bias, a.cols) });
+    for r in 0..rows {
+        // SAFETY: row r (< rows) of dst holds `cols` values (the caller's guarantee).
+        let d = unsafe { core::slice::from_raw_parts_mut(dst.add(r * a.dst_stride), a.cols) };
+        if let Some((last, stride)) = last {
+            d[from..].copy_from_slice(&last[r * stride..][..a.cols - from]);
+        }
+        if let Some(bias) = bias {
+            for (y, b) in d.iter_mut().zip(bias) {
+                *y += b;
+            }
+        }
+    }
+}
+
 /// Stores rows `0..R` × the 8 columns of `panel` (columns 0..3, 4..7 of each row in `y`) plus bias, only the
 /// columns below `a.cols`.
 ///
