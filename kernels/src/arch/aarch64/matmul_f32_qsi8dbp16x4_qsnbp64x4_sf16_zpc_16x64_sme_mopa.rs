@@ -20,8 +20,9 @@
 //! numerics multiply first by column scale × row scale (4 indexed FMUL, the rows' sa spread into quadwords by TBL
 //! from one load of the LHS scales: no per-call table), the `row` numerics (sa = 1) by the column scales alone (the
 //! multi × single FMLA). Zero points: + (sa·Σq) ⊗ correction, one FMOPA per tile and block. After the last block
-//! one FMOPA of 1 ⊗ bias per tile, then the sums rows out: a whole pass (every row and column real) straight into
-//! the output, another into a buffer that `store_row` clips. No sums load or store per block.
+//! one FMOPA of 1 ⊗ bias per tile, then the sums rows out: a pass whose columns are all real straight into the
+//! output (4 rows per step, then one by one: a wide pass of a last row group stores only its real rows), another
+//! into a buffer that `store_row` clips. No sums load or store per block.
 //!
 //! Static instruction budget per 32-K block (16 SMOPA), the tall pass at SVL 256: chunk loop 4 × 9 + 5 = 41 (2.6
 //! per SMOPA); epilogue, block numerics: 2 column-scale loads, 1 LHS-scale load, 4 TBL, 4 × 7 (MOVA, SCVTF, 4 FMUL,
@@ -115,15 +116,16 @@ unsafe fn widen_scales(src: *const u8, dst: *mut f32) {
     };
 }
 
-/// Whether a last row group of `rows` (1–15) real rows runs this kernel's wide pass (s = 8 rows × 16 columns
-/// at SVL 256: every code vector decoded once for all its rows, 4 SMOPA per 11 instructions) rather than the
-/// few-row SDOT kernel (a code decode per 4 rows): at SVL 256 for 7–8 rows in blocks of 128 K or more and 8 rows
-/// in blocks of 64, where the wide pass's per-block epilogue is spread over enough K. Counted (qemu 11, `-cpu
-/// max`, 2048², `kernel_icount`, instructions per call, few-row → wide): blocks of 64, 6 rows 742 k → 842 k,
-/// 8 rows 893 k → 826 k; blocks of 128, 6 rows 656 k → 697 k, 7 rows 736 k → 710 k, 8 rows 767 k → 662 k (the
-/// latter with the tile checks once per call, ~9 k fewer); blocks of 256, 6 rows 614 k → 625 k, 8 rows 730 k →
-/// 604 k; blocks of 32, 5 and 8 rows: the few-row kernel (bench/results/aarch64-icount-sme2.md, "Last row groups
-/// of 6–8 rows at SVL 256"). At SVL 512 the few-row kernel decodes once per 8 rows and a wide pass computes 16.
+/// Whether a last row group of `rows` (1–15) real rows runs this kernel's wide pass (s = 8 rows × 16 columns at SVL
+/// 256: every code vector decoded once for all its rows, 4 SMOPA per 11 instructions, the real rows stored straight
+/// into the output) rather than the few-row SDOT kernel (a code decode per 4 rows): at SVL 256 for 7–8 rows in blocks
+/// of 128 K or more and 8 rows in blocks of 64, where the wide pass's per-block epilogue is spread over enough K.
+/// Counted (qemu 11, `-cpu max`, 2048², `kernel_icount`, instructions per call with packing, few-row → wide; both with
+/// a counting switch read from the environment, ~16 k per call on each side): blocks of 32, 6–8 rows 847 k → 1061 k,
+/// 954 k → 1069 k, 1023 k → 1074 k; blocks of 64, 6–8 rows 732 k → 809 k, 824 k → 820 k, 881 k → 828 k; blocks of 128,
+/// 5–6 rows 598 k → 656 k, 646 k → 665 k (7–8 rows without the switch: 736 k, 767 k → 657 k, 663 k, the few-row figures
+/// on the tree before, ~10 k above this one); blocks of 256, 5 rows 559 k → 585 k. At SVL 512 the few-row kernel
+/// decodes once per 8 rows and a wide pass computes 16.
 fn wide_pass_wins(v: usize, rows: usize, bl: usize) -> bool {
     v == 32 && rows <= 8 && ((bl >= 128 && rows >= 7) || (bl >= 64 && rows == 8))
 }
@@ -210,25 +212,28 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                     if ri * pr >= real_rows || col0 >= a.cols {
                         continue;
                     }
-                    // A whole pass (its rows and columns all real) stores its sums plus bias into the output rows;
-                    // another into `sums` (rows pc apart), which store_row adds the bias to.
-                    let whole = ri * pr + pr <= real_rows && col0 + pc <= a.cols;
-                    let (out, ostride, bias) = if whole {
+                    // A pass whose columns are all real stores its sums plus bias into the output rows: all its
+                    // rows, or in a wide pass its real ones (a last row group's); another into `sums` (rows pc
+                    // apart), which store_row adds the bias to.
+                    let rows_here = (real_rows - ri * pr).min(pr);
+                    let whole = col0 + pc <= a.cols && (rows_here == pr || !g.tall);
+                    let (out, ostride, bias, nrows) = if whole {
                         let out = a.dst.wrapping_add((gr * MR + ri * pr) * a.dst_stride + col0);
                         let bias = if a.bias.is_null() { ZERO_BIAS.as_ptr() } else { a.bias.wrapping_add(col0) };
-                        (out, 4 * a.dst_stride, bias)
+                        (out, 4 * a.dst_stride, bias, if g.tall { g.s } else { rows_here })
                     } else {
-                        (sums.as_mut_ptr(), 4 * pc, ZERO_BIAS.as_ptr())
+                        (sums.as_mut_ptr(), 4 * pc, ZERO_BIAS.as_ptr(), g.s)
                     };
                     // SAFETY: the CPU has SME2 at this SVL (read above); group gr and `panel` are the tile's, with
                     // a.blocks records of whole 32-K chunks; the pass (ri, cq) reads its pr rows and pc columns
                     // inside them and of the group's scales and Σq (a.blocks × 16 each), `cols` holds every block,
-                    // `bias` pc f32; it writes its pr × pc sums at `out`, `ostride` bytes per row: the output rows
-                    // of a whole pass (inside dst, which nothing else references during the call), else `sums`.
+                    // `bias` pc f32; it writes `nrows` rows of pc sums at `out`, `ostride` bytes per row: real
+                    // output rows and columns (inside dst, which nothing else references during the call) when
+                    // `whole`, else `sums` (pr rows of pc).
                     unsafe {
                         let (rec, act) = (rec0.wrapping_add(cq * 4 * pc), act.wrapping_add(ri * 4 * pr));
                         let cols = cols.as_ptr().wrapping_add(cq * pc);
-                        pass(a, &g, rec, act, cols, sa, sq, out, ostride, bias)
+                        pass(a, &g, rec, act, cols, sa, sq, out, ostride, bias, nrows)
                     };
                     if whole {
                         continue;
@@ -571,7 +576,7 @@ macro_rules! idx_setup {
 /// `$out1`), streaming mode left.
 macro_rules! pass_asm {
     ($a:ident, $s:expr, $rec:ident, $act:ident, $cols:ident, $sa:ident, $sq:ident, $out:ident, $ostride:ident,
-     $bias:ident, $k:ident, [$($chunks:tt)*], $col1:literal, $out1:literal) => {
+     $bias:ident, $nrows:ident, $k:ident, [$($chunks:tt)*], $col1:literal, $out1:literal) => {
         streaming_asm!(
             ".arch_extension sme2",
             ".arch_extension sve",
@@ -622,10 +627,14 @@ macro_rules! pass_asm {
             concat!("ld1w {{z30.s}}, p1/z, [{bias}", $col1, "]"),
             "fmopa za2.s, p1/m, p1/m, z28.s, z29.s",
             "fmopa za3.s, p1/m, p1/m, z28.s, z30.s",
+            // Rows 0 .. {nrows} of each tile: 4 per step while 4 are left, then one by one.
             "mov w12, #0",
             "mov {xo}, {out}",
             $out1,
             "10:",
+            "add {cc}, x12, #4",
+            "cmp {cc}, {nrows}",
+            "b.hi 22f",
             "mova {{z16.s-z19.s}}, za2h.s[w12, 0:3]",
             "mova {{z20.s-z23.s}}, za3h.s[w12, 0:3]",
             "st1w {{z16.s}}, p1, [{xo}]",
@@ -645,8 +654,19 @@ macro_rules! pass_asm {
             "add {xo}, {xo}, {ostride}",
             "add x15, x15, {ostride}",
             "add w12, w12, #4",
-            "cmp x12, {s1}",
-            "b.lo 10b",
+            "b 10b",
+            "22:",
+            "cmp x12, {nrows}",
+            "b.hs 23f",
+            "mova z16.s, p1/m, za2h.s[w12, 0]",
+            "mova z20.s, p1/m, za3h.s[w12, 0]",
+            "st1w {{z16.s}}, p1, [{xo}]",
+            "st1w {{z20.s}}, p1, [x15]",
+            "add {xo}, {xo}, {ostride}",
+            "add x15, x15, {ostride}",
+            "add w12, w12, #1",
+            "b 22b",
+            "23:",
             "smstop",
             rec = inout(reg) $rec => _,
             rstride = in(reg) $a.rhs_record,
@@ -660,6 +680,7 @@ macro_rules! pass_asm {
             mode = in(reg) ($a.has_zp != 0) as usize | ((($a.row != 0) as usize) << 1),
             bias = in(reg) $bias,
             ostride = in(reg) $ostride,
+            nrows = in(reg) $nrows,
             s1 = in(reg) $s,
             e64 = in(reg) 64usize,
             e128 = in(reg) 128usize,
@@ -673,13 +694,15 @@ macro_rules! pass_asm {
     };
 }
 
-/// One pass over every block (geometry `g`), its sums stored at `out` (`g.rows_cols()`: rows pc f32 apart).
+/// One pass over every block (geometry `g`), its sums plus `bias` stored at `out`, `ostride` bytes per row: rows
+/// 0 .. `nrows` of each tile (`nrows` ≤ s; all of them, s, in a tall pass).
 ///
 /// # Safety
 /// The CPU has SME2 and `g` was made for this thread's SVL (`v` = SVL bytes, `tall` only at v = 32); `rec` is a
 /// panel's first record offset to the pass's columns, `act` a row group offset to the pass's rows, `cols` the
-/// per-call column buffer offset likewise and `rows` the pass's row table (`a.blocks` blocks each), `out` the pass's
-/// sums (rows × columns f32); all as `run` lays them out, for `a` with 4-bit codes in blocks of whole 32-K chunks.
+/// per-call column buffer offset likewise, `sa` / `sq` the pass's rows' scales and Σq (`a.blocks` blocks each),
+/// `out` the pass's sums (`nrows` rows of each tile × its columns, `ostride` bytes apart), `bias` the pass's
+/// columns; all as `run` lays them out, for `a` with 4-bit codes in blocks of whole 32-K chunks.
 #[inline(never)] // a symbol of its own for the counts (scripts/aarch64/icount-kernel.sh)
 #[allow(clippy::too_many_arguments)]
 unsafe fn pass(
@@ -693,6 +716,7 @@ unsafe fn pass(
     out: *mut f32,
     ostride: usize,
     bias: *const f32,
+    nrows: usize,
 ) {
     let s = g.s;
     // SAFETY: reads per block: chunks × 4 groups × the pass's code vectors (s or 2s columns of 64 at the pass's
@@ -704,7 +728,7 @@ unsafe fn pass(
     unsafe {
         macro_rules! go {
             ($k:ident, [$($chunks:tt)*], $col1:literal, $out1:literal) => {
-                pass_asm!(a, s, rec, act, cols, sa, sq, out, ostride, bias, $k, [$($chunks)*], $col1, $out1)
+                pass_asm!(a, s, rec, act, cols, sa, sq, out, ostride, bias, nrows, $k, [$($chunks)*], $col1, $out1)
             };
             // Wide passes: tile 1 is columns s..2s.
             ($k:ident, [$($chunks:tt)*]) => {
