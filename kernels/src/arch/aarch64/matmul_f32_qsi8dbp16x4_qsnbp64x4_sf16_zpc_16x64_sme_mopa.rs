@@ -45,7 +45,8 @@
 //! (`portable::matmul_f32_qsi8dbp4x8_qnb_portable::run_p`). Features: sme, sme2. At SVL 256 and 512 a tile's last,
 //! partial row group (1–15 real rows: every M from 2 to 15, and the tail of larger M) runs the
 //! few-row SDOT kernel on the same formats (`matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_4x64_sme_dot`: up to 4 rows
-//! per code decode, 8 at SVL 512, costs in proportion to the real rows, where a pass here computes SVL/4 rows). At other SVLs
+//! per code decode, 8 at SVL 512, costs in proportion to the real rows, where a pass here computes SVL/4 rows),
+//! but for the row counts and block sizes where the passes counted fewer (`passes_win`). At other SVLs
 //! row tails run whole row groups (the packed LHS pads them with zero rows); column tails run whole panels (zero
 //! columns); only real rows and columns are stored. No over-reads.
 
@@ -116,18 +117,35 @@ unsafe fn widen_scales(src: *const u8, dst: *mut f32) {
     };
 }
 
-/// Whether a last row group of `rows` (1–15) real rows runs this kernel's wide pass (s = 8 rows × 16 columns at SVL
-/// 256: every code vector decoded once for all its rows, 4 SMOPA per 11 instructions, the real rows stored straight
-/// into the output) rather than the few-row SDOT kernel (a code decode per 4 rows): at SVL 256 for 7–8 rows in blocks
-/// of 128 K or more and 8 rows in blocks of 64, where the wide pass's per-block epilogue is spread over enough K.
-/// Counted (qemu 11, `-cpu max`, 2048², `kernel_icount`, instructions per call with packing, few-row → wide; both with
-/// a counting switch read from the environment, ~16 k per call on each side): blocks of 32, 6–8 rows 847 k → 1061 k,
-/// 954 k → 1069 k, 1023 k → 1074 k; blocks of 64, 6–8 rows 732 k → 809 k, 824 k → 820 k, 881 k → 828 k; blocks of 128,
-/// 5–6 rows 598 k → 656 k, 646 k → 665 k (7–8 rows without the switch: 736 k, 767 k → 657 k, 663 k, the few-row figures
-/// on the tree before, ~10 k above this one); blocks of 256, 5 rows 559 k → 585 k. At SVL 512 the few-row kernel
-/// decodes once per 8 rows and a wide pass computes 16.
-fn wide_pass_wins(v: usize, rows: usize, bl: usize) -> bool {
-    v == 32 && rows <= 8 && ((bl >= 128 && rows >= 7) || (bl >= 64 && rows == 8))
+/// Whether a last row group of `rows` (1–15) real rows runs this kernel's passes rather than the few-row SDOT kernel (a
+/// code decode per 4 rows at SVL 256, per 8 at SVL 512), chosen by counting both (qemu 11, `-cpu max` and
+/// `sme-default-vector-length=64`, 2048², `kernel_icount`, instructions per call with packing, few-row → SMOPA; both
+/// with a counting switch read from the environment, ~16 k per call on each side). SVL 256, the wide pass (8 rows × 16
+/// columns, every code vector decoded once for all its rows, the real rows stored straight into the output) for 7–8
+/// rows in blocks of 128 K or more and 8 rows in blocks of 64: blocks of 32, 6–8 rows 847 k → 1061 k, 954 k → 1069 k,
+/// 1023 k → 1074 k; blocks of 64, 6–8 rows 732 k → 809 k, 824 k → 820 k, 881 k → 828 k; blocks of 128, 5–6 rows 598 k →
+/// 656 k, 646 k → 665 k (7–8 rows without the switch: 736 k, 767 k → 657 k, 663 k, the few-row figures on the tree
+/// before, ~10 k above this one); blocks of 256, 5 rows 559 k → 585 k; and the tall pass (16 rows, stored through
+/// `sums`) for 15 rows in blocks of 128 or more: blocks of 128, 9, 12, 15 rows 964 k → 1177 k, 1139 k → 1232 k, 1458 k
+/// → 1286 k; blocks of 32, 15 rows 1938 k → 1988 k. SVL 512, the wide pass (16 rows × 32 columns) from 13 rows in
+/// blocks of 32, 11 in blocks of 64 and 9 in blocks of 128 or more: blocks of 32, 6, 8, 9, 12–15 rows 458 k → 783 k,
+/// 471 k → 797 k, 621 k → 804 k, 733 k → 824 k, 882 k → 831 k, 890 k → 838 k, 896 k → 845 k; blocks of 64, 9–12 and 15
+/// rows 555 k → 593 k, 588 k → 603 k, 620 k → 613 k, 653 k → 622 k, 795 k → 652 k; blocks of 128, 8, 9, 12, 15 rows 368
+/// k → 451 k, 487 k → 459 k, 570 k → 482 k, 690 k → 507 k.
+fn passes_win(v: usize, rows: usize, bl: usize) -> bool {
+    match v {
+        32 => (rows <= 8 && ((bl >= 128 && rows >= 7) || (bl >= 64 && rows == 8))) || (rows == 15 && bl >= 128),
+        64 => {
+            rows >= if bl >= 128 {
+                9
+            } else if bl >= 64 {
+                11
+            } else {
+                13
+            }
+        }
+        _ => true,
+    }
 }
 
 /// # Safety
@@ -143,13 +161,12 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     }
     // SAFETY: the CPU has SME (the caller's guarantee).
     let v = unsafe { svl_bytes() };
-    // A last, partial row group (1–15 real rows) runs the few-row SDOT kernel: a pass here computes SVL/4 rows (16 × 8
-    // or 8 × 16 at SVL 256, 16 × 32 at 512) whatever the real rows and stores a partial pass through `sums`; the
-    // SDOT kernel costs in proportion to the rows and counted fewer at every M from 2 to 15 in blocks of 32 (2048²,
-    // qemu 11; M = 15 at SVL 512: 0.998 M instructions against 1.006 M here), but for `wide_pass_wins`.
+    // A last, partial row group (1–15 real rows) runs the few-row SDOT kernel unless `passes_win`: a pass here
+    // computes SVL/4 rows (16 × 8 or 8 × 16 at SVL 256, 16 × 32 at 512) whatever the real rows, the SDOT kernel
+    // costs in proportion to the rows, and which is fewer depends on the rows and the block size (counted).
     let full = a.rows / MR * MR;
     let head;
-    if full < a.rows && (v == 32 || v == 64) && !wide_pass_wins(v, a.rows - full, a.bl) {
+    if full < a.rows && (v == 32 || v == 64) && !passes_win(v, a.rows - full, a.bl) {
         let tail = RunArgs {
             rows: a.rows - full,
             lhs: a.lhs.wrapping_add(full * a.lhs_stride),
