@@ -202,8 +202,8 @@ static ARCH_FAMILIES: &[&Family] = &[
     // SME2: the SMOPA GEMM (its partial row groups by the few-row SDOT kernel) and the multi-vector SDOT GEMV, all
     // accumulating in ZA. Ranked below the SVE i8mm and i8mm families (every SME2 CPU has i8mm), so it is no CPU's
     // default; on SME2 CPUs ORT's own KleidiAI SME2 kernels keep the 4-bit int8 nodes (`versus_ort.rs`) until the
-    // family counts below them at every M (blocks of 64–128 at M = 6–15: up to 1.12x at SVL 256 and 512). It runs when
-    // named (NIBBLE_FAMILIES) and in the kernel suite.
+    // family counts below them at every M (blocks of 64–128 at M = 6–15: up to 1.12x at SVL 256 and 512). It runs
+    // when named (NIBBLE_FAMILIES) and in the kernel suite.
     &Family {
         name: "sme2_int8_qsnbp64x4_sf16_zpc",
         rank: 42,
