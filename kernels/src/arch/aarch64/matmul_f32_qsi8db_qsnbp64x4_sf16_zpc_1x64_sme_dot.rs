@@ -6,9 +6,11 @@
 //! Layout (see the SMOPA GEMM of the family): a 32-K chunk of a panel is 4 groups of 64 columns × 4 bytes, the
 //! low nibbles K 4g … 4g + 3, the high ones 16 + 4g …; any run of V/4 columns of a group is one vector (V = the
 //! streaming vector length in bytes). A stripe is V columns: 4 consecutive vectors of a group, one multi-vector
-//! load; a panel is 64 / V stripes (2 at SVL 256, 1 at SVL 512). Per group the high fields are `and` with 0xf0
-//! (16·hi, one instruction per vector) and the low ones `srshl` by 4 in place (16·lo, one multi-vector
-//! instruction for the 4 vectors), and each field's 4 vectors take one `sdot za.s[w8, 0, vgx4], {..}, z.b[g]`
+//! load; a panel is 64 / V stripes (2 at SVL 256, 1 at SVL 512). Per group the 4 code vectors are loaded twice
+//! and decoded by multi-vector instructions only (SME2 has no multi-vector AND): the low fields by `srshl` by 4
+//! (16·lo), the high ones by `sqdmulh` by 8 (⌊16·b / 256⌋ = ⌊b / 16⌋ = hi, exact: the low field is the byte's
+//! low 4 bits, and no product saturates) then `srshl` by 4 (16·hi), and each field's 4 vectors take one
+//! `sdot za.s[w8, 0, vgx4], {..}, z.b[g]`
 //! against the chunk's 16 activations of that field (`ld1rqb`: every 128-bit segment holds them; element g is
 //! K 4g … 4g + 3 of the field). The int32 sums of the stripe are ZA array vectors {0, V/4, V/2, 3V/4} (all in
 //! tile za0.d, zeroed per block by `zero {za0.d}`), the f32 sums the next group {1, …} (za1.d).
@@ -21,9 +23,10 @@
 //! per task into a per-thread buffer (`with_row_blocks`: no allocation per task; a decode call is up to 32 tasks).
 //!
 //! Instruction budget per panel × block of 32 at SVL 256 (`pair`: both stripes, 64 columns × 32 K = 2048
-//! multiply-adds in 16 multi-vector SDOT), 4-bit codes, symmetric: 2 activation loads; per group and stripe 1 code
-//! load, 4 AND, 1 SRSHL, 2 SDOT (64); 2 pointer steps; the epilogue per stripe 1 MOVA, 1 SCVTF, 4 LD1H, 4 FCVT,
-//! 4 FMUL, 1 FMLA (30), once 1 LD1RW, 1 ADD, 1 ZERO, and the block loop 5 (38): 106, 0.052 per multiply-add (ORT
+//! multiply-adds in 16 multi-vector SDOT), 4-bit codes, symmetric: 2 activation loads; per group and stripe 2 code
+//! loads, 1 SQDMULH, 2 SRSHL, 2 SDOT (56; with 4 single-vector AND for the high fields, as before, 64); 2 pointer
+//! steps; the epilogue per stripe 1 MOVA, 1 SCVTF, 4 LD1H, 4 FCVT, 4 FMUL, 1 FMLA (30), once 1 LD1RW, 1 ADD,
+//! 1 ZERO, and the block loop 5 (38): 98 (106 with the AND), 0.048 per multiply-add (ORT
 //! 1.31.1's KleidiAI SME2 GEMV, `…_1x4vl_sme2_dot`: 316945 instructions per 2048 × 2048 Run, ~28 k of them the
 //! Run's fixed cost, 0.069 per multiply-add). Zero points add 6 (LD1RW, ADD, per stripe a multi-vector load and an
 //! FMLA). At SVL 512 (`pair64`: two panels of one stripe) the same text covers twice the columns, plus 3 pointer
@@ -53,8 +56,8 @@ use crate::ukernel::RunArgs;
 macro_rules! gemv_asm {
     // One 4-K group `$g` of a chunk for the stripe whose int32 sums are ZA vector group `$o`: codes at
     // `[{xc}, #$imm, mul vl]` into register set A (z0–z3, high fields z4–z7) or B (z16–z19, z20–z23), high fields
-    // by AND 0xf0 (z10), low fields in place (SRSHL by 4, z11), one SDOT per field against element `$g` of the
-    // low (z8) and high (z9) activations.
+    // loaded again and decoded in place (SQDMULH by 8, z10: hi; SRSHL by 4, z11: 16·hi), low fields in place (SRSHL
+    // by 4: 16·lo), one SDOT per field against element `$g` of the low (z8) and high (z9) activations.
     (@group A, $o:literal, $imm:literal, $g:literal) => {
         gemv_asm!(@group "0" "1" "2" "3", "4" "5" "6" "7", $o, "{xc}", $imm, $g)
     };
@@ -68,11 +71,10 @@ macro_rules! gemv_asm {
     (@group $c0:literal $c1:literal $c2:literal $c3:literal, $h0:literal $h1:literal $h2:literal $h3:literal, $o:literal, $base:literal, $imm:literal, $g:literal) => {
         concat!(
             "ld1b {{z", $c0, ".b-z", $c3, ".b}}, pn8/z, [", $base, ", #", $imm, ", mul vl]\n",
-            "and z", $h0, ".d, z", $c0, ".d, z10.d\n",
-            "and z", $h1, ".d, z", $c1, ".d, z10.d\n",
-            "and z", $h2, ".d, z", $c2, ".d, z10.d\n",
-            "and z", $h3, ".d, z", $c3, ".d, z10.d\n",
+            "ld1b {{z", $h0, ".b-z", $h3, ".b}}, pn8/z, [", $base, ", #", $imm, ", mul vl]\n",
+            "sqdmulh {{z", $h0, ".b-z", $h3, ".b}}, {{z", $h0, ".b-z", $h3, ".b}}, z10.b\n",
             "srshl {{z", $c0, ".b-z", $c3, ".b}}, {{z", $c0, ".b-z", $c3, ".b}}, z11.b\n",
+            "srshl {{z", $h0, ".b-z", $h3, ".b}}, {{z", $h0, ".b-z", $h3, ".b}}, z11.b\n",
             "sdot za.s[w8, ", $o, ", vgx4], {{z", $c0, ".b-z", $c3, ".b}}, z8.b[", $g, "]\n",
             "sdot za.s[w8, ", $o, ", vgx4], {{z", $h0, ".b-z", $h3, ".b}}, z9.b[", $g, "]\n",
         )
@@ -248,7 +250,7 @@ macro_rules! gemv_asm {
             "ptrue p0.b\n",
             "ptrue p1.s\n",
             "ptrue pn8.b\n",
-            "dup z10.b, #-16\n",
+            "dup z10.b, #8\n",
             "dup z11.b, #4\n",
             "mov w8, #0\n",
             // Panel loop.

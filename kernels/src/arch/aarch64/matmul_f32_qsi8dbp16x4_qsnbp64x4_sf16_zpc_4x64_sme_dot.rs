@@ -6,7 +6,8 @@
 //! from `smstart` to `smstop`.
 //!
 //! Why: the SMOPA passes compute SVL/4 (or 16) rows whatever the tile's real rows, and the one-row SDOT GEMV run
-//! row by row decodes every code vector again per row (per group and stripe a load, 4 AND and an SRSHL for 2 SDOT):
+//! row by row decodes every code vector again per row (per group and stripe 2 loads and 3 multi-vector shifts for 2
+//! SDOT):
 //! on 2048² at SVL 256 the GEMM cost 1.12 M instructions at M = 6 and the GEMV ~230 k per row, against ORT's SME2
 //! GEMM at 0.96 M (~80 k per row more, most of it its per-row activation packing). Here the decode is shared by 4
 //! rows and a row costs its 2 SDOT per group and its share of the epilogue.
@@ -28,7 +29,8 @@
 //! (the panel's codes read twice, the second time from cache); a pass of 1–2 rows takes both stripes at once (row
 //! r, stripe s: groups 4r + 2s, 4r + 2s + 1). At SVL 512 a stripe is the whole panel.
 //!
-//! Per chunk: 8 `ld1rqb`; per group 1 multi-vector code load, 4 AND (0xf0: 16·hi), 1 SRSHL by 4 (16·lo, in place),
+//! Per chunk: 8 `ld1rqb`; per group the code vectors loaded twice (multi-vector), 1 SRSHL by 4 (16·lo, in place),
+//! 1 SQDMULH by 8 and 1 SRSHL by 4 (16·hi: the one-row kernel's decode, no single-vector AND),
 //! 2 SDOT per row; 3 pointer steps. Per block and stripe: the f16 column scales by 4 LD1H + 4 FCVT (shared by the
 //! rows), then per row one multi-vector MOVA, one SCVTF, 4 indexed FMUL (column scale · the row's sa/16), one
 //! multi-vector FMLA into the row's f32 sums: `ops::block_epilogue`'s formula and order of roundings, bit for bit
@@ -56,20 +58,19 @@ const CHUNK: usize = 32;
 
 macro_rules! quad_asm {
     // A stripe's 4 code vectors of one group at `[{xc}, #$imm, mul vl]` into z16–z19 (low fields in place by SRSHL,
-    // z1 = 4: 16·lo) and z20–z23 (high fields by AND, z0 = 0xf0: 16·hi).
+    // z1 = 4: 16·lo) and again into z20–z23 (high fields: SQDMULH by z0 = 8 gives hi, SRSHL by 4 16·hi).
     (@decode $imm:literal) => {
         concat!(
             "ld1b {{z16.b-z19.b}}, pn8/z, [{xc}, #", $imm, ", mul vl]\n",
-            "and z20.d, z16.d, z0.d\n",
-            "and z21.d, z17.d, z0.d\n",
-            "and z22.d, z18.d, z0.d\n",
-            "and z23.d, z19.d, z0.d\n",
+            "ld1b {{z20.b-z23.b}}, pn8/z, [{xc}, #", $imm, ", mul vl]\n",
+            "sqdmulh {{z20.b-z23.b}}, {{z20.b-z23.b}}, z0.b\n",
             "srshl {{z16.b-z19.b}}, {{z16.b-z19.b}}, z1.b\n",
+            "srshl {{z20.b-z23.b}}, {{z20.b-z23.b}}, z1.b\n",
         )
     };
     // Group `$g` of a chunk for one stripe: its 4 code vectors at `[{xc}, #$imm, mul vl]` into z16–z19 (low fields
-    // in place by SRSHL, z1 = 4) and z20–z23 (high fields by AND, z0 = 0xf0), then per row one SDOT per field into
-    // the row's int32 sums for the stripe (vector group `$o`) against lane `$i` (the row in its quadword) of runs
+    // in place by SRSHL, z1 = 4) and z20–z23 (high fields by SQDMULH, z0 = 8, and SRSHL), then per row one SDOT per
+    // field into the row's int32 sums for the stripe (vector group `$o`) against lane `$i` (the row in its quadword) of runs
     // `$lo` (z8 + g) and `$hi` (z12 + g).
     (@group $imm:literal, $lo:literal, $hi:literal, [$(($o:literal $i:literal))*]) => {
         concat!(
@@ -401,7 +402,7 @@ macro_rules! quad_asm {
             "ptrue p0.b\n",
             "ptrue p1.s\n",
             "ptrue pn8.b\n",
-            "dup z0.b, #-16\n",
+            "dup z0.b, #8\n",
             "dup z1.b, #4\n",
             "mov w8, #0x3d800000\n",
             "dup z28.s, w8\n",
