@@ -440,8 +440,8 @@ fn hsum(v: __m256) -> f32 {
 }
 
 /// Stores `f` (+ bias) to rows `0..R`, columns `c0 + 8g ..` of the tile, clipped to `args.cols` (AVX2 has no
-/// masked store for partial vectors that is also cheap to build: full vectors go out whole, a partial one
-/// through a small buffer).
+/// masked store for partial vectors that is also cheap to build: full vectors go out whole, bias added as a vector,
+/// a partial one through a small buffer).
 ///
 /// # Safety
 /// The CPU has avx2; `dst` is row 0 of R rows of the tile (stride `dst_stride`), bias (if any) holds `cols`
@@ -456,6 +456,14 @@ unsafe fn store<const R: usize, const G: usize>(a: &RunArgs, c0: usize, f: &[[__
                 break;
             }
             let n = (a.cols - col).min(8);
+            if n == 8 {
+                // SAFETY: columns col .. col + 8 < cols of row r: inside the tile; bias holds `cols` values.
+                unsafe {
+                    let b = if a.bias.is_null() { _mm256_setzero_ps() } else { _mm256_loadu_ps(a.bias.add(col)) };
+                    _mm256_storeu_ps(dst.add(r * a.dst_stride + col), _mm256_add_ps(v, b));
+                }
+                continue;
+            }
             let mut buf = [0f32; 8];
             // SAFETY: buf holds 8 values.
             unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), v) };
