@@ -859,10 +859,11 @@ fn for_each_test_block(mut seed: u64, mut f: impl FnMut(usize, usize, &[f32])) {
     }
 }
 
-/// Every kind of [`Runs`] the packer uses for a block of `len` (contiguous, runs of 4, 8 and 16 bytes, + 128).
+/// Every kind of [`Runs`] the packer uses for a block of `len` (contiguous, runs of 4, 8 and 16 bytes, + 128), and
+/// runs of 32 and 64 inside longer blocks.
 #[cfg(test)]
-fn test_runs(len: usize) -> [Runs; 8] {
-    [
+fn test_runs(len: usize) -> Vec<Runs> {
+    let mut runs = vec![
         Runs::contiguous(len, 0),
         Runs::contiguous(len, 0x80),
         Runs { run: 8, stride: 32, flip: 0 },
@@ -871,7 +872,14 @@ fn test_runs(len: usize) -> [Runs; 8] {
         Runs { run: 8, stride: 8, flip: 0 },
         Runs { run: 8, stride: 24, flip: 0x80 },
         Runs { run: 4, stride: 12, flip: 0x80 },
-    ]
+    ];
+    // Runs of 32 and 64 that are not the whole block (chunks of 32 inside a longer run), where they divide it.
+    for (run, stride, flip) in [(32, 40, 0), (64, 96, 0x80)] {
+        if len > run && len.is_multiple_of(run) {
+            runs.push(Runs { run, stride, flip });
+        }
+    }
+    runs
 }
 
 /// Bytes around a block of `len` laid out by `runs` (3 past its span), all 0x5a: writes outside it show.

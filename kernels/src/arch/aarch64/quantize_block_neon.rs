@@ -90,20 +90,25 @@ pub(crate) fn quantize_blocks(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, 
 /// NEON; `bl` is a multiple of 16.
 #[target_feature(enable = "neon")]
 unsafe fn blocks(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, out: &mut [(f32, i32)]) {
-    // Blocks of 32 in runs of 4, 8 or 16·k: `run32` with the run shape and the flip as constants (no per-block
-    // branch on them, no EOR with a zero flip).
-    if bl == 32 {
-        // SAFETY: forwarded (NEON; bl = 32; the run shape is the constant's).
+    // Blocks of 32·n in runs of 4, 8 or 16·k: `run32` with the run shape, the flip and whether the block is one
+    // chunk as constants (no per-block branch on them, no EOR with a zero flip, no chunk loop for blocks of 32).
+    if bl.is_multiple_of(32) {
+        // SAFETY: forwarded (NEON; bl a multiple of 32, ONE iff bl = 32; the run shape is the constant's).
         unsafe {
-            match (runs.run, runs.flip != 0) {
-                (4, false) => return blocks32::<4, false>(a, dst, runs, out),
-                (4, true) => return blocks32::<4, true>(a, dst, runs, out),
-                (8, false) => return blocks32::<8, false>(a, dst, runs, out),
-                (8, true) => return blocks32::<8, true>(a, dst, runs, out),
-                (r, false) if r.is_multiple_of(16) => return blocks32::<16, false>(a, dst, runs, out),
-                (r, true) if r.is_multiple_of(16) => return blocks32::<16, true>(a, dst, runs, out),
-                _ => {}
+            macro_rules! by_run {
+                ($one:literal) => {
+                    match (runs.run, runs.flip != 0) {
+                        (4, false) => return blocks32::<4, false, $one>(a, bl, dst, runs, out),
+                        (4, true) => return blocks32::<4, true, $one>(a, bl, dst, runs, out),
+                        (8, false) => return blocks32::<8, false, $one>(a, bl, dst, runs, out),
+                        (8, true) => return blocks32::<8, true, $one>(a, bl, dst, runs, out),
+                        (r, false) if r.is_multiple_of(16) => return blocks32::<16, false, $one>(a, bl, dst, runs, out),
+                        (r, true) if r.is_multiple_of(16) => return blocks32::<16, true, $one>(a, bl, dst, runs, out),
+                        _ => {}
+                    }
+                };
             }
+            if bl == 32 { by_run!(true) } else { by_run!(false) }
         }
     }
     crate::pack::for_each_block(a, bl, dst, runs, out, |a, dst| {
@@ -114,43 +119,65 @@ unsafe fn blocks(a: &[f32], bl: usize, dst: &mut [u8], runs: Runs, out: &mut [(f
     });
 }
 
-/// A row's blocks of 32 through `run32::<RUN, FLIP>`.
+/// A row's blocks of 32·n (n = 1 iff ONE) through `run32::<RUN, FLIP, ONE>`.
 ///
 /// # Safety
-/// NEON; `runs.run` is RUN (4 or 8), or a multiple of 16 when RUN is 16; `runs.flip != 0` is FLIP.
+/// NEON; `bl` is a multiple of 32, 32 iff ONE; `runs.run` is RUN (4 or 8), or a multiple of 16 when RUN is 16;
+/// `runs.flip != 0` is FLIP.
 #[target_feature(enable = "neon")]
-unsafe fn blocks32<const RUN: usize, const FLIP: bool>(a: &[f32], dst: &mut [u8], runs: Runs, out: &mut [(f32, i32)]) {
-    crate::pack::for_each_block(a, 32, dst, runs, out, |a, dst| {
-        // SAFETY: NEON; `a` is one block of 32 values laid out by `runs` (this function's contract), every place
-        // `runs.at(i)` for i < 32 inside `dst` (for_each_block checked the row's places and gives `dst` from the
+unsafe fn blocks32<const RUN: usize, const FLIP: bool, const ONE: bool>(
+    a: &[f32],
+    bl: usize,
+    dst: &mut [u8],
+    runs: Runs,
+    out: &mut [(f32, i32)],
+) {
+    crate::pack::for_each_block(a, bl, dst, runs, out, |a, dst| {
+        // SAFETY: NEON; `a` is one block of bl values laid out by `runs` (this function's contract), every place
+        // `runs.at(i)` for i < bl inside `dst` (for_each_block checked the row's places and gives `dst` from the
         // block's first place).
-        unsafe { run32::<RUN, FLIP>(a, dst, runs) }
+        unsafe { run32::<RUN, FLIP, ONE>(a, dst, runs) }
     })
 }
 
-/// `run` for a block of 32 values laid out by runs of 4 (`qsi8dbp16x4`, SME2), of 8 (`qsi8dbp4x8`) or of 16·k
-/// (`qsi8dbp4x16`, contiguous rows; RUN = 16): the 8 vectors loaded once for both the amax and the codes, Σq by
-/// SADDLP + SADALP + SADDLV, the codes in eight 4-byte, four 8-byte or two 16-byte stores, the flip (`FLIP`: the
-/// unsigned formats' 0x80) only where there is one (~60 instructions against ~100 for `run`'s loops). A block
-/// `run` treats apart (a NaN, an infinity, all zero, or 127/amax overflowing: exactly the blocks whose 127/amax is
-/// not a finite positive number) goes through `run`.
+/// `run` for a block of 32·n values (n = 1 iff ONE) laid out by runs of 4 (`qsi8dbp16x4`, SME2), of 8
+/// (`qsi8dbp4x8`) or of 16·k (`qsi8dbp4x16`, contiguous rows; RUN = 16), one 32-value chunk at a time: the
+/// chunks' amax, then per chunk its 8 vectors (kept from the amax pass when n = 1, loaded again otherwise) to
+/// codes, Σq by SADDLP + SADALP + SADDLV, the codes in eight 4-byte, four 8-byte or two 16-byte stores, the flip
+/// (`FLIP`: the unsigned formats' 0x80) only where there is one (~60 instructions per chunk against ~100 for
+/// `run`'s loops). A block `run` treats apart (a NaN, an infinity, all zero, or 127/amax overflowing: exactly the
+/// blocks whose 127/amax is not a finite positive number) goes through `run`.
 ///
 /// # Safety
-/// NEON; `a` holds 32 values; runs of RUN (4 or 8) or of 16·k (RUN = 16); `runs.flip != 0` is FLIP; every place
-/// `runs.at(i)`, i < 32, is inside `dst`.
+/// NEON; `a` holds 32·n values, n = 1 iff ONE; runs of RUN (4 or 8) or of 16·k (RUN = 16) that divide `a.len()`;
+/// `runs.flip != 0` is FLIP; every place `runs.at(i)`, i < `a.len()`, is inside `dst`.
 #[target_feature(enable = "neon")]
 #[inline]
-unsafe fn run32<const RUN: usize, const FLIP: bool>(a: &[f32], dst: &mut [u8], runs: Runs) -> (f32, i32) {
-    debug_assert!(a.len() == 32 && (runs.run == RUN || (RUN == 16 && runs.run.is_multiple_of(16))));
+unsafe fn run32<const RUN: usize, const FLIP: bool, const ONE: bool>(
+    a: &[f32],
+    dst: &mut [u8],
+    runs: Runs,
+) -> (f32, i32) {
+    let n = a.len();
+    debug_assert!(n.is_multiple_of(32) && ONE == (n == 32));
+    debug_assert!(runs.run == RUN || (RUN == 16 && runs.run.is_multiple_of(16)));
     debug_assert_eq!(runs.flip != 0, FLIP);
     let p = a.as_ptr();
-    // SAFETY: the 32 values of `a`: two LD1 of 4 vectors.
-    let (x, y) = unsafe { (vld1q_f32_x4(p), vld1q_f32_x4(p.add(16))) };
+    // SAFETY: 32 values of `a` from c (c + 32 <= n): two LD1 of 4 vectors.
+    let load = |c: usize| unsafe { (vld1q_f32_x4(p.add(c)), vld1q_f32_x4(p.add(c + 16))) };
     let abs_max = |v: float32x4x4_t| {
         vmaxq_f32(vmaxq_f32(vabsq_f32(v.0), vabsq_f32(v.1)), vmaxq_f32(vabsq_f32(v.2), vabsq_f32(v.3)))
     };
+    let (x, y) = load(0);
     // FMAX / FMAXV propagate a NaN: amax is NaN iff a value is.
-    let amax = vmaxvq_f32(vmaxq_f32(abs_max(x), abs_max(y)));
+    let mut m = vmaxq_f32(abs_max(x), abs_max(y));
+    if !ONE {
+        for c in (32..n).step_by(32) {
+            let (x, y) = load(c);
+            m = vmaxq_f32(m, vmaxq_f32(abs_max(x), abs_max(y)));
+        }
+    }
+    let amax = vmaxvq_f32(m);
     let inv = 127.0 / amax;
     // The blocks `run` treats apart, in one test: amax ≥ 0 or NaN, so 127/amax is a finite positive number exactly
     // when amax is positive, finite and not so small that 127/amax overflows (a NaN amax gives a NaN, amax = 0 an
@@ -165,39 +192,58 @@ unsafe fn run32<const RUN: usize, const FLIP: bool>(a: &[f32], dst: &mut [u8], r
     let codes = |v: float32x4x4_t| {
         vcombine_s8(vmovn_s16(vcombine_s16(cvt(v.0), cvt(v.1))), vmovn_s16(vcombine_s16(cvt(v.2), cvt(v.3))))
     };
-    let (q0, q1) = (codes(x), codes(y));
-    // Exact: 32 codes of at most ±127 sum within i16 pairwise and within i32 across.
-    let sum = vaddlvq_s16(vpadalq_s8(vpaddlq_s8(q0), q1));
-    let (q0, q1) = (vreinterpretq_u8_s8(q0), vreinterpretq_u8_s8(q1));
-    let (q0, q1) = if FLIP {
-        let flip = vdupq_n_u8(runs.flip);
-        (veorq_u8(q0, flip), veorq_u8(q1, flip))
-    } else {
-        (q0, q1)
-    };
-    let (d, s) = (dst.as_mut_ptr(), runs.stride);
-    // SAFETY: the places of the 32 values (the caller's guarantee): runs of 4 at 0, s, …, 7s; runs of 8 at 0, s,
-    // 2s and 3s; runs of 16 at 0 and s; runs of 32·k at 0 .. 32. ST1 of a lane has no alignment requirement.
-    unsafe {
-        if RUN == 4 {
-            let (w0, w1) = (vreinterpretq_u32_u8(q0), vreinterpretq_u32_u8(q1));
-            vst1q_lane_u32::<0>(d.cast(), w0);
-            vst1q_lane_u32::<1>(d.add(s).cast(), w0);
-            vst1q_lane_u32::<2>(d.add(2 * s).cast(), w0);
-            vst1q_lane_u32::<3>(d.add(3 * s).cast(), w0);
-            vst1q_lane_u32::<0>(d.add(4 * s).cast(), w1);
-            vst1q_lane_u32::<1>(d.add(5 * s).cast(), w1);
-            vst1q_lane_u32::<2>(d.add(6 * s).cast(), w1);
-            vst1q_lane_u32::<3>(d.add(7 * s).cast(), w1);
-        } else if RUN == 8 {
-            let (w0, w1) = (vreinterpretq_u64_u8(q0), vreinterpretq_u64_u8(q1));
-            vst1q_lane_u64::<0>(d.cast(), w0);
-            vst1q_lane_u64::<1>(d.add(s).cast(), w0);
-            vst1q_lane_u64::<0>(d.add(2 * s).cast(), w1);
-            vst1q_lane_u64::<1>(d.add(3 * s).cast(), w1);
+    let s = runs.stride;
+    let mut sum = 0i32;
+    let mut chunk = |c: usize, x: float32x4x4_t, y: float32x4x4_t| {
+        let (q0, q1) = (codes(x), codes(y));
+        // Exact: 32 codes of at most ±127 sum within i16 pairwise and within i32 across.
+        sum += vaddlvq_s16(vpadalq_s8(vpaddlq_s8(q0), q1));
+        let (q0, q1) = (vreinterpretq_u8_s8(q0), vreinterpretq_u8_s8(q1));
+        let (q0, q1) = if FLIP {
+            let flip = vdupq_n_u8(runs.flip);
+            (veorq_u8(q0, flip), veorq_u8(q1, flip))
         } else {
-            vst1q_u8(d, q0);
-            vst1q_u8(d.add(if runs.run == 16 { s } else { 16 }), q1);
+            (q0, q1)
+        };
+        // The chunk's first place, `runs.at(c)`: its runs of 4, 8 or 16 start a run each; runs of 32·k hold it.
+        let base = match RUN {
+            4 => c / 4 * s,
+            8 => c / 8 * s,
+            _ if runs.run == 16 => c / 16 * s,
+            _ => runs.at(c),
+        };
+        // SAFETY: the places of the chunk's 32 values (the caller's guarantee): runs of 4 at base + 0, s, …, 7s;
+        // runs of 8 at base + 0, s, 2s and 3s; runs of 16 at base and base + s; runs of 32·k at base .. base + 32.
+        // ST1 of a lane has no alignment requirement.
+        unsafe {
+            let d = dst.as_mut_ptr().add(base);
+            if RUN == 4 {
+                let (w0, w1) = (vreinterpretq_u32_u8(q0), vreinterpretq_u32_u8(q1));
+                vst1q_lane_u32::<0>(d.cast(), w0);
+                vst1q_lane_u32::<1>(d.add(s).cast(), w0);
+                vst1q_lane_u32::<2>(d.add(2 * s).cast(), w0);
+                vst1q_lane_u32::<3>(d.add(3 * s).cast(), w0);
+                vst1q_lane_u32::<0>(d.add(4 * s).cast(), w1);
+                vst1q_lane_u32::<1>(d.add(5 * s).cast(), w1);
+                vst1q_lane_u32::<2>(d.add(6 * s).cast(), w1);
+                vst1q_lane_u32::<3>(d.add(7 * s).cast(), w1);
+            } else if RUN == 8 {
+                let (w0, w1) = (vreinterpretq_u64_u8(q0), vreinterpretq_u64_u8(q1));
+                vst1q_lane_u64::<0>(d.cast(), w0);
+                vst1q_lane_u64::<1>(d.add(s).cast(), w0);
+                vst1q_lane_u64::<0>(d.add(2 * s).cast(), w1);
+                vst1q_lane_u64::<1>(d.add(3 * s).cast(), w1);
+            } else {
+                vst1q_u8(d, q0);
+                vst1q_u8(d.add(if runs.run == 16 { s } else { 16 }), q1);
+            }
+        }
+    };
+    chunk(0, x, y);
+    if !ONE {
+        for c in (32..n).step_by(32) {
+            let (x, y) = load(c);
+            chunk(c, x, y);
         }
     }
     (amax / 127.0, sum)
