@@ -34,8 +34,9 @@
 //! `min_task_cols`) 1.05x.
 //!
 //! Measured (qemu 11 `-cpu max`, the whole Run, 1 thread, `bench/results/aarch64-icount-sme2.md`): SVL 256
-//! 0.83x ORT's instructions at 2048², 0.81x at 4096²; SVL 512 0.86x at 2048² (before the per-thread row-factor
-//! buffer, which took a heap allocation per task out: 0.85 / 0.83 / 0.91).
+//! 0.77x ORT's instructions at 2048², 0.75x at 4096²; SVL 512 0.81x / 0.78x (with the AND decode: 0.83 / 0.81 /
+//! 0.86 / 0.85; before the per-thread row-factor buffer, which took a heap allocation per task out: 0.85 / 0.83 /
+//! 0.91).
 //!
 //! Streaming mode: as the SMOPA GEMM (`sve_asm::enter_streaming!`, `streaming_asm!`): ZA's lazy save honoured, every
 //! vector and predicate register declared clobbered, only instructions legal in streaming mode (no NEON).
