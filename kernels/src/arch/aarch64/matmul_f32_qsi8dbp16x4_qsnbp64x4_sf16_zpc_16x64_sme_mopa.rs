@@ -76,7 +76,8 @@ pub(crate) unsafe fn svl_bytes() -> usize {
     svl
 }
 
-/// The 64 f16 at `src` (any alignment) as f32 into `dst[0..64]` (FCVTL: exact; base AdvSIMD).
+/// The 64 f16 at `src` (any alignment) as f32 × 2^−4 into `dst[0..64]` (FCVTL and FMUL: exact, an f16 × 2^−4 is a
+/// normal f32; base AdvSIMD).
 ///
 /// # Safety
 /// `src` is readable for 128 bytes, `dst` writable for 64 f32.
@@ -87,6 +88,8 @@ unsafe fn widen_scales(src: *const u8, dst: *mut f32) {
         core::arch::asm!(
             "ld1 {{v0.8h, v1.8h, v2.8h, v3.8h}}, [{s}], #64",
             "ld1 {{v4.8h, v5.8h, v6.8h, v7.8h}}, [{s}]",
+            "mov {t:w}, #0x3d800000",
+            "dup v24.4s, {t:w}",
             "fcvtl v16.4s, v0.4h",
             "fcvtl2 v17.4s, v0.8h",
             "fcvtl v18.4s, v1.4h",
@@ -95,6 +98,14 @@ unsafe fn widen_scales(src: *const u8, dst: *mut f32) {
             "fcvtl2 v21.4s, v2.8h",
             "fcvtl v22.4s, v3.4h",
             "fcvtl2 v23.4s, v3.8h",
+            "fmul v16.4s, v16.4s, v24.4s",
+            "fmul v17.4s, v17.4s, v24.4s",
+            "fmul v18.4s, v18.4s, v24.4s",
+            "fmul v19.4s, v19.4s, v24.4s",
+            "fmul v20.4s, v20.4s, v24.4s",
+            "fmul v21.4s, v21.4s, v24.4s",
+            "fmul v22.4s, v22.4s, v24.4s",
+            "fmul v23.4s, v23.4s, v24.4s",
             "st1 {{v16.4s, v17.4s, v18.4s, v19.4s}}, [{d}], #64",
             "st1 {{v20.4s, v21.4s, v22.4s, v23.4s}}, [{d}], #64",
             "fcvtl v16.4s, v4.4h",
@@ -105,13 +116,22 @@ unsafe fn widen_scales(src: *const u8, dst: *mut f32) {
             "fcvtl2 v21.4s, v6.8h",
             "fcvtl v22.4s, v7.4h",
             "fcvtl2 v23.4s, v7.8h",
+            "fmul v16.4s, v16.4s, v24.4s",
+            "fmul v17.4s, v17.4s, v24.4s",
+            "fmul v18.4s, v18.4s, v24.4s",
+            "fmul v19.4s, v19.4s, v24.4s",
+            "fmul v20.4s, v20.4s, v24.4s",
+            "fmul v21.4s, v21.4s, v24.4s",
+            "fmul v22.4s, v22.4s, v24.4s",
+            "fmul v23.4s, v23.4s, v24.4s",
             "st1 {{v16.4s, v17.4s, v18.4s, v19.4s}}, [{d}], #64",
             "st1 {{v20.4s, v21.4s, v22.4s, v23.4s}}, [{d}]",
             s = inout(reg) src => _,
             d = inout(reg) dst => _,
+            t = out(reg) _,
             out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _, out("v6") _, out("v7") _,
             out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _, out("v21") _, out("v22") _,
-            out("v23") _,
+            out("v23") _, out("v24") _,
             options(nostack, preserves_flags),
         )
     };
@@ -203,6 +223,8 @@ pub(crate) unsafe fn run(args: &RunArgs) {
         for b in 0..a.blocks {
             let rec = rec0.wrapping_add(b * a.rhs_record);
             let out = &mut cols[b * COL_PER_BLOCK..][..COL_PER_BLOCK];
+            // The column scales × 2^−4 (the codes are 16·v), so that the row factor is the LHS scale itself (1 in the
+            // row numerics, whose epilogue then skips it).
             // SAFETY: the record's 64 f16 scales (little-endian, as the target) into `out`'s first 64 f32, and with
             // zero points its 64 f32 corrections copied bytewise (any alignment) after them (RunArgs contract).
             unsafe {
@@ -210,11 +232,6 @@ pub(crate) unsafe fn run(args: &RunArgs) {
                 if zp {
                     core::ptr::copy_nonoverlapping(rec.add(a.rhs_zp), out[NR..].as_mut_ptr().cast::<u8>(), 4 * NR);
                 }
-            }
-            // The codes' 16·v: × 2^−4 (exact: an f16 scale × 2^−4 is a normal f32) in the column scales, so that the
-            // row factor is the LHS scale itself (1 in the row numerics, whose epilogue then skips it).
-            for v in &mut out[..NR] {
-                *v *= 1.0 / 16.0;
             }
         }
         for gr in 0..groups {
