@@ -24,10 +24,12 @@
 //! output (4 rows per step, then one by one: a wide pass of a last row group stores only its real rows), another
 //! into a buffer that `store_row` clips. No sums load or store per block.
 //!
-//! Static instruction budget per 32-K block (16 SMOPA), the tall pass at SVL 256: chunk loop 4 × 9 + 5 = 41 (2.6
-//! per SMOPA); epilogue, block numerics: 2 column-scale loads, 1 LHS-scale load, 4 TBL, 4 × 7 (MOVA, SCVTF, 4 FMUL,
-//! FMLA), `zero`, about 8 for the block loop ≈ 44 (2.8 per SMOPA; row numerics 4 × 3: ≈ 1.8). Wide pass at SVL 512:
-//! 4 × 11 + 5 = 49 (3.1) and 2 + 1 + 4 + 8 × 7 + 9 ≈ 72 (4.5; each SMOPA there does 4x the MACs of one at 256).
+//! Static instruction budget per 32-K block (16 SMOPA), the tall pass at SVL 256: chunk loop 4 LHS loads (each
+//! 4-vector load two runs of 16 rows) + 4 × 7 (code load, 2 field decodes, 4 SMOPA) + 4 = 36 (2.25 per SMOPA);
+//! epilogue, block numerics: 2 column-scale loads, 1 LHS-scale load, 4 TBL, 4 × 7 (MOVA, SCVTF, 4 FMUL, FMLA),
+//! `zero`, about 8 for the block loop ≈ 44 (2.8 per SMOPA; row numerics 4 × 3: ≈ 1.8). Wide pass at SVL 512: 2 LHS
+//! loads (the 4 runs of each field) + 4 × 9 + 4 = 42 (2.6) and 2 + 1 + 4 + 8 × 7 + 9 ≈ 72 (4.5; each SMOPA there
+//! does 4x the MACs of one at 256).
 //!
 //! Counted (qemu 11, 2048 × 2048, block 32 symmetric; `bench/results/aarch64-icount-sme2.md`): the kernel alone
 //! (`kernel_icount`, M = 128: `pass` and `run`) 13.80 M → 12.65 M instructions at SVL 256, 6.28 M → 4.83 M at
@@ -310,26 +312,27 @@ impl Pass {
 }
 
 /// The 4 SMOPA of a 4-K column group, wide pass: codes of the two tiles' columns in z0, z1 and the LHS runs g
-/// (z8) and 4 + g (z9) of s rows; low fields (`lsl #4`) against run g, high fields (`and`, in place) against run
-/// 4 + g.
+/// (z`$lo`) and 4 + g (z`$hi`) of s rows; low fields (`lsl #4`) against run g, high fields (`and`, in place) against
+/// run 4 + g.
 macro_rules! mopa_wide {
-    () => {
+    ($lo:literal, $hi:literal) => {
         concat!(
             "lsl z4.b, z0.b, #4\n",
             "lsl z5.b, z1.b, #4\n",
             "and z0.b, z0.b, #0xf0\n",
             "and z1.b, z1.b, #0xf0\n",
-            "smopa za0.s, p0/m, p0/m, z8.b, z4.b\n",
-            "smopa za1.s, p0/m, p0/m, z8.b, z5.b\n",
-            "smopa za0.s, p0/m, p0/m, z9.b, z0.b\n",
-            "smopa za1.s, p0/m, p0/m, z9.b, z1.b\n",
+            "smopa za0.s, p0/m, p0/m, z", $lo, ".b, z4.b\n",
+            "smopa za1.s, p0/m, p0/m, z", $lo, ".b, z5.b\n",
+            "smopa za0.s, p0/m, p0/m, z", $hi, ".b, z0.b\n",
+            "smopa za1.s, p0/m, p0/m, z", $hi, ".b, z1.b\n",
         )
     };
 }
 
-/// A 4-K column group of the wide pass at SVL ≤ 512 bits (the pass's 2s columns are 2 whole vectors): codes by one
-/// 2-vector load at `$codes`, the LHS runs at `$lo` and `$hi` (byte-element loads, so the same offset registers
-/// serve both: the codes' groups are 256 bytes apart, the runs 64): 11 instructions per 4 SMOPA.
+/// A 4-K column group of the wide pass at SVL 128 bits (the pass's 2s columns are 2 whole vectors, its s
+/// rows part of a run): codes by one 2-vector load at `$codes`, the LHS runs at `$lo` and `$hi` (byte-element loads,
+/// so the same offset registers serve both: the codes' groups are 256 bytes apart, the runs 64): 11 instructions per
+/// 4 SMOPA.
 macro_rules! group_wide {
     ($codes:literal, $lo:literal, $hi:literal) => {
         concat!(
@@ -342,53 +345,117 @@ macro_rules! group_wide {
             "ld1b {{z9.b}}, p0/z, ",
             $hi,
             "\n",
-            mopa_wide!(),
+            mopa_wide!("8", "9"),
         )
     };
 }
 
-/// A 4-K column group of the tall pass (SVL ≤ 256 bits): the s columns' codes by one load at `$codes` (z0), the
-/// LHS runs of 2s rows at `$lo` (z8–z9: the row halves) and `$hi` (z14–z15), each code field vector against both
-/// row halves (za0 rows 0..s, za1 rows s..2s): 9 instructions per 4 SMOPA.
-macro_rules! group_tall {
-    ($codes:literal, $lo:literal, $hi:literal) => {
-        concat!(
-            "ld1w {{z0.s}}, p1/z, ",
-            $codes,
-            "\n",
-            "ld1b {{z8.b-z9.b}}, pn9/z, ",
-            $lo,
-            "\n",
-            "ld1b {{z14.b-z15.b}}, pn9/z, ",
-            $hi,
-            "\n",
-            "lsl z4.b, z0.b, #4\n",
-            "and z0.b, z0.b, #0xf0\n",
-            "smopa za0.s, p0/m, p0/m, z8.b, z4.b\n",
-            "smopa za1.s, p0/m, p0/m, z9.b, z4.b\n",
-            "smopa za0.s, p0/m, p0/m, z14.b, z0.b\n",
-            "smopa za1.s, p0/m, p0/m, z15.b, z0.b\n",
-        )
-    };
-}
-
-/// The chunk loop (label 6) of the whole-vector passes: per 32 K the 4 column groups by `$group!` (codes 256 bytes
-/// apart from `{xc}`; LHS runs g at `{xa}` + 64g and 4 + g 256 bytes further, at `{xh}` + 64g), then the pointers
-/// step once.
+/// The chunk loop (label 6) of the wide pass at SVL 128 bits: per 32 K the 4 column groups (codes 256
+/// bytes apart from `{xc}`; LHS runs g at `{xa}` + 64g and 4 + g 256 bytes further, at `{xh}` + 64g), then the
+/// pointers step once.
 macro_rules! chunk_loop {
-    ($group:ident) => {
+    () => {
         concat!(
             "add {xh}, {xa}, #256\n",
             "6:\n",
-            $group!("[{xc}]", "[{xa}]", "[{xh}]"),
-            $group!("[{xc}, {e64}, lsl #2]", "[{xa}, {e64}]", "[{xh}, {e64}]"),
-            $group!("[{xc}, {e128}, lsl #2]", "[{xa}, {e128}]", "[{xh}, {e128}]"),
-            $group!("[{xc}, {e192}, lsl #2]", "[{xa}, {e192}]", "[{xh}, {e192}]"),
+            group_wide!("[{xc}]", "[{xa}]", "[{xh}]"),
+            group_wide!("[{xc}, {e64}, lsl #2]", "[{xa}, {e64}]", "[{xh}, {e64}]"),
+            group_wide!("[{xc}, {e128}, lsl #2]", "[{xa}, {e128}]", "[{xh}, {e128}]"),
+            group_wide!("[{xc}, {e192}, lsl #2]", "[{xa}, {e192}]", "[{xh}, {e192}]"),
             "add {xc}, {xc}, #1024\n",
             "add {xa}, {xa}, #512\n",
             "add {xh}, {xh}, #512\n",
             "subs {cc}, {cc}, #1\n",
             "b.ne 6b\n",
+        )
+    };
+}
+
+/// The chunk loop of the wide pass at SVL 256 bits (8 rows: half of a 16-row run, two vectors): each 3-vector
+/// load (`pn10`: 96 bytes) from the pass's rows of run g takes them into z16 and those of run g + 1 into z18 (z17 the
+/// other half of run g; nothing read past run g + 1), for the low-field runs 0–1 (z16, z18) and 2–3 (z20, z22)
+/// and the high-field runs 4–5 (z24, z26) and 6–7 (z8, z10); then per column group one 2-vector code load and
+/// `mopa_wide!`: 9 instructions per 4 SMOPA, 44 per chunk.
+macro_rules! chunk_loop_v32w {
+    () => {
+        concat!(
+            "6:\n",
+            "ld1b {{z16.b-z19.b}}, pn10/z, [{xa}]\n",
+            "ld1b {{z20.b-z23.b}}, pn10/z, [{xa}, #4, mul vl]\n",
+            "ld1b {{z24.b-z27.b}}, pn10/z, [{xa}, #8, mul vl]\n",
+            "ld1b {{z8.b-z11.b}}, pn10/z, [{xa}, #12, mul vl]\n",
+            chunk_loop_v64!(@group "[{xc}]", "16", "24"),
+            chunk_loop_v64!(@group "[{xc}, {e64}, lsl #2]", "18", "26"),
+            chunk_loop_v64!(@group "[{xc}, {e128}, lsl #2]", "20", "8"),
+            chunk_loop_v64!(@group "[{xc}, {e192}, lsl #2]", "22", "10"),
+            "add {xc}, {xc}, #1024\n",
+            "add {xa}, {xa}, #512\n",
+            "subs {cc}, {cc}, #1\n",
+            "b.ne 6b\n",
+            "// {xh}\n",
+        )
+    };
+}
+
+/// The chunk loop of the wide pass at SVL 512 bits (one LHS run of 16 rows is one vector): a chunk's 4 low-field runs
+/// by one 4-vector load (z16–z19), its 4 high-field runs by another (z24–z27), then per column group one 2-vector
+/// code load and `mopa_wide!`: 9 instructions per 4 SMOPA, 42 per chunk.
+macro_rules! chunk_loop_v64 {
+    () => {
+        concat!(
+            "6:\n",
+            "ld1b {{z16.b-z19.b}}, pn9/z, [{xa}]\n",
+            "ld1b {{z24.b-z27.b}}, pn9/z, [{xa}, #4, mul vl]\n",
+            chunk_loop_v64!(@group "[{xc}]", "16", "24"),
+            chunk_loop_v64!(@group "[{xc}, {e64}, lsl #2]", "17", "25"),
+            chunk_loop_v64!(@group "[{xc}, {e128}, lsl #2]", "18", "26"),
+            chunk_loop_v64!(@group "[{xc}, {e192}, lsl #2]", "19", "27"),
+            "add {xc}, {xc}, #1024\n",
+            "add {xa}, {xa}, #512\n",
+            "subs {cc}, {cc}, #1\n",
+            "b.ne 6b\n",
+            "// {xh}\n",
+        )
+    };
+    (@group $codes:literal, $lo:literal, $hi:literal) => {
+        concat!("ld1w {{z0.s-z1.s}}, pn8/z, ", $codes, "\n", mopa_wide!($lo, $hi))
+    };
+}
+
+/// The chunk loop of the tall pass (SVL 256 bits: one LHS run of 16 rows is two vectors, its row halves): the
+/// chunk's 8 runs by four 4-vector loads (runs 0–1 in z16–z19, 2–3 in z20–z23, 4–5 in z24–z27, 6–7 in z8–z11), then
+/// per column group the s columns' codes by one load (z0) and each code field vector against both row halves (za0
+/// rows 0..s, za1 rows s..2s): 8 instructions per 4 SMOPA, 36 per chunk.
+macro_rules! chunk_loop_tall {
+    () => {
+        concat!(
+            "6:\n",
+            "ld1b {{z16.b-z19.b}}, pn9/z, [{xa}]\n",
+            "ld1b {{z20.b-z23.b}}, pn9/z, [{xa}, #4, mul vl]\n",
+            "ld1b {{z24.b-z27.b}}, pn9/z, [{xa}, #8, mul vl]\n",
+            "ld1b {{z8.b-z11.b}}, pn9/z, [{xa}, #12, mul vl]\n",
+            chunk_loop_tall!(@group "[{xc}]", "16", "17", "24", "25"),
+            chunk_loop_tall!(@group "[{xc}, {e64}, lsl #2]", "18", "19", "26", "27"),
+            chunk_loop_tall!(@group "[{xc}, {e128}, lsl #2]", "20", "21", "8", "9"),
+            chunk_loop_tall!(@group "[{xc}, {e192}, lsl #2]", "22", "23", "10", "11"),
+            "add {xc}, {xc}, #1024\n",
+            "add {xa}, {xa}, #512\n",
+            "subs {cc}, {cc}, #1\n",
+            "b.ne 6b\n",
+            "// {xh}\n",
+        )
+    };
+    (@group $codes:literal, $lo0:literal, $lo1:literal, $hi0:literal, $hi1:literal) => {
+        concat!(
+            "ld1w {{z0.s}}, p1/z, ",
+            $codes,
+            "\n",
+            "lsl z4.b, z0.b, #4\n",
+            "and z0.b, z0.b, #0xf0\n",
+            "smopa za0.s, p0/m, p0/m, z", $lo0, ".b, z4.b\n",
+            "smopa za1.s, p0/m, p0/m, z", $lo1, ".b, z4.b\n",
+            "smopa za0.s, p0/m, p0/m, z", $hi0, ".b, z0.b\n",
+            "smopa za1.s, p0/m, p0/m, z", $hi1, ".b, z0.b\n",
         )
     };
 }
@@ -416,7 +483,7 @@ macro_rules! chunk_loop_any {
             "ld1w {{z1.s}}, p1/z, [{xc}, {s1}, lsl #2]\n",
             "ld1b {{z8.b}}, p0/z, [{xa}]\n",
             "ld1b {{z9.b}}, p0/z, [{xh}]\n",
-            mopa_wide!(),
+            mopa_wide!("8", "9"),
             "add {xc}, {xc}, #256\n",
             "add {xa}, {xa}, #64\n",
             "add {xh}, {xh}, #64\n",
@@ -620,6 +687,8 @@ macro_rules! pass_asm {
             "whilelo p1.s, xzr, {s1}",
             "ptrue pn8.s",
             "ptrue pn9.b",
+            "mov {cc}, #96",
+            "whilelo pn10.b, xzr, {cc}, vlx4",
             "rdsvl x17, #1",
             "lsr x17, x17, #2",
             idx_setup!($k),
@@ -771,10 +840,10 @@ unsafe fn pass(
         }
         match (g.tall, g.v) {
             // Tile 1: the same columns, rows s..2s.
-            (true, _) => go!(v32, [chunk_loop!(group_tall),], "", "mul x15, {s1}, {ostride}\nadd x15, {out}, x15"),
-            (false, 64) => go!(v64, [chunk_loop!(group_wide),]),
-            (false, 32) => go!(v32w, [chunk_loop!(group_wide),]),
-            (false, 16) => go!(any, [chunk_loop!(group_wide),]),
+            (true, _) => go!(v32, [chunk_loop_tall!(),], "", "mul x15, {s1}, {ostride}\nadd x15, {out}, x15"),
+            (false, 64) => go!(v64, [chunk_loop_v64!(),]),
+            (false, 32) => go!(v32w, [chunk_loop_v32w!(),]),
+            (false, 16) => go!(any, [chunk_loop!(),]),
             _ => go!(any, [chunk_loop_any!(), "// {e64} {e128} {e192}",]),
         }
     }
