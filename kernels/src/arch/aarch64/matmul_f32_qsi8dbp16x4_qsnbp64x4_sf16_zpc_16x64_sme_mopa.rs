@@ -321,10 +321,18 @@ macro_rules! mopa_wide {
             "lsl z5.b, z1.b, #4\n",
             "and z0.b, z0.b, #0xf0\n",
             "and z1.b, z1.b, #0xf0\n",
-            "smopa za0.s, p0/m, p0/m, z", $lo, ".b, z4.b\n",
-            "smopa za1.s, p0/m, p0/m, z", $lo, ".b, z5.b\n",
-            "smopa za0.s, p0/m, p0/m, z", $hi, ".b, z0.b\n",
-            "smopa za1.s, p0/m, p0/m, z", $hi, ".b, z1.b\n",
+            "smopa za0.s, p0/m, p0/m, z",
+            $lo,
+            ".b, z4.b\n",
+            "smopa za1.s, p0/m, p0/m, z",
+            $lo,
+            ".b, z5.b\n",
+            "smopa za0.s, p0/m, p0/m, z",
+            $hi,
+            ".b, z0.b\n",
+            "smopa za1.s, p0/m, p0/m, z",
+            $hi,
+            ".b, z1.b\n",
         )
     };
 }
