@@ -78,16 +78,19 @@ cpus=${AARCH64_CPUS:-"max max,sve=off max,sme=off neoverse-n1 cortex-a76 cortex-
 [ "$cpus" = none ] && cpus=""
 
 # The same for qemu >= 10.1 (Debian testing's qemu-user, 11.1 when written), whose models differ: SME2 in max, SVE
-# and SME vector lengths set per model, the Neoverse V1 / N2 and Cortex-A710 models. The int8 path gets the SVE i8mm
-# family where SVE i8mm has vectors of at least 256 bits (max at 32 and 64 bytes, max,sme=off, neoverse-v1), NEON
-# i8mm at 128 bits (neoverse-n2, cortex-a710, max at 16 bytes); the fp32 path the SVE fp32 family at ≥ 256 bits
-# (a64fx too), NEON's below, and the SME2 fp32 family at a 256-bit streaming vector (see sme2_fp32_fams); the int8
-# SME2 family selects nothing by default (it ranks below the i8mm families: it runs when named or in the kernel
-# suite). "max,sve=off" is here an SME2 core without SVE, whose sve2 flag must not turn into SVE.
+# and SME vector lengths set per model, the Neoverse V1 / N2 and Cortex-A710 models. Without a ranked SME2 family the
+# int8 path gets the SVE i8mm family where SVE i8mm has vectors of at least 256 bits (max at 128-bit SVL,
+# max,sme=off, neoverse-v1), NEON i8mm at 128 bits (neoverse-n2, cortex-a710, max at 16 bytes); the fp32 path the SVE
+# fp32 family at ≥ 256 bits (a64fx too), NEON's below, and the SME2 fp32 family at a 256-bit streaming vector (see
+# sme2_fams); the int8 SME2 family is first where the streaming vector is 256 or 512 bits (max, max at 32 and 64 bytes, max,sve=off: its
+# kernels' asm lengths, counted faster than ORT's KleidiAI SME2 kernels), and ranks nowhere at 128 and 1024 bits
+# (the i8mm or SVE i8mm family there). "max,sve=off" is here an SME2 core without SVE, whose sve2 flag must not turn
+# into SVE.
 i8mm_fams="int8=i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
+sme2_int8=int8=sme2_int8_qsnbp64x4_sf16_zpc
 # The fp32 path takes the SME2 (FMOPA) family where the streaming vector is 256 bits and SVE's at least that (max, max
 # at 32 bytes); the SVE fp32 family at other streaming lengths (64, 128 bytes), NEON's without SVE (max,sve=off).
-sme2_fp32_fams="int8=sve_i8mm_int8_qsnbp8x8_sf16_zpc,fp32=sme2_fp32_qsnbp8x4_sf32_zpc"
+sme2_fams="$sme2_int8,fp32=sme2_fp32_qsnbp8x4_sf32_zpc"
 q11_max_feats="neon+dotprod+i8mm+fp16+bf16+sve+sve2+svei8mm+sme+sme2"
 vl() { echo "max,sve-default-vector-length=$1,sme-default-vector-length=$1"; }
 # SME at 1024 bits (SVE stays at 512): the SME2 GEMM's single-vector epilogue, taken above 512-bit SVL; the kernel
@@ -120,9 +123,9 @@ declare -A features11=(
   [a64fx]="neon+fp16+sve (sve vl 64 B)"
 )
 declare -A families11=(
-  [max]=$sme2_fp32_fams [$(vl 16)]=$i8mm_fams [$(vl 32)]=$sme2_fp32_fams [$(vl 64)]=$sve_fams [$svl128]=$sve_fams
+  [max]=$sme2_fams [$(vl 16)]=$i8mm_fams [$(vl 32)]=$sme2_fams [$(vl 64)]="$sme2_int8,$sve_fp32" [$svl128]=$sve_fams
   [max,sme=off]=$sve_fams
-  [max,sve=off]=$i8mm_fams [neoverse-v1]=$sve_fams [neoverse-n2]=$i8mm_fams [cortex-a710]=$i8mm_fams
+  [max,sve=off]="$sme2_int8,$fp32" [neoverse-v1]=$sve_fams [neoverse-n2]=$i8mm_fams [cortex-a710]=$i8mm_fams
   [a64fx]="int8=neon_int8_qsnbp8x4_sf16_zpc,$sve_fp32"
 )
 cpus11=${AARCH64_CPUS_QEMU11:-"max $(vl 16) $(vl 32) $(vl 64) $svl128 max,sme=off max,sve=off neoverse-v1 neoverse-n2 cortex-a710 a64fx"}
@@ -265,13 +268,17 @@ cpu += "".join(f" ({k} {info[f]//8} B)" for k, f in (("sve vl", "sve_vl_bits"), 
 assert (have, cpu, got) == (rungs, feats, want), f"nibble-info: {have}; {cpu}; {got}; expected {rungs}; {feats}; {want}"
 ' "$rungs" "$feats" "$fams"
     env QEMU_A64="$qemu" QEMU_CPU="$cpu" cargo test-session-aarch64 -q "${locked[@]}"
-    # On SME2, where the EP leaves ORT's KleidiAI SME2 nodes to it node by node (the custom-op frontend above leaves
-    # the whole com.microsoft domain), the session test through the EP as well, on the models with the whole suite.
-    # And the SME2 family (no CPU's default yet: ranked below the i8mm families) forced through ORT there, as the
-    # second-ranked families are on the first model: every family proven through ORT, not only in the kernel suite.
-    if [ "$suite" = full ] && [[ "$feats" == *sme2* ]]; then
+    # On SME2 the session test through the EP as well, which decides node by node: on the models with the whole
+    # suite (a 256-bit streaming vector: nibble's SME2 family takes every node) and at a 1024-bit one ($svl128: the
+    # family is not ranked there, so the EP leaves ORT's KleidiAI SME2 nodes to it, as the custom-op frontend above
+    # leaves the whole com.microsoft domain). And on the former the SME2 int8 family with the NEON fp32 one forced
+    # through ORT, as the second-ranked families are on the first model: every family proven through ORT, not only
+    # in the kernel suite.
+    if [[ "$feats" == *sme2* ]] && { [ "$suite" = full ] || [ "$cpu" = "$svl128" ]; }; then
         env QEMU_A64="$qemu" QEMU_CPU="$cpu" NIBBLE_FRONTEND=ep \
             cargo test-session-aarch64 -q "${locked[@]}"
+    fi
+    if [ "$suite" = full ] && [[ "$feats" == *sme2* ]]; then
         echo "== aarch64 under $label -cpu $cpu: nibble in aarch64 ORT with NIBBLE_FAMILIES=$sme2_families"
         env QEMU_A64="$qemu" QEMU_CPU="$cpu" NIBBLE_FAMILIES=$sme2_families \
             cargo test-session-aarch64 -q "${locked[@]}"

@@ -21,6 +21,10 @@ pub struct Family {
     pub(crate) name: &'static str,
     /// Higher is preferred; ties are a registry bug (tested).
     pub(crate) rank: u32,
+    /// Whether the family takes its rank on this CPU when nothing names it (`NIBBLE_FAMILIES`): where it runs but
+    /// was not measured faster than what ranks below it and ORT's own kernel (e.g. a streaming vector length its
+    /// asm does not cover), it is left out of the default ladder.
+    pub(crate) ranked_on: fn(&Cpu) -> bool,
     pub(crate) path: ComputePath,
     pub(crate) gemv: &'static UKernel,
     pub(crate) gemm: &'static UKernel,
@@ -35,6 +39,11 @@ impl Family {
 
     pub fn rank(&self) -> u32 {
         self.rank
+    }
+
+    /// Whether the default ladder (nothing named) offers this family on `cpu` (see `ranked_on`).
+    pub fn ranked_on(&self, cpu: &Cpu) -> bool {
+        (self.ranked_on)(cpu)
     }
 
     pub fn path(&self) -> ComputePath {

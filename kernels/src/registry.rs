@@ -81,6 +81,7 @@ static PORTABLE_FAMILIES: &[&Family] = &[
     &Family {
         name: "portable_fp32_qunbp8x4_sf32_zpb",
         rank: 20,
+        ranked_on: everywhere,
         path: ComputePath::Fp32,
         gemv: &portable::FP32,
         gemm: &portable::FP32,
@@ -89,6 +90,7 @@ static PORTABLE_FAMILIES: &[&Family] = &[
     &Family {
         name: "portable_int8_qunbp8x4_sf32_zpb",
         rank: 20,
+        ranked_on: everywhere,
         path: ComputePath::Int8,
         gemv: &portable::INT8,
         gemm: &portable::INT8,
@@ -97,6 +99,7 @@ static PORTABLE_FAMILIES: &[&Family] = &[
     &Family {
         name: "portable_fp32_qsnbp8x8_sf32_zpc",
         rank: 10,
+        ranked_on: everywhere,
         path: ComputePath::Fp32,
         gemv: &portable::FP32,
         gemm: &portable::FP32,
@@ -105,6 +108,7 @@ static PORTABLE_FAMILIES: &[&Family] = &[
     &Family {
         name: "portable_int8_qsnbp8x8_sf16_zpc_bsum",
         rank: 10,
+        ranked_on: everywhere,
         path: ComputePath::Int8,
         gemv: &portable::INT8_U8,
         gemm: &portable::INT8_P4X8,
@@ -119,6 +123,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "amx_int8_qunbp64x4_sf16_zpc",
         rank: 50,
+        ranked_on: everywhere,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX512VNNI_F16,
         gemm: &x86_64::INT8_GEMM_AMX_F16,
@@ -127,6 +132,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "amx_int8_qunbp64x4_sf32_zpc",
         rank: 47,
+        ranked_on: everywhere,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX512VNNI,
         gemm: &x86_64::INT8_GEMM_AMX,
@@ -135,6 +141,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx512vnni_int8_qunbp64x4_sf16_zpc",
         rank: 45,
+        ranked_on: everywhere,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX512VNNI_F16,
         gemm: &x86_64::INT8_GEMM_AVX512VNNI_F16,
@@ -143,6 +150,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx512vnni_int8_qunbp64x4_sf32_zpc",
         rank: 40,
+        ranked_on: everywhere,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX512VNNI,
         gemm: &x86_64::INT8_GEMM_AVX512VNNI,
@@ -151,6 +159,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx2_vnni_int8_qunbp64x4_sf32_zpc",
         rank: 35,
+        ranked_on: everywhere,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVXVNNI,
         gemm: &x86_64::INT8_GEMM_AVXVNNI,
@@ -159,6 +168,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx2_int8_qunbp64x4_sf32_zpc",
         rank: 30,
+        ranked_on: everywhere,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX2,
         gemm: &x86_64::INT8_GEMM_AVX2,
@@ -167,6 +177,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx2_fp32_qunbp64x4_sf32_zpc",
         rank: 30,
+        ranked_on: everywhere,
         path: ComputePath::Fp32,
         gemv: &x86_64::FP32_GEMV_AVX2,
         gemm: &x86_64::FP32_GEMM_AVX2_DQ,
@@ -175,6 +186,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx512vnni_fp32_qunbp64x4_sf32_zpc",
         rank: 40,
+        ranked_on: everywhere,
         path: ComputePath::Fp32,
         gemv: &x86_64::FP32_GEMV_AVX512,
         gemm: &x86_64::FP32_GEMM_AVX512_DQ,
@@ -186,6 +198,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "sve_i8mm_int8_qsnbp8x8_sf16_zpc",
         rank: 50,
+        ranked_on: everywhere,
         path: ComputePath::Int8,
         gemv: &aarch64::INT8_GEMV_SVE_P8X8,
         gemm: &aarch64::INT8_GEMM_SVE_I8MM,
@@ -194,19 +207,21 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "i8mm_int8_qsnbp8x8_sf16_zpc",
         rank: 45,
+        ranked_on: everywhere,
         path: ComputePath::Int8,
         gemv: &aarch64::INT8_GEMV_DOTPROD_P8X8,
         gemm: &aarch64::INT8_GEMM_I8MM,
         layout: |_| aarch64::QSNBP8X8_SF16_ZPC,
     },
     // SME2: the SMOPA GEMM (its partial row groups by the few-row SDOT kernel) and the multi-vector SDOT GEMV, all
-    // accumulating in ZA. Ranked below the SVE i8mm and i8mm families (every SME2 CPU has i8mm), so it is no CPU's
-    // default; on SME2 CPUs ORT's own KleidiAI SME2 kernels keep the 4-bit int8 nodes (`versus_ort.rs`) until the
-    // family counts below them at every M (blocks of 64–128 at M = 6–15: up to 1.12x at SVL 256 and 512). It runs
-    // when named (NIBBLE_FAMILIES) and in the kernel suite.
+    // accumulating in ZA. First on SME2 CPUs whose streaming vector is 256 or 512 bits (`sme2_int8_ranked`), where
+    // its kernels run their asm and count fewer instructions than ORT's KleidiAI SME2 kernels at every M counted
+    // (bench/results/aarch64-icount-sme2.md; `versus_ort.rs`); at other lengths the GEMV and the few-row kernel
+    // have no asm, the family is left out of the default ladder and ORT keeps the KleidiAI nodes.
     &Family {
         name: "sme2_int8_qsnbp64x4_sf16_zpc",
-        rank: 42,
+        rank: 55,
+        ranked_on: sme2_int8_ranked,
         path: ComputePath::Int8,
         gemv: &aarch64::INT8_GEMV_SME2,
         gemm: &aarch64::INT8_GEMM_SME2,
@@ -215,6 +230,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "dotprod_int8_qsnbp8x4_sf16_zpc",
         rank: 40,
+        ranked_on: everywhere,
         path: ComputePath::Int8,
         gemv: &aarch64::INT8_GEMV_DOTPROD,
         gemm: &aarch64::INT8_GEMM_DOTPROD,
@@ -223,6 +239,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "neon_int8_qsnbp8x4_sf16_zpc",
         rank: 30,
+        ranked_on: everywhere,
         path: ComputePath::Int8,
         gemv: &aarch64::INT8_GEMV_NEON,
         gemm: &aarch64::INT8_GEMM_NEON,
@@ -232,6 +249,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "sme2_fp32_qsnbp8x4_sf32_zpc",
         rank: 50,
+        ranked_on: everywhere,
         path: ComputePath::Fp32,
         gemv: &aarch64::FP32_GEMV_NEON,
         gemm: &aarch64::FP32_GEMM_SME2,
@@ -241,6 +259,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "sve_fp32_qsnbp8x4_sf32_zpc",
         rank: 40,
+        ranked_on: everywhere,
         path: ComputePath::Fp32,
         gemv: &aarch64::FP32_GEMV_NEON,
         gemm: &aarch64::FP32_GEMM_SVE,
@@ -249,6 +268,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "neon_fp32_qsnbp8x4_sf32_zpc",
         rank: 30,
+        ranked_on: everywhere,
         path: ComputePath::Fp32,
         gemv: &aarch64::FP32_GEMV_NEON,
         gemm: &aarch64::FP32_GEMM_NEON,
@@ -257,6 +277,18 @@ static ARCH_FAMILIES: &[&Family] = &[
 ];
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 static ARCH_FAMILIES: &[&Family] = &[];
+
+/// A family ranked wherever it runs.
+fn everywhere(_: &Cpu) -> bool {
+    true
+}
+
+/// Whether the SME2 int8 family (`sme2_int8_qsnbp64x4_sf16_zpc`) is ranked on `cpu`: SME2 with a streaming vector
+/// of 256 or 512 bits, the lengths its GEMV and few-row kernel have asm for and where it was counted faster than
+/// ORT's KleidiAI SME2 kernels (`versus_ort`).
+pub fn sme2_int8_ranked(cpu: &Cpu) -> bool {
+    cpu.has(crate::cpu::Feature::Sme2) && matches!(cpu.sme_svl(), Some(32 | 64))
+}
 
 /// Every family in this build, best first (by rank).
 pub fn families() -> &'static [&'static Family] {
@@ -361,7 +393,7 @@ pub fn build_ladder(cpu: &Cpu, isa: Option<&str>, families: Option<&str>) -> Res
     let capped = cap.map_or(*cpu, |c| cpu.capped(c));
     let named = families.map(str::trim).is_some_and(|s| !s.is_empty());
     let list = match families.map(str::trim).filter(|s| !s.is_empty()) {
-        None => self::families().to_vec(),
+        None => self::families().iter().filter(|f| f.ranked_on(&capped)).copied().collect(),
         Some(names) => {
             let mut v = Vec::new();
             for name in names.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -458,6 +490,39 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The SME2 int8 family is first by default where its asm covers the streaming vector (256 and 512 bits) and
+    /// left out at other lengths (the SVE i8mm family then), yet runs there when named.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn sme2_int8_ranked_at_its_streaming_lengths() {
+        use crate::cpu::Feature;
+        let feats = Features::of(&[
+            Feature::Neon,
+            Feature::Dotprod,
+            Feature::I8mm,
+            Feature::Fp16,
+            Feature::Sve,
+            Feature::Sve2,
+            Feature::SveI8mm,
+            Feature::Sme,
+            Feature::Sme2,
+        ]);
+        let int8 = Problem::new(ComputePath::Int8, 4, 32, false);
+        for (svl, want) in [
+            (16, "sve_i8mm_int8_qsnbp8x8_sf16_zpc"),
+            (32, "sme2_int8_qsnbp64x4_sf16_zpc"),
+            (64, "sme2_int8_qsnbp64x4_sf16_zpc"),
+            (128, "sve_i8mm_int8_qsnbp8x8_sf16_zpc"),
+        ] {
+            let cpu = Cpu::with(feats).with_vector_lengths(32, svl);
+            assert_eq!(sme2_int8_ranked(&cpu), svl == 32 || svl == 64, "SVL {svl} bytes");
+            let l = build_ladder(&cpu, None, None).unwrap();
+            assert_eq!(l.select(&int8).unwrap().name(), want, "SVL {svl} bytes");
+            let named = build_ladder(&cpu, None, Some("sme2_int8_qsnbp64x4_sf16_zpc")).unwrap();
+            assert_eq!(named.select(&int8).unwrap().name(), "sme2_int8_qsnbp64x4_sf16_zpc", "SVL {svl} bytes");
         }
     }
 

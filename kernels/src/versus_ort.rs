@@ -12,7 +12,8 @@
 //!
 //! | CPU class | nodes ORT runs faster | measured (instructions per Run, nibble / ORT 1.31.1, 1 thread) |
 //! |---|---|---|
-//! | aarch64 with SME2 | the KleidiAI nodes above | qemu 11 `-cpu max` (bench/results/aarch64-icount-sme2.md, counted from qemu's exec log): nibble's SVE i8mm family 2.45x at M = 1, 2.0–2.1x at M = 32, 128 (row numerics 1.8–1.9x); its SME2 family (ranked below i8mm), 2048², SVL 256 / 512: GEMV (multi-vector SDOT) 0.77x / 0.81x at M = 1 (4096²: 0.75x / 0.78x; zero points and row numerics 0.79–0.80x at SVL 256); M = 2–15 (the few-row SDOT kernel, one code decode per 4 or 8 rows) 0.59–0.92x / 0.70–1.03x in the block numerics (row numerics at M = 8 0.97x), zero points M = 1–8 0.55–0.87x; GEMM (SMOPA) at M = 16–128 0.80–0.91x (zero points 0.66–0.67x, row numerics 0.70–0.71x); but blocks of 128 at M = 7–8 1.01–1.04x and blocks of 64 at M = 8 1.003x at SVL 256 (ORT runs one 8-row SMOPA tile whatever M ≤ 8, and so does nibble's wide pass from 7 rows), blocks of 128 at M = 9 1.08x and block 32 at M = 13 1.02x at SVL 512: not faster at every M. Declined |
+//! | aarch64 with SME2, a streaming vector of 256 or 512 bits | none | the SME2 family (ranked first there: `registry::sme2_int8_ranked`), qemu 11 `-cpu max` and `sme-default-vector-length=64`, 2048², 1 thread, counted from qemu's exec log (bench/results/aarch64-icount-sme2.md): M = 1 (multi-vector SDOT GEMV) 0.75–0.81x; M = 32 and 128 (SMOPA GEMM, block numerics) 0.76–0.77x; M = 2–16 with blocks of 32, 64 and 128 (the few-row SDOT kernel or the SMOPA passes, whichever counted fewer) 0.53–0.99x at SVL 256 and 0.65–0.998x at SVL 512 but for blocks of 64 at SVL 512 and M = 9–10 (1.04x: one 8-row few-row pass and a 1–2-row one; the passes count more) and blocks of 128 there at M = 5 (1.003x); zero points 0.55–0.87x at M = 1–8 and 0.63x at M = 32, row numerics 0.79–0.97x at M = 1–8 and 0.66x at M = 32. Claimed (a node is judged by its decode cost, below) |
+//! | aarch64 with SME2, a streaming vector of 128 or ≥ 1024 bits | the KleidiAI nodes above | nibble's SME2 GEMV and few-row kernel have asm only at 256 and 512 bits (the family is not ranked at other lengths); its SVE i8mm family executes 2.45x ORT's instructions at M = 1 and 2.0–2.1x at M = 32–128 under qemu 11 `-cpu max`. Declined |
 //! | aarch64 SVE i8mm, vectors ≥ 256 bits (Graviton3) | none | SVE i8mm family (qemu 7.2 `max,sve-default-vector-length=32,sme=off`, 2048² and 4096², bs32, counted 2026-12-05): M = 1 0.52–0.57x; M = 4 0.76–0.78x (NEON one-group tile, 2026-12-03); M = 32, 128 per-block 0.59–0.61x, row 0.52–0.55x, zero points 0.43–0.50x; bs128 0.46–0.57x |
 //! | aarch64 i8mm | none | M = 1 0.67–0.70x; M = 4 0.78x (row 0.71x); M = 32–128 sym 0.88–0.89x (row 0.76–0.79x, bs128 0.82–0.83x), zp 0.70–0.73x; SmolLM2-135M 64-token prefill 0.949x (sym), 0.768x (zp), decode step 0.83x / 0.73x (bench/results/aarch64-icount.md): claimed |
 //! | aarch64 dotprod | none | M = 1 0.68–0.70x; M = 4 0.80x (row 0.75x, zp 0.74x); M = 32–128 sym 0.95x (row 0.87x, bs128 0.89x), zp 0.79x; SmolLM2-135M 64-token prefill 0.968x (sym), 0.804x (zp), decode step 0.84x / 0.73x (bench/results/aarch64-icount.md): claimed |
@@ -64,12 +65,13 @@ pub fn ort_faster_somewhere(cpu: &Cpu, ort_minor: u32) -> Option<String> {
 /// `Some(reason)` when ORT 1.`ort_minor`'s own kernel for `node` is faster on `cpu` than every nibble family it
 /// runs (the table above), worded for the log line after "left to ORT's own kernel: ".
 pub fn ort_faster(cpu: &Cpu, node: &NodeTraits, ort_minor: u32) -> Option<String> {
-    if cpu.has(Feature::Sme2) && ort_runs_kleidiai(node, ort_minor) {
+    if cpu.has(Feature::Sme2) && ort_runs_kleidiai(node, ort_minor) && !crate::registry::sme2_int8_ranked(cpu) {
         let (lhs, rhs) = if node.zero_points { ("qsi8d32p", "qai4c32p") } else { ("qai8dxp", "qsi4c32p") };
+        let svl = cpu.sme_svl().map_or("unknown".to_string(), |b| format!("{} bits", 8 * b));
         return Some(format!(
-            "this CPU has SME2 ({cpu}), where ONNX Runtime 1.{ort_minor} runs 4-bit accuracy_level-4 nodes with \
-             KleidiAI's SME2 kernels ({lhs}_{rhs} sme2_mopa for M > 1, sme2 dot for M = 1), which execute about \
-             half the instructions of nibble's best family there"
+            "this CPU has SME2 ({cpu}) with a streaming vector of {svl}, where ONNX Runtime 1.{ort_minor} runs \
+             4-bit accuracy_level-4 nodes with KleidiAI's SME2 kernels ({lhs}_{rhs} sme2_mopa for M > 1, sme2 dot \
+             for M = 1); nibble's SME2 kernels are counted faster only at 256 and 512 bits"
         ));
     }
     None
@@ -87,16 +89,28 @@ mod tests {
     #[test]
     fn sme2_declines_exactly_the_kleidiai_nodes() {
         let base = [Feature::Neon, Feature::Dotprod, Feature::I8mm, Feature::Sve, Feature::Sve2, Feature::Sme];
-        let sme2 = Cpu::with(Features::of(&[base.as_slice(), &[Feature::Sme2]].concat())).with_vector_lengths(64, 64);
+        let with_sme2 = Features::of(&[base.as_slice(), &[Feature::Sme2]].concat());
+        // Streaming vectors of 128 and 1024 bits: nibble's SME2 GEMV has no asm there, ORT keeps the nodes.
+        let sme2 = Cpu::with(with_sme2).with_vector_lengths(64, 16);
+        let sme2_1024 = Cpu::with(with_sme2).with_vector_lengths(64, 128);
+        // 256 and 512 bits: nibble's SME2 family is ranked and counted faster; nibble keeps every node.
+        let sme2_256 = Cpu::with(with_sme2).with_vector_lengths(32, 32);
+        let sme2_512 = Cpu::with(with_sme2).with_vector_lengths(64, 64);
         let sme1 = Cpu::with(Features::of(&base)).with_vector_lengths(64, 64);
         let i8mm = Cpu::with(Features::of(&[Feature::Neon, Feature::Dotprod, Feature::I8mm]));
         let x86 = Cpu::with(Features::of(&[Feature::Avx2, Feature::Fma, Feature::Avx512f, Feature::Avx512Vnni]));
         let sym = node(4, 32, 4096, 4, false);
-        let why = ort_faster(&sme2, &sym, 31).expect("SME2, ORT 1.31, sym 4-bit acc 4 bs 32: ORT's");
+        let why = ort_faster(&sme2, &sym, 31).expect("SME2 at 128 bits, ORT 1.31, sym 4-bit acc 4 bs 32: ORT's");
         assert!(why.contains("SME2") && why.contains("1.31") && why.contains("qai8dxp"), "{why}");
+        assert!(why.contains("128 bits"), "{why}");
+        assert!(ort_faster(&sme2_1024, &sym, 31).is_some_and(|w| w.contains("1024 bits")));
         for bs in [32, 64, 128, 256] {
             assert!(ort_faster(&sme2, &node(4, bs, 4096, 4, false), 24).is_some(), "bs {bs}");
             assert!(ort_faster(&sme2, &node(4, bs, 4096, 4, true), 28).is_some(), "zp bs {bs}");
+            for cpu in [&sme2_256, &sme2_512] {
+                assert!(ort_faster(cpu, &node(4, bs, 4096, 4, false), 31).is_none(), "{cpu} bs {bs}");
+                assert!(ort_faster(cpu, &node(4, bs, 4096, 4, true), 31).is_none(), "{cpu} zp bs {bs}");
+            }
         }
         // Zero points: ORT's KleidiAI path only from 1.28; symmetric from 1.22.
         assert!(ort_faster(&sme2, &node(4, 32, 4096, 4, true), 27).is_none());
@@ -116,7 +130,7 @@ mod tests {
             assert!(ort_faster(&sme2, &other, 31).is_none(), "{other:?}");
         }
         // Other CPU classes: nibble is faster at decode everywhere measured.
-        for cpu in [sme1, i8mm, x86] {
+        for cpu in [sme1, i8mm, x86, sme2_256, sme2_512] {
             assert!(ort_faster(&cpu, &sym, 31).is_none(), "{cpu}");
             assert!(ort_faster_somewhere(&cpu, 31).is_none(), "{cpu}");
         }

@@ -668,7 +668,8 @@ fn override_switch_off_restores_builtin() {
 }
 
 /// Never slower than ORT: on a CPU where ORT's own kernel is faster for a `com.microsoft` node
-/// (`nibble_kernels::versus_ort`: SME2 CPUs, 4-bit accuracy_level-4 nodes ORT runs with KleidiAI's SME2 kernels),
+/// (`nibble_kernels::versus_ort`: SME2 CPUs whose streaming vector is not 256 or 512 bits, 4-bit accuracy_level-4
+/// nodes ORT runs with KleidiAI's SME2 kernels),
 /// nibble leaves that node to ORT by default (the EP declines it; the custom-op frontend leaves the domain), and
 /// runs it with `nibble.override_com_microsoft=1` or in domain nibble; every other node is nibble's. Which kernel
 /// ran is read from the output: nibble's int8 numerics (activations per block) are not ORT's (per row on Arm),

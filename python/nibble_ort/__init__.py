@@ -13,7 +13,7 @@ plugin execution provider (ORT >= 1.24). Typical use::
 
 Every ``MatMulNBits`` node (``com.microsoft`` unless ``override_com_microsoft=False``, and domain ``nibble``) then
 runs on nibble's kernels, except the ``com.microsoft`` nodes ORT's own kernel runs faster on this CPU (today: on
-SME2 CPUs, those of its KleidiAI SME2 kernels; ``override_com_microsoft=True`` takes them too). ``nibble_ort.info()`` (or ``python -m nibble_ort``) says which kernels this CPU gets.
+SME2 CPUs whose streaming vector is not 256 or 512 bits, those of its KleidiAI SME2 kernels; ``override_com_microsoft=True`` takes them too). ``nibble_ort.info()`` (or ``python -m nibble_ort``) says which kernels this CPU gets.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "override_com_microsoft": (
         "nibble.override_com_microsoft",
         "unset (default): also serve com.microsoft::MatMulNBits, replacing ORT's own kernel wherever nibble is faster "
-        "on this CPU (on SME2 CPUs ORT keeps the nodes its KleidiAI SME2 kernels run); True: every com.microsoft "
+        "on this CPU (on SME2 CPUs with a streaming vector other than 256 or 512 bits ORT keeps the nodes its KleidiAI SME2 "
+        "kernels run); True: every com.microsoft "
         "node; False: only domain nibble",
     ),
     "accuracy_level_default": (

@@ -34,7 +34,8 @@
 //! Counted (qemu 11, 2048 × 2048, block 32 symmetric; `bench/results/aarch64-icount-sme2.md`): the kernel alone
 //! (`kernel_icount`, M = 128: `pass` and `run`) 13.80 M → 12.65 M instructions at SVL 256, 6.28 M → 4.83 M at
 //! SVL 512 against the previous design (four int32 tiles, the f32 sums in memory loaded and stored per block, a
-//! per-call table of row factors). The family stays ranked below the i8mm families (see `registry.rs`).
+//! per-call table of row factors). Whole Runs against ORT's KleidiAI SME2 GEMM after the 4-vector LHS loads: M = 32 /
+//! 128 0.77 / 0.76x at SVL 256 and 512 (the family is ranked at those lengths, `registry.rs`).
 //!
 //! Streaming mode: every pass is one `asm!` block from `smstart` to `smstop` with no Rust code between; ZA's
 //! lazy-save protocol is honoured (a non-null TPIDR2_EL0 block gets ZA saved into its buffer, then TPIDR2_EL0
@@ -141,22 +142,24 @@ unsafe fn widen_scales(src: *const u8, dst: *mut f32) {
 
 /// Whether a last row group of `rows` (1–15) real rows runs this kernel's passes rather than the few-row SDOT kernel (a
 /// code decode per 4 rows at SVL 256, per 8 at SVL 512), chosen by counting both (qemu 11, `-cpu max` and
-/// `sme-default-vector-length=64`, 2048², `kernel_icount`, instructions per call with packing, few-row → SMOPA; both
-/// with a counting switch read from the environment, ~16 k per call on each side). SVL 256, the wide pass (8 rows × 16
-/// columns, every code vector decoded once for all its rows, the real rows stored straight into the output) for 7–8
-/// rows in blocks of 128 K or more and 8 rows in blocks of 64: blocks of 32, 6–8 rows 847 k → 1061 k, 954 k → 1069 k,
-/// 1023 k → 1074 k; blocks of 64, 6–8 rows 732 k → 809 k, 824 k → 820 k, 881 k → 828 k; blocks of 128, 5–6 rows 598 k →
-/// 656 k, 646 k → 665 k (7–8 rows without the switch: 736 k, 767 k → 657 k, 663 k, the few-row figures on the tree
-/// before, ~10 k above this one); blocks of 256, 5 rows 559 k → 585 k; and the tall pass (16 rows, stored through
-/// `sums`) for 15 rows in blocks of 128 or more: blocks of 128, 9, 12, 15 rows 964 k → 1177 k, 1139 k → 1232 k, 1458 k
-/// → 1286 k; blocks of 32, 15 rows 1938 k → 1988 k. SVL 512, the wide pass (16 rows × 32 columns) from 13 rows in
-/// blocks of 32, 11 in blocks of 64 and 9 in blocks of 128 or more: blocks of 32, 6, 8, 9, 12–15 rows 458 k → 783 k,
-/// 471 k → 797 k, 621 k → 804 k, 733 k → 824 k, 882 k → 831 k, 890 k → 838 k, 896 k → 845 k; blocks of 64, 9–12 and 15
-/// rows 555 k → 593 k, 588 k → 603 k, 620 k → 613 k, 653 k → 622 k, 795 k → 652 k; blocks of 128, 8, 9, 12, 15 rows 368
-/// k → 451 k, 487 k → 459 k, 570 k → 482 k, 690 k → 507 k.
+/// `sme-default-vector-length=64`, 2048², whole Runs against ORT's, `bench/results/aarch64-icount-sme2.md`; the passes
+/// with their LHS runs loaded 2 or 4 at a time). A pass costs about the same whatever its real rows, the few-row
+/// kernel in proportion to them. SVL 256: the wide pass (8 rows × 16 columns, every code vector decoded once for
+/// all its rows, the real rows stored straight into the output) for 7–8 rows in blocks of 64 or more (blocks of 64,
+/// 7 rows: few-row 805 k, the wide pass at 8 rows 786 k); the tall pass (16 rows, stored through `sums`) from 13
+/// rows in blocks of 64 or more (blocks of 128: 12 rows few-row 1126 k, passes 1176 k; 13 rows 1305 k, 1197 k;
+/// blocks of 64: 13 rows few-row 1475 k, passes 1431 k; blocks of 32: 15 rows few-row 1948 k, the passes at 16
+/// rows 1658 k, 13 rows 1763 k). SVL 512, the wide
+/// pass (16 rows × 32 columns) from 13 rows in blocks of 32, 11 in blocks of 64 and 9 in blocks of 128 or more
+/// (blocks of 64, few-row 10 rows 590 k against the passes' 591 k at 11; blocks of 128, 8 rows 429 k against 455 k
+/// at 9).
 fn passes_win(v: usize, rows: usize, bl: usize) -> bool {
     match v {
-        32 => (rows <= 8 && ((bl >= 128 && rows >= 7) || (bl >= 64 && rows == 8))) || (rows == 15 && bl >= 128),
+        32 => match rows {
+            7..=8 => bl >= 64,
+            13.. => bl >= 64,
+            _ => false,
+        },
         64 => {
             rows >= if bl >= 128 {
                 9
