@@ -382,9 +382,17 @@ macro_rules! chunk_loop {
     };
 }
 
-/// The chunk loop of the wide pass at SVL 256 bits (8 rows: half of a 16-row run, two vectors): each 3-vector
-/// load (`pn10`: 96 bytes) from the pass's rows of run g takes them into z16 and those of run g + 1 into z18 (z17 the
-/// other half of run g; nothing read past run g + 1), for the low-field runs 0–1 (z16, z18) and 2–3 (z20, z22)
+/// The end of a chunk of the loops that load the LHS runs several at a time (`{xh}` unused): codes and runs step
+/// to the next chunk, then the loop.
+macro_rules! chunk_step {
+    () => {
+        concat!("add {xc}, {xc}, #1024\n", "add {xa}, {xa}, #512\n", "subs {cc}, {cc}, #1\n", "b.ne 6b\n", "// {xh}\n")
+    };
+}
+
+/// The chunk loop of the wide pass at SVL 256 bits (8 rows: half of a 16-row run, two vectors): each 4-vector load
+/// under the counted predicate `pn10` (96 bytes: 3 vectors, the fourth zeroed) from the pass's rows of run g takes
+/// them into z16 and those of run g + 1 into z18 (z17 the other half of run g; nothing read past run g + 1), for the low-field runs 0–1 (z16, z18) and 2–3 (z20, z22)
 /// and the high-field runs 4–5 (z24, z26) and 6–7 (z8, z10); then per column group one 2-vector code load and
 /// `mopa_wide!`: 9 instructions per 4 SMOPA, 44 per chunk.
 macro_rules! chunk_loop_v32w {
@@ -399,11 +407,7 @@ macro_rules! chunk_loop_v32w {
             chunk_loop_v64!(@group "[{xc}, {e64}, lsl #2]", "18", "26"),
             chunk_loop_v64!(@group "[{xc}, {e128}, lsl #2]", "20", "8"),
             chunk_loop_v64!(@group "[{xc}, {e192}, lsl #2]", "22", "10"),
-            "add {xc}, {xc}, #1024\n",
-            "add {xa}, {xa}, #512\n",
-            "subs {cc}, {cc}, #1\n",
-            "b.ne 6b\n",
-            "// {xh}\n",
+            chunk_step!(),
         )
     };
 }
@@ -421,11 +425,7 @@ macro_rules! chunk_loop_v64 {
             chunk_loop_v64!(@group "[{xc}, {e64}, lsl #2]", "17", "25"),
             chunk_loop_v64!(@group "[{xc}, {e128}, lsl #2]", "18", "26"),
             chunk_loop_v64!(@group "[{xc}, {e192}, lsl #2]", "19", "27"),
-            "add {xc}, {xc}, #1024\n",
-            "add {xa}, {xa}, #512\n",
-            "subs {cc}, {cc}, #1\n",
-            "b.ne 6b\n",
-            "// {xh}\n",
+            chunk_step!(),
         )
     };
     (@group $codes:literal, $lo:literal, $hi:literal) => {
@@ -449,11 +449,7 @@ macro_rules! chunk_loop_tall {
             chunk_loop_tall!(@group "[{xc}, {e64}, lsl #2]", "18", "19", "26", "27"),
             chunk_loop_tall!(@group "[{xc}, {e128}, lsl #2]", "20", "21", "8", "9"),
             chunk_loop_tall!(@group "[{xc}, {e192}, lsl #2]", "22", "23", "10", "11"),
-            "add {xc}, {xc}, #1024\n",
-            "add {xa}, {xa}, #512\n",
-            "subs {cc}, {cc}, #1\n",
-            "b.ne 6b\n",
-            "// {xh}\n",
+            chunk_step!(),
         )
     };
     (@group $codes:literal, $lo0:literal, $lo1:literal, $hi0:literal, $hi1:literal) => {
