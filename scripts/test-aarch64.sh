@@ -79,7 +79,7 @@ cpus=${AARCH64_CPUS:-"max max,sve=off max,sme=off neoverse-n1 cortex-a76 cortex-
 
 # The same for qemu >= 10.1 (Debian testing's qemu-user, 11.1 when written), whose models differ: SME2 in max, SVE
 # and SME vector lengths set per model, the Neoverse V1 / N2 and Cortex-A710 models. Without a ranked SME2 family the
-# int8 path gets the SVE i8mm family where SVE i8mm has vectors of at least 256 bits (max at 128-bit SVL,
+# int8 path gets the SVE i8mm family where SVE i8mm has vectors of at least 256 bits (max at a 1024-bit SVL,
 # max,sme=off, neoverse-v1), NEON i8mm at 128 bits (neoverse-n2, cortex-a710, max at 16 bytes); the fp32 path the SVE
 # fp32 family at ≥ 256 bits (a64fx too), NEON's below, and the SME2 fp32 family at a 256-bit streaming vector (see
 # sme2_fams); the int8 SME2 family is first where the streaming vector is 256 or 512 bits (max, max at 32 and 64 bytes, max,sve=off: its

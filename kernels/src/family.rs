@@ -21,10 +21,10 @@ pub struct Family {
     pub(crate) name: &'static str,
     /// Higher is preferred; ties are a registry bug (tested).
     pub(crate) rank: u32,
-    /// Whether the family takes its rank on this CPU when nothing names it (`NIBBLE_FAMILIES`): where it runs but
-    /// was not measured faster than what ranks below it and ORT's own kernel (e.g. a streaming vector length its
-    /// asm does not cover), it is left out of the default ladder.
-    pub(crate) ranked_on: fn(&Cpu) -> bool,
+    /// Whether the family takes its rank for a problem on this CPU when nothing names it (`NIBBLE_FAMILIES`): where
+    /// it runs but was not measured faster than what ranks below it and ORT's own kernel (e.g. a streaming vector
+    /// length or a bit width its asm does not cover), the default ladder passes it over.
+    pub(crate) ranked_for: fn(&Cpu, &Problem) -> bool,
     pub(crate) path: ComputePath,
     pub(crate) gemv: &'static UKernel,
     pub(crate) gemm: &'static UKernel,
@@ -41,9 +41,9 @@ impl Family {
         self.rank
     }
 
-    /// Whether the default ladder (nothing named) offers this family on `cpu` (see `ranked_on`).
-    pub fn ranked_on(&self, cpu: &Cpu) -> bool {
-        (self.ranked_on)(cpu)
+    /// Whether the default ladder (nothing named) offers this family for `p` on `cpu` (see `ranked_for`).
+    pub fn ranked_for(&self, cpu: &Cpu, p: &Problem) -> bool {
+        (self.ranked_for)(cpu, p)
     }
 
     pub fn path(&self) -> ComputePath {

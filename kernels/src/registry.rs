@@ -81,7 +81,7 @@ static PORTABLE_FAMILIES: &[&Family] = &[
     &Family {
         name: "portable_fp32_qunbp8x4_sf32_zpb",
         rank: 20,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Fp32,
         gemv: &portable::FP32,
         gemm: &portable::FP32,
@@ -90,7 +90,7 @@ static PORTABLE_FAMILIES: &[&Family] = &[
     &Family {
         name: "portable_int8_qunbp8x4_sf32_zpb",
         rank: 20,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Int8,
         gemv: &portable::INT8,
         gemm: &portable::INT8,
@@ -99,7 +99,7 @@ static PORTABLE_FAMILIES: &[&Family] = &[
     &Family {
         name: "portable_fp32_qsnbp8x8_sf32_zpc",
         rank: 10,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Fp32,
         gemv: &portable::FP32,
         gemm: &portable::FP32,
@@ -108,7 +108,7 @@ static PORTABLE_FAMILIES: &[&Family] = &[
     &Family {
         name: "portable_int8_qsnbp8x8_sf16_zpc_bsum",
         rank: 10,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Int8,
         gemv: &portable::INT8_U8,
         gemm: &portable::INT8_P4X8,
@@ -123,7 +123,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "amx_int8_qunbp64x4_sf16_zpc",
         rank: 50,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX512VNNI_F16,
         gemm: &x86_64::INT8_GEMM_AMX_F16,
@@ -132,7 +132,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "amx_int8_qunbp64x4_sf32_zpc",
         rank: 47,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX512VNNI,
         gemm: &x86_64::INT8_GEMM_AMX,
@@ -141,7 +141,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx512vnni_int8_qunbp64x4_sf16_zpc",
         rank: 45,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX512VNNI_F16,
         gemm: &x86_64::INT8_GEMM_AVX512VNNI_F16,
@@ -150,7 +150,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx512vnni_int8_qunbp64x4_sf32_zpc",
         rank: 40,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX512VNNI,
         gemm: &x86_64::INT8_GEMM_AVX512VNNI,
@@ -159,7 +159,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx2_vnni_int8_qunbp64x4_sf32_zpc",
         rank: 35,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVXVNNI,
         gemm: &x86_64::INT8_GEMM_AVXVNNI,
@@ -168,7 +168,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx2_int8_qunbp64x4_sf32_zpc",
         rank: 30,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Int8,
         gemv: &x86_64::INT8_GEMV_AVX2,
         gemm: &x86_64::INT8_GEMM_AVX2,
@@ -177,7 +177,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx2_fp32_qunbp64x4_sf32_zpc",
         rank: 30,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Fp32,
         gemv: &x86_64::FP32_GEMV_AVX2,
         gemm: &x86_64::FP32_GEMM_AVX2_DQ,
@@ -186,7 +186,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "avx512vnni_fp32_qunbp64x4_sf32_zpc",
         rank: 40,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Fp32,
         gemv: &x86_64::FP32_GEMV_AVX512,
         gemm: &x86_64::FP32_GEMM_AVX512_DQ,
@@ -198,7 +198,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "sve_i8mm_int8_qsnbp8x8_sf16_zpc",
         rank: 50,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Int8,
         gemv: &aarch64::INT8_GEMV_SVE_P8X8,
         gemm: &aarch64::INT8_GEMM_SVE_I8MM,
@@ -207,7 +207,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "i8mm_int8_qsnbp8x8_sf16_zpc",
         rank: 45,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Int8,
         gemv: &aarch64::INT8_GEMV_DOTPROD_P8X8,
         gemm: &aarch64::INT8_GEMM_I8MM,
@@ -221,7 +221,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "sme2_int8_qsnbp64x4_sf16_zpc",
         rank: 55,
-        ranked_on: sme2_int8_ranked,
+        ranked_for: sme2_int8_ranked_for,
         path: ComputePath::Int8,
         gemv: &aarch64::INT8_GEMV_SME2,
         gemm: &aarch64::INT8_GEMM_SME2,
@@ -230,7 +230,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "dotprod_int8_qsnbp8x4_sf16_zpc",
         rank: 40,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Int8,
         gemv: &aarch64::INT8_GEMV_DOTPROD,
         gemm: &aarch64::INT8_GEMM_DOTPROD,
@@ -239,7 +239,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "neon_int8_qsnbp8x4_sf16_zpc",
         rank: 30,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Int8,
         gemv: &aarch64::INT8_GEMV_NEON,
         gemm: &aarch64::INT8_GEMM_NEON,
@@ -249,7 +249,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "sme2_fp32_qsnbp8x4_sf32_zpc",
         rank: 50,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Fp32,
         gemv: &aarch64::FP32_GEMV_NEON,
         gemm: &aarch64::FP32_GEMM_SME2,
@@ -259,7 +259,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "sve_fp32_qsnbp8x4_sf32_zpc",
         rank: 40,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Fp32,
         gemv: &aarch64::FP32_GEMV_NEON,
         gemm: &aarch64::FP32_GEMM_SVE,
@@ -268,7 +268,7 @@ static ARCH_FAMILIES: &[&Family] = &[
     &Family {
         name: "neon_fp32_qsnbp8x4_sf32_zpc",
         rank: 30,
-        ranked_on: everywhere,
+        ranked_for: everywhere,
         path: ComputePath::Fp32,
         gemv: &aarch64::FP32_GEMV_NEON,
         gemm: &aarch64::FP32_GEMM_NEON,
@@ -279,7 +279,7 @@ static ARCH_FAMILIES: &[&Family] = &[
 static ARCH_FAMILIES: &[&Family] = &[];
 
 /// A family ranked wherever it runs.
-fn everywhere(_: &Cpu) -> bool {
+fn everywhere(_: &Cpu, _: &Problem) -> bool {
     true
 }
 
@@ -288,6 +288,14 @@ fn everywhere(_: &Cpu) -> bool {
 /// ORT's KleidiAI SME2 kernels (`versus_ort`).
 pub fn sme2_int8_ranked(cpu: &Cpu) -> bool {
     cpu.has(crate::cpu::Feature::Sme2) && matches!(cpu.sme_svl(), Some(32 | 64))
+}
+
+/// The SME2 int8 family's ranking for a problem: on such a CPU, for what its asm computes (4-bit codes in blocks
+/// of whole 32-K chunks, every block size ORT's KleidiAI kernels take); other bit widths and blocks of 16 run its
+/// portable bodies, so the families below it (NEON i8mm code) keep them.
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+fn sme2_int8_ranked_for(cpu: &Cpu, p: &Problem) -> bool {
+    sme2_int8_ranked(cpu) && p.bits == 4 && p.block_size.is_multiple_of(32)
 }
 
 /// Every family in this build, best first (by rank).
@@ -348,6 +356,10 @@ impl Ladder {
     pub fn select(&self, p: &Problem) -> Result<Selected, SelectError> {
         let mut why = Vec::new();
         for &f in &self.families {
+            if !self.named && !f.ranked_for(&self.cpu, p) {
+                why.push(format!("{}: not ranked for {p} on this CPU", f.name()));
+                continue;
+            }
             match Selected::new(f, &self.cpu, p) {
                 Ok(s) => return Ok(s),
                 Err(e) => why.push(format!("{}: {e}", f.name())),
@@ -393,7 +405,7 @@ pub fn build_ladder(cpu: &Cpu, isa: Option<&str>, families: Option<&str>) -> Res
     let capped = cap.map_or(*cpu, |c| cpu.capped(c));
     let named = families.map(str::trim).is_some_and(|s| !s.is_empty());
     let list = match families.map(str::trim).filter(|s| !s.is_empty()) {
-        None => self::families().iter().filter(|f| f.ranked_on(&capped)).copied().collect(),
+        None => self::families().to_vec(),
         Some(names) => {
             let mut v = Vec::new();
             for name in names.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -493,8 +505,8 @@ mod tests {
         }
     }
 
-    /// The SME2 int8 family is first by default where its asm covers the streaming vector (256 and 512 bits) and
-    /// left out at other lengths (the SVE i8mm family then), yet runs there when named.
+    /// The SME2 int8 family is first by default where its asm covers the streaming vector (256 and 512 bits) and the
+    /// problem (4-bit, blocks of 32·n), passed over otherwise (the SVE i8mm family then), yet runs anywhere when named.
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn sme2_int8_ranked_at_its_streaming_lengths() {
@@ -510,19 +522,29 @@ mod tests {
             Feature::Sme,
             Feature::Sme2,
         ]);
-        let int8 = Problem::new(ComputePath::Int8, 4, 32, false);
-        for (svl, want) in [
-            (16, "sve_i8mm_int8_qsnbp8x8_sf16_zpc"),
-            (32, "sme2_int8_qsnbp64x4_sf16_zpc"),
-            (64, "sme2_int8_qsnbp64x4_sf16_zpc"),
-            (128, "sve_i8mm_int8_qsnbp8x8_sf16_zpc"),
-        ] {
+        let (sme2, sve) = ("sme2_int8_qsnbp64x4_sf16_zpc", "sve_i8mm_int8_qsnbp8x8_sf16_zpc");
+        for svl in [16, 32, 64, 128] {
             let cpu = Cpu::with(feats).with_vector_lengths(32, svl);
-            assert_eq!(sme2_int8_ranked(&cpu), svl == 32 || svl == 64, "SVL {svl} bytes");
+            let ranked = svl == 32 || svl == 64;
+            assert_eq!(sme2_int8_ranked(&cpu), ranked, "SVL {svl} bytes");
             let l = build_ladder(&cpu, None, None).unwrap();
-            assert_eq!(l.select(&int8).unwrap().name(), want, "SVL {svl} bytes");
-            let named = build_ladder(&cpu, None, Some("sme2_int8_qsnbp64x4_sf16_zpc")).unwrap();
-            assert_eq!(named.select(&int8).unwrap().name(), "sme2_int8_qsnbp64x4_sf16_zpc", "SVL {svl} bytes");
+            let named = build_ladder(&cpu, None, Some(sme2)).unwrap();
+            // 4-bit in blocks of 32·n (its asm; every KleidiAI node): first where ranked. Other bit widths and
+            // blocks of 16 (its portable bodies): the SVE i8mm family, as without it. Named, it takes them all.
+            for (bits, bl, zp) in [
+                (4, 32, false),
+                (4, 64, true),
+                (4, 128, false),
+                (4, 256, false),
+                (8, 32, false),
+                (2, 64, false),
+                (4, 16, false),
+            ] {
+                let p = Problem::new(ComputePath::Int8, bits, bl, zp);
+                let want = if ranked && bits == 4 && bl % 32 == 0 { sme2 } else { sve };
+                assert_eq!(l.select(&p).unwrap().name(), want, "SVL {svl} bytes, {p}");
+                assert_eq!(named.select(&p).unwrap().name(), sme2, "SVL {svl} bytes, {p}");
+            }
         }
     }
 

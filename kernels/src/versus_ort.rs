@@ -58,20 +58,36 @@ pub fn ort_runs_kleidiai(node: &NodeTraits, ort_minor: u32) -> bool {
 /// Whether this CPU belongs to a class where ORT has a kernel nibble cannot beat for some node (see the table):
 /// the custom-op frontend, which cannot decline single nodes, leaves `com.microsoft` to ORT there.
 pub fn ort_faster_somewhere(cpu: &Cpu, ort_minor: u32) -> Option<String> {
+    ort_faster_somewhere_with(cpu, cpu, ort_minor)
+}
+
+/// [`ort_faster_somewhere`] where nibble's kernels may use only `kernels` (`cpu` capped by `NIBBLE_ISA`).
+pub fn ort_faster_somewhere_with(cpu: &Cpu, kernels: &Cpu, ort_minor: u32) -> Option<String> {
     let any = NodeTraits { bits: 4, block_size: 32, k: 32, accuracy_level: 4, zero_points: false };
-    ort_faster(cpu, &any, ort_minor)
+    ort_faster_with(cpu, kernels, &any, ort_minor)
 }
 
 /// `Some(reason)` when ORT 1.`ort_minor`'s own kernel for `node` is faster on `cpu` than every nibble family it
 /// runs (the table above), worded for the log line after "left to ORT's own kernel: ".
 pub fn ort_faster(cpu: &Cpu, node: &NodeTraits, ort_minor: u32) -> Option<String> {
-    if cpu.has(Feature::Sme2) && ort_runs_kleidiai(node, ort_minor) && !crate::registry::sme2_int8_ranked(cpu) {
+    ort_faster_with(cpu, cpu, node, ort_minor)
+}
+
+/// [`ort_faster`] where nibble's kernels may use only `kernels` (`cpu` capped by `NIBBLE_ISA`): ORT runs what
+/// `cpu` has, nibble what `kernels` has.
+pub fn ort_faster_with(cpu: &Cpu, kernels: &Cpu, node: &NodeTraits, ort_minor: u32) -> Option<String> {
+    if cpu.has(Feature::Sme2) && ort_runs_kleidiai(node, ort_minor) && !crate::registry::sme2_int8_ranked(kernels) {
         let (lhs, rhs) = if node.zero_points { ("qsi8d32p", "qai4c32p") } else { ("qai8dxp", "qsi4c32p") };
         let svl = cpu.sme_svl().map_or("unknown".to_string(), |b| format!("{} bits", 8 * b));
+        let nibble = if kernels.has(Feature::Sme2) {
+            "nibble's SME2 kernels are counted faster only at 256 and 512 bits"
+        } else {
+            "NIBBLE_ISA keeps nibble's kernels off SME2"
+        };
         return Some(format!(
             "this CPU has SME2 ({cpu}) with a streaming vector of {svl}, where ONNX Runtime 1.{ort_minor} runs \
              4-bit accuracy_level-4 nodes with KleidiAI's SME2 kernels ({lhs}_{rhs} sme2_mopa for M > 1, sme2 dot \
-             for M = 1); nibble's SME2 kernels are counted faster only at 256 and 512 bits"
+             for M = 1); {nibble}"
         ));
     }
     None
@@ -112,6 +128,12 @@ mod tests {
                 assert!(ort_faster(cpu, &node(4, bs, 4096, 4, true), 31).is_none(), "{cpu} zp bs {bs}");
             }
         }
+        // NIBBLE_ISA below SME2 on an SME2 CPU whose length nibble's SME2 family covers: ORT's kernels again.
+        let capped = sme2_256.capped(crate::cpu::Isa::Sve);
+        let why = ort_faster_with(&sme2_256, &capped, &sym, 31).expect("capped below SME2: ORT's");
+        assert!(why.contains("NIBBLE_ISA"), "{why}");
+        assert!(ort_faster_somewhere_with(&sme2_256, &capped, 31).is_some());
+        assert!(ort_faster_with(&sme2_256, &sme2_256, &sym, 31).is_none());
         // Zero points: ORT's KleidiAI path only from 1.28; symmetric from 1.22.
         assert!(ort_faster(&sme2, &node(4, 32, 4096, 4, true), 27).is_none());
         assert!(ort_faster(&sme2, &node(4, 32, 4096, 4, false), 21).is_none());

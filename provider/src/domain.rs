@@ -120,7 +120,12 @@ pub fn ort_runs_node(override_ms: Override, traits: &versus_ort::NodeTraits) -> 
     if override_ms != Override::Auto || registry::ladder().is_ok_and(|l| l.families_named()) {
         return None;
     }
-    versus_ort::ort_faster(Cpu::get(), traits, crate::api::runtime_minor())
+    versus_ort::ort_faster_with(Cpu::get(), &kernels_cpu(), traits, crate::api::runtime_minor())
+}
+
+/// The CPU nibble's kernels may use: this one as `NIBBLE_ISA` caps it (the ladder's).
+fn kernels_cpu() -> Cpu {
+    registry::ladder().map_or(*Cpu::get(), |l| *l.cpu())
 }
 
 /// Why the custom-op frontend leaves `com.microsoft` to ORT on this machine (its domain would replace the op on
@@ -129,7 +134,7 @@ pub fn ort_keeps_ms_domain(override_ms: Override) -> Option<String> {
     if override_ms != Override::Auto || registry::ladder().is_ok_and(|l| l.families_named()) {
         return None;
     }
-    versus_ort::ort_faster_somewhere(Cpu::get(), crate::api::runtime_minor())
+    versus_ort::ort_faster_somewhere_with(Cpu::get(), &kernels_cpu(), crate::api::runtime_minor())
 }
 
 /// Decides the registration from `lookup(key)` of every key in [`KEYS`]: each frontend's lookup tries its own

@@ -8,7 +8,7 @@
 //! LHS run (16 rows × 4 K = 64 bytes). With `s` = min(SVL, 64 bytes) / 4 a pass is s rows × 2s columns (`wide`:
 //! za0, za1 side by side; one row pass and two column passes per tile at SVL 512) or, at SVL 256 for a tile of more
 //! than 8 rows, 2s rows × s columns (`tall`: za0, za1 the two row halves, each code field vector serving both:
-//! 16 × 8, 9 instructions per 4 SMOPA against the wide pass's 11). At SVL > 512 the vectors are predicated to their
+//! 16 × 8, 8 instructions per 4 SMOPA against the wide pass's 9). At SVL > 512 the vectors are predicated to their
 //! first 64 bytes. The SVL is read (`rdsvl`) on every call and the pass geometry follows from it, so weights packed
 //! on one thread run on any other whatever its SVL.
 //!
@@ -142,21 +142,21 @@ unsafe fn widen_scales(src: *const u8, dst: *mut f32) {
 
 /// Whether a last row group of `rows` (1–15) real rows runs this kernel's passes rather than the few-row SDOT kernel (a
 /// code decode per 4 rows at SVL 256, per 8 at SVL 512), chosen by counting both (qemu 11, `-cpu max` and
-/// `sme-default-vector-length=64`, 2048², whole Runs against ORT's, `bench/results/aarch64-icount-sme2.md`; the passes
-/// with their LHS runs loaded 2 or 4 at a time). A pass costs about the same whatever its real rows, the few-row
-/// kernel in proportion to them. SVL 256: the wide pass (8 rows × 16 columns, every code vector decoded once for
-/// all its rows, the real rows stored straight into the output) for 7–8 rows in blocks of 64 or more (blocks of 64,
-/// 7 rows: few-row 805 k, the wide pass at 8 rows 786 k); the tall pass (16 rows, stored through `sums`) from 13
-/// rows in blocks of 64 or more (blocks of 128: 12 rows few-row 1126 k, passes 1176 k; 13 rows 1305 k, 1197 k;
-/// blocks of 64: 13 rows few-row 1475 k, passes 1431 k; blocks of 32: 15 rows few-row 1948 k, the passes at 16
-/// rows 1658 k, 13 rows 1763 k). SVL 512, the wide
-/// pass (16 rows × 32 columns) from 13 rows in blocks of 32, 11 in blocks of 64 and 9 in blocks of 128 or more
-/// (blocks of 64, few-row 10 rows 590 k against the passes' 591 k at 11; blocks of 128, 8 rows 429 k against 455 k
-/// at 9).
-fn passes_win(v: usize, rows: usize, bl: usize) -> bool {
+/// `sme-default-vector-length=64`, 2048², whole Runs, `bench/results/aarch64-icount-sme2.md`; the passes with their
+/// LHS runs loaded 2 or 4 at a time). A pass costs about the same whatever its real rows, the few-row kernel in
+/// proportion to them. `alone`: the group is the tile's only one (at SVL 256 the pass shape is chosen for the whole
+/// tile: tall, 16 rows × 8 columns, once it has more than 8 rows). SVL 256: the wide pass (8 rows × 16 columns, every
+/// code vector decoded once for all its rows, the real rows stored straight into the output) for 7–8 rows alone in
+/// blocks of 64 or more (blocks of 64, 7 rows: few-row 805 k, the wide pass 776 k); the tall pass (16 rows, a partial
+/// one stored through `sums`) from 13 rows in blocks of 64 or more (blocks of 128: 12 rows few-row 1126 k, passes
+/// 1176 k; 13 rows 1305 k, 1197 k; blocks of 64: 13 rows few-row 1475 k, passes 1431 k), never in blocks of 32 (13
+/// and 15 rows few-row 1763 k and 1948 k, a whole 16-row group 1790 k). SVL 512, the wide pass (16 rows × 32
+/// columns) from 13 rows in blocks of 32, 11 in blocks of 64 and 9 in blocks of 128 or more (blocks of 64, few-row
+/// 10 rows 590 k against the passes' 591 k at 11; blocks of 128, few-row 8 rows 385 k, the passes 455 k at 9).
+fn passes_win(v: usize, rows: usize, bl: usize, alone: bool) -> bool {
     match v {
         32 => match rows {
-            7..=8 => bl >= 64,
+            7..=8 => bl >= 64 && alone,
             13.. => bl >= 64,
             _ => false,
         },
@@ -191,7 +191,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     // costs in proportion to the rows, and which is fewer depends on the rows and the block size (counted).
     let full = a.rows / MR * MR;
     let head;
-    if full < a.rows && (v == 32 || v == 64) && !passes_win(v, a.rows - full, a.bl) {
+    if full < a.rows && (v == 32 || v == 64) && !passes_win(v, a.rows - full, a.bl, full == 0) {
         let tail = RunArgs {
             rows: a.rows - full,
             lhs: a.lhs.wrapping_add(full * a.lhs_stride),
@@ -392,7 +392,7 @@ macro_rules! chunk_step {
 
 /// The chunk loop of the wide pass at SVL 256 bits (8 rows: half of a 16-row run, two vectors): each 4-vector load
 /// under the counted predicate `pn10` (96 bytes: 3 vectors, the fourth zeroed) from the pass's rows of run g takes
-/// them into z16 and those of run g + 1 into z18 (z17 the other half of run g; nothing read past run g + 1), for the low-field runs 0–1 (z16, z18) and 2–3 (z20, z22)
+/// them into z16 and those of run g + 1 into z18 (z17 and z19 the rows between; nothing read past run g + 1), for the low-field runs 0–1 (z16, z18) and 2–3 (z20, z22)
 /// and the high-field runs 4–5 (z24, z26) and 6–7 (z8, z10); then per column group one 2-vector code load and
 /// `mopa_wide!`: 9 instructions per 4 SMOPA, 44 per chunk.
 macro_rules! chunk_loop_v32w {
@@ -830,7 +830,7 @@ unsafe fn pass(
 ) {
     let s = g.s;
     // SAFETY: reads per block: chunks × 4 groups × the pass's code vectors (s or 2s columns of 64 at the pass's
-    // offset) inside the record, 8 LHS runs × the pass's rows (2s or s of 16) per chunk inside the group, the
+    // offset) inside the record, the chunk's 8 LHS runs (the pass's rows, and at SVL 256 in the 8-row wide pass the rows between them: at most 96 bytes from the pass's first row of runs 2j, never past the chunk's 512 bytes) inside the group, the
     // block's f32 of `cols` and `rows`; writes the pass's sums at `out`: all inside the buffers `run` owns or the
     // tile's (RunArgs contract). Every vector and predicate register and ffr is declared clobbered (SMSTART/SMSTOP
     // zero them), so are x8, x12 and x14–x17; ZA is left off (SMSTOP), TPIDR2_EL0 is 0 or untouched; flags
