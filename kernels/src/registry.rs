@@ -290,12 +290,12 @@ pub fn sme2_int8_ranked(cpu: &Cpu) -> bool {
     cpu.has(crate::cpu::Feature::Sme2) && matches!(cpu.sme_svl(), Some(32 | 64))
 }
 
-/// The SME2 int8 family's ranking for a problem: on such a CPU, for what its asm computes (4-bit codes in blocks
-/// of whole 32-K chunks, every block size ORT's KleidiAI kernels take); other bit widths and blocks of 16 run its
-/// portable bodies, so the families below it (NEON i8mm code) keep them.
-#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+/// The SME2 int8 family's ranking for a problem: on such a CPU, for what its asm computes (`aarch64::sme2_int8_asm_takes`: 4-bit codes
+/// in blocks of whole 32-K chunks, every block size ORT's KleidiAI kernels take); other bit widths and blocks of 16
+/// run its portable bodies, so the families below it (NEON i8mm code) keep them.
+#[cfg(target_arch = "aarch64")]
 fn sme2_int8_ranked_for(cpu: &Cpu, p: &Problem) -> bool {
-    sme2_int8_ranked(cpu) && p.bits == 4 && p.block_size.is_multiple_of(32)
+    sme2_int8_ranked(cpu) && aarch64::sme2_int8_asm_takes(p.bits as usize, p.block_size)
 }
 
 /// Every family in this build, best first (by rank).

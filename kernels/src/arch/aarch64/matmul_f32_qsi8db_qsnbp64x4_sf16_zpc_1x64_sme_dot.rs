@@ -47,7 +47,7 @@
 //! layout. The family gives it one row (from M = 2 its GEMM's few-row SDOT kernel shares each code vector's decode
 //! among 4 rows); a tile of more rows (the kernel run alone) runs row by row. Features: sme, sme2. No over-reads.
 
-use super::matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::{NR, svl_bytes};
+use super::matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::{NR, asm_takes, svl_bytes};
 use super::sve_asm::{enter_streaming, streaming_asm};
 use crate::ukernel::RunArgs;
 
@@ -365,7 +365,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     let a = args;
     // SAFETY: the CPU has SME (the caller's guarantee).
     let v = unsafe { svl_bytes() };
-    if a.rows == 0 || a.bits != 4 || !a.bl.is_multiple_of(32) || a.blocks == 0 || !(v == 32 || v == 64) {
+    if a.rows == 0 || !asm_takes(a.bits, a.bl) || a.blocks == 0 || !(v == 32 || v == 64) {
         // SAFETY: the same contract, for the portable GEMV (any layout, any rows).
         return unsafe { (crate::arch::portable::INT8.run)(a) };
     }

@@ -173,13 +173,20 @@ fn passes_win(v: usize, rows: usize, bl: usize, alone: bool) -> bool {
     }
 }
 
+/// Whether the family's asm (this GEMM's passes, the few-row kernel, the GEMV) takes codes of `bits` in blocks of `bl`:
+/// 4-bit codes in blocks of whole 32-K chunks. Other widths and block sizes run the portable bodies on the same
+/// formats, so the registry ranks the family only for these (`registry::sme2_int8_ranked_for`).
+pub(crate) fn asm_takes(bits: usize, bl: usize) -> bool {
+    bits == 4 && bl.is_multiple_of(32)
+}
+
 /// # Safety
 /// The CPU has SME2; `args` satisfies the `RunArgs` contract with a `qsi8dbp16x4` LHS (the tile starts at a
 /// row group) and a `qsnbp64x4_sf16_zpc` RHS.
 #[target_feature(enable = "neon")] // so that `store_row` inlines
 pub(crate) unsafe fn run(args: &RunArgs) {
     let mut a = args;
-    if !(a.bits == 4 && a.bl.is_multiple_of(32)) || a.blocks == 0 {
+    if !asm_takes(a.bits, a.bl) || a.blocks == 0 {
         // SAFETY: the same contract, for the portable body on this LHS format (any layout).
         unsafe { crate::arch::portable::matmul_f32_qsi8dbp4x8_qnb_portable::run_p::<MR, KR>(a) };
         return;
@@ -382,87 +389,118 @@ macro_rules! chunk_loop {
     };
 }
 
-/// The end of a chunk of the loops that load the LHS runs several at a time (`{xh}` unused): codes and runs step
-/// to the next chunk, then the loop.
-macro_rules! chunk_step {
-    () => {
-        concat!("add {xc}, {xc}, #1024\n", "add {xa}, {xa}, #512\n", "subs {cc}, {cc}, #1\n", "b.ne 6b\n", "// {xh}\n")
-    };
-}
-
-/// The chunk loop of the wide pass at SVL 256 bits (8 rows: half of a 16-row run, two vectors): each 4-vector load
-/// under the counted predicate `pn10` (96 bytes: 3 vectors, the fourth zeroed) from the pass's rows of run g takes
-/// them into z16 and those of run g + 1 into z18 (z17 and z19 the rows between; nothing read past run g + 1), for the low-field runs 0–1 (z16, z18) and 2–3 (z20, z22)
-/// and the high-field runs 4–5 (z24, z26) and 6–7 (z8, z10); then per column group one 2-vector code load and
-/// `mopa_wide!`: 9 instructions per 4 SMOPA, 44 per chunk.
-macro_rules! chunk_loop_v32w {
-    () => {
+/// The chunk loop (label 6) of the passes that load a chunk's LHS runs several at a time (`{xh}` unused): the
+/// `$load` instructions, then per column group g (codes 256 bytes apart from `{xc}`) `$group!` with its LHS
+/// registers `$rg`, then codes and runs step to the next chunk.
+macro_rules! chunk_loop_runs {
+    ($group:ident, [$($load:literal),+], [$($r0:literal),+], [$($r1:literal),+], [$($r2:literal),+], [$($r3:literal),+]) => {
         concat!(
             "6:\n",
-            "ld1b {{z16.b-z19.b}}, pn10/z, [{xa}]\n",
-            "ld1b {{z20.b-z23.b}}, pn10/z, [{xa}, #4, mul vl]\n",
-            "ld1b {{z24.b-z27.b}}, pn10/z, [{xa}, #8, mul vl]\n",
-            "ld1b {{z8.b-z11.b}}, pn10/z, [{xa}, #12, mul vl]\n",
-            chunk_loop_v64!(@group "[{xc}]", "16", "24"),
-            chunk_loop_v64!(@group "[{xc}, {e64}, lsl #2]", "18", "26"),
-            chunk_loop_v64!(@group "[{xc}, {e128}, lsl #2]", "20", "8"),
-            chunk_loop_v64!(@group "[{xc}, {e192}, lsl #2]", "22", "10"),
-            chunk_step!(),
+            $($load, "\n",)+
+            $group!("[{xc}]", $($r0),+),
+            $group!("[{xc}, {e64}, lsl #2]", $($r1),+),
+            $group!("[{xc}, {e128}, lsl #2]", $($r2),+),
+            $group!("[{xc}, {e192}, lsl #2]", $($r3),+),
+            "add {xc}, {xc}, #1024\n",
+            "add {xa}, {xa}, #512\n",
+            "subs {cc}, {cc}, #1\n",
+            "b.ne 6b\n",
+            "// {xh}\n",
         )
     };
 }
 
-/// The chunk loop of the wide pass at SVL 512 bits (one LHS run of 16 rows is one vector): a chunk's 4 low-field runs
-/// by one 4-vector load (z16–z19), its 4 high-field runs by another (z24–z27), then per column group one 2-vector
-/// code load and `mopa_wide!`: 9 instructions per 4 SMOPA, 42 per chunk.
-macro_rules! chunk_loop_v64 {
-    () => {
-        concat!(
-            "6:\n",
-            "ld1b {{z16.b-z19.b}}, pn9/z, [{xa}]\n",
-            "ld1b {{z24.b-z27.b}}, pn9/z, [{xa}, #4, mul vl]\n",
-            chunk_loop_v64!(@group "[{xc}]", "16", "24"),
-            chunk_loop_v64!(@group "[{xc}, {e64}, lsl #2]", "17", "25"),
-            chunk_loop_v64!(@group "[{xc}, {e128}, lsl #2]", "18", "26"),
-            chunk_loop_v64!(@group "[{xc}, {e192}, lsl #2]", "19", "27"),
-            chunk_step!(),
-        )
-    };
-    (@group $codes:literal, $lo:literal, $hi:literal) => {
+/// A 4-K column group of the wide passes whose LHS runs are in registers (`chunk_loop_runs!`): the two tiles'
+/// code vectors by one 2-vector load, then `mopa_wide!` against runs g (z`$lo`) and 4 + g (z`$hi`): 9 instructions
+/// per 4 SMOPA.
+macro_rules! group_wide_runs {
+    ($codes:literal, $lo:literal, $hi:literal) => {
         concat!("ld1w {{z0.s-z1.s}}, pn8/z, ", $codes, "\n", mopa_wide!($lo, $hi))
     };
 }
 
-/// The chunk loop of the tall pass (SVL 256 bits: one LHS run of 16 rows is two vectors, its row halves): the
-/// chunk's 8 runs by four 4-vector loads (runs 0–1 in z16–z19, 2–3 in z20–z23, 4–5 in z24–z27, 6–7 in z8–z11), then
-/// per column group the s columns' codes by one load (z0) and each code field vector against both row halves (za0
-/// rows 0..s, za1 rows s..2s): 8 instructions per 4 SMOPA, 36 per chunk.
-macro_rules! chunk_loop_tall {
-    () => {
-        concat!(
-            "6:\n",
-            "ld1b {{z16.b-z19.b}}, pn9/z, [{xa}]\n",
-            "ld1b {{z20.b-z23.b}}, pn9/z, [{xa}, #4, mul vl]\n",
-            "ld1b {{z24.b-z27.b}}, pn9/z, [{xa}, #8, mul vl]\n",
-            "ld1b {{z8.b-z11.b}}, pn9/z, [{xa}, #12, mul vl]\n",
-            chunk_loop_tall!(@group "[{xc}]", "16", "17", "24", "25"),
-            chunk_loop_tall!(@group "[{xc}, {e64}, lsl #2]", "18", "19", "26", "27"),
-            chunk_loop_tall!(@group "[{xc}, {e128}, lsl #2]", "20", "21", "8", "9"),
-            chunk_loop_tall!(@group "[{xc}, {e192}, lsl #2]", "22", "23", "10", "11"),
-            chunk_step!(),
-        )
-    };
-    (@group $codes:literal, $lo0:literal, $lo1:literal, $hi0:literal, $hi1:literal) => {
+/// A 4-K column group of the tall pass (`chunk_loop_runs!`): the s columns' codes by one load (z0), each code
+/// field vector against both row halves of run g (z`$lo0`, z`$lo1`) or 4 + g (z`$hi0`, z`$hi1`) (za0 rows 0..s,
+/// za1 rows s..2s): 8 instructions per 4 SMOPA.
+macro_rules! group_tall_runs {
+    ($codes:literal, $lo0:literal, $lo1:literal, $hi0:literal, $hi1:literal) => {
         concat!(
             "ld1w {{z0.s}}, p1/z, ",
             $codes,
             "\n",
             "lsl z4.b, z0.b, #4\n",
             "and z0.b, z0.b, #0xf0\n",
-            "smopa za0.s, p0/m, p0/m, z", $lo0, ".b, z4.b\n",
-            "smopa za1.s, p0/m, p0/m, z", $lo1, ".b, z4.b\n",
-            "smopa za0.s, p0/m, p0/m, z", $hi0, ".b, z0.b\n",
-            "smopa za1.s, p0/m, p0/m, z", $hi1, ".b, z0.b\n",
+            "smopa za0.s, p0/m, p0/m, z",
+            $lo0,
+            ".b, z4.b\n",
+            "smopa za1.s, p0/m, p0/m, z",
+            $lo1,
+            ".b, z4.b\n",
+            "smopa za0.s, p0/m, p0/m, z",
+            $hi0,
+            ".b, z0.b\n",
+            "smopa za1.s, p0/m, p0/m, z",
+            $hi1,
+            ".b, z0.b\n",
+        )
+    };
+}
+
+/// The chunk loop of the wide pass at SVL 256 bits (8 rows: half of a 16-row run, two vectors): each 4-vector load
+/// under the counted predicate `pn10` (96 bytes: 3 vectors, the fourth zeroed) from the pass's rows of run g takes
+/// them into its first register and those of run g + 1 into its third (the second and fourth: the rows between;
+/// nothing read past run g + 1): the low-field runs 0–1 (z16, z18) and 2–3 (z20, z22), the high-field runs 4–5
+/// (z24, z26) and 6–7 (z8, z10); 44 instructions per chunk.
+macro_rules! chunk_loop_v32w {
+    () => {
+        chunk_loop_runs!(
+            group_wide_runs,
+            [
+                "ld1b {{z16.b-z19.b}}, pn10/z, [{xa}]",
+                "ld1b {{z20.b-z23.b}}, pn10/z, [{xa}, #4, mul vl]",
+                "ld1b {{z24.b-z27.b}}, pn10/z, [{xa}, #8, mul vl]",
+                "ld1b {{z8.b-z11.b}}, pn10/z, [{xa}, #12, mul vl]"
+            ],
+            ["16", "24"],
+            ["18", "26"],
+            ["20", "8"],
+            ["22", "10"]
+        )
+    };
+}
+
+/// The chunk loop of the wide pass at SVL 512 bits (one LHS run of 16 rows is one vector): a chunk's 4 low-field runs
+/// by one 4-vector load (z16–z19), its 4 high-field runs by another (z24–z27); 42 instructions per chunk.
+macro_rules! chunk_loop_v64 {
+    () => {
+        chunk_loop_runs!(
+            group_wide_runs,
+            ["ld1b {{z16.b-z19.b}}, pn9/z, [{xa}]", "ld1b {{z24.b-z27.b}}, pn9/z, [{xa}, #4, mul vl]"],
+            ["16", "24"],
+            ["17", "25"],
+            ["18", "26"],
+            ["19", "27"]
+        )
+    };
+}
+
+/// The chunk loop of the tall pass (SVL 256 bits: one LHS run of 16 rows is two vectors, its row halves): the
+/// chunk's 8 runs by four 4-vector loads (runs 0–1 in z16–z19, 2–3 in z20–z23, 4–5 in z24–z27, 6–7 in z8–z11);
+/// 36 instructions per chunk.
+macro_rules! chunk_loop_tall {
+    () => {
+        chunk_loop_runs!(
+            group_tall_runs,
+            [
+                "ld1b {{z16.b-z19.b}}, pn9/z, [{xa}]",
+                "ld1b {{z20.b-z23.b}}, pn9/z, [{xa}, #4, mul vl]",
+                "ld1b {{z24.b-z27.b}}, pn9/z, [{xa}, #8, mul vl]",
+                "ld1b {{z8.b-z11.b}}, pn9/z, [{xa}, #12, mul vl]"
+            ],
+            ["16", "17", "24", "25"],
+            ["18", "19", "26", "27"],
+            ["20", "21", "8", "9"],
+            ["22", "23", "10", "11"]
         )
     };
 }

@@ -20,6 +20,8 @@ mod matmul_f32_qsi8db_qsnbp8x4_sf16_zpc_4x8_neon;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x32_sve;
 mod matmul_f32_qsi8db_qsnbp8x8_sf16_zpc_1x8_neon_dotprod;
 mod matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa;
+/// What the SME2 int8 family's asm takes (bit width, block size): the registry ranks the family for that only.
+pub(crate) use matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::asm_takes as sme2_int8_asm_takes;
 mod matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_4x64_sme_dot;
 mod matmul_f32_qsi8dbp4x16_qsnbp8x4_sf16_zpc_8x4_neon_dotprod;
 mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_12x4_neon_i8mm;
