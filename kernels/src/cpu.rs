@@ -36,10 +36,12 @@ pub enum Feature {
     /// AMX-TILE + AMX-INT8 with the tile state enabled by the OS and this process allowed to use it (Linux:
     /// XCR0's XTILECFG/XTILEDATA bits and `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)` granted).
     AmxInt8,
+    /// AMX-BF16 (CPUID.(7,0):EDX bit 22), with the same tile state and permission as [`Feature::AmxInt8`].
+    AmxBf16,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 19] = [
+    pub const ALL: [Feature; 20] = [
         Feature::Neon,
         Feature::Dotprod,
         Feature::I8mm,
@@ -59,6 +61,7 @@ impl Feature {
         Feature::Avx512Vnni,
         Feature::AvxVnni,
         Feature::AmxInt8,
+        Feature::AmxBf16,
     ];
 
     pub fn name(self) -> &'static str {
@@ -82,6 +85,7 @@ impl Feature {
             Feature::Avx512Vnni => "avx512vnni",
             Feature::AvxVnni => "avxvnni",
             Feature::AmxInt8 => "amxint8",
+            Feature::AmxBf16 => "amxbf16",
         }
     }
 }
@@ -217,7 +221,7 @@ impl Isa {
         const SME: Features = SVE.union(Features::of(&[Sme, Sme2]));
         const AVX2: Features = Features::of(&[Avx2, Fma, F16c, AvxVnni]);
         const VNNI: Features = AVX2.union(Features::of(&[Avx512f, Avx512bw, Avx512vl, Avx512Vnni]));
-        const AMX: Features = VNNI.union(Features::of(&[AmxInt8]));
+        const AMX: Features = VNNI.union(Features::of(&[AmxInt8, AmxBf16]));
         match self {
             Isa::Portable => Features::NONE,
             Isa::Neon => NEON,

@@ -37,6 +37,7 @@ static ARCH_KERNELS: &[&UKernel] = &[
     &x86_64::FP32_GEMV_AVX512,
     &x86_64::FP32_GEMM_AVX512,
     &x86_64::FP32_GEMM_AVX512_DQ,
+    &x86_64::FP32_GEMM_AMX,
     &x86_64::INT8_GEMV_AVXVNNI,
     &x86_64::INT8_GEMM_AVXVNNI,
     &x86_64::INT8_GEMV_AVX2,
@@ -181,6 +182,16 @@ static ARCH_FAMILIES: &[&Family] = &[
         path: ComputePath::Fp32,
         gemv: &x86_64::FP32_GEMV_AVX2,
         gemm: &x86_64::FP32_GEMM_AVX2_DQ,
+        layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
+    },
+    // AMX-BF16 for prefill (f32 activations split exactly into bf16 parts), the AVX-512 FMA GEMV for decode.
+    &Family {
+        name: "amx_fp32_qunbp64x4_sf32_zpc",
+        rank: 45,
+        ranked_for: everywhere,
+        path: ComputePath::Fp32,
+        gemv: &x86_64::FP32_GEMV_AVX512,
+        gemm: &x86_64::FP32_GEMM_AMX,
         layout: |_| x86_64::QUNBP64X4_SF32_ZPC,
     },
     &Family {

@@ -277,6 +277,50 @@ fn gemm_row_blocks_and_k_pieces() {
     }
 }
 
+/// The fp32 path computes with f32 precision, not just within the quantization noise: every product positive
+/// (activations in [1, 2) with all 24 significant bits random, codes above the zero point, positive scales), so
+/// nothing cancels and a kernel that kept fewer bits of A or of its sums (e.g. A in bf16, or two bf16 parts of
+/// it: 16 bits, ~8e−6 of each product on average) is off by more than f32 summation's rounding. Every fp32-path
+/// kernel this CPU runs, M in the GEMV and GEMM ranges, K of 1024 (one piece) and 4096 in blocks of 32 and 128.
+#[test]
+fn fp32_path_keeps_f32_precision() {
+    let cpu = Cpu::get();
+    let mut n_cases = 0;
+    for uk in kernels().into_iter().filter(|uk| uk.path() == ComputePath::Fp32) {
+        let layout = layouts_of(uk)[0];
+        let mut rng = Rng::for_kernel(12, uk.name());
+        for (k, bl) in [(1024usize, 32usize), (4096, 128)] {
+            let mut case = Case::random(&mut rng, k, 96, 4, bl, ZpKind::None, GIdx::None, false);
+            // Codes 9 … 15 (q − 8 ≥ 1) in both nibbles, positive scales.
+            case.b.iter_mut().for_each(|v| *v = (9 + *v % 7) | ((9 + (*v / 16) % 7) << 4));
+            case.scales.iter_mut().for_each(|s| *s = s.abs());
+            let case = case_for(uk, &layout, case);
+            let w = case.weights();
+            let Ok(sel) = Selected::single(uk, layout, &Problem::of(uk.path(), &w)) else { continue };
+            let max_m = uk.geometry(cpu, &layout).max_m;
+            for m in [1usize, 40, 130].into_iter().filter(|&m| m <= max_m) {
+                let a: Vec<f32> = (0..m * k).map(|_| 1.0 + rng.f32(0.0, 1.0)).collect();
+                let rhs = sel.pack_rhs(&w).unwrap();
+                let mut out = vec![f32::NAN; m * 96];
+                matmul_serial(&sel, &rhs, LhsSource::F32(&a), m, None, &mut out);
+                let eff = case.with_scales(layout.scales);
+                let wd = nibble_kernels::reference::dequantize(&eff.weights());
+                let exact = nibble_kernels::reference::matmul_dequantized(&a, m, &wd, 96, k, None);
+                // f32 sums of up to K positive terms, each weight rounded once: measured 3e−7 … 2.2e−6 (the
+                // portable kernel's serial sum the largest) on this suite's kernels; two bf16 parts of A give 7e−6.
+                let worst = out.iter().zip(&exact).map(|(&g, &e)| ((g as f64 - e) / e).abs()).fold(0f64, f64::max);
+                assert!(
+                    worst <= 4e-6,
+                    "{} M={m} K={k} bl={bl}: relative error {worst:e} > 4e-6 (f32 precision)",
+                    uk.name()
+                );
+                n_cases += 1;
+            }
+        }
+    }
+    assert!(n_cases > 0, "no fp32-path kernel ran");
+}
+
 /// f16 A costs a conversion, not a different kernel: bit-identical results to f32 A in the GEMM range, on both
 /// paths' default families.
 #[test]

@@ -152,6 +152,7 @@ impl Cpu {
 fn detect() -> Cpu {
     use crate::cpu::{Feature, Features};
     use std::is_x86_feature_detected as has;
+    let amx = amx();
     let f: Vec<Feature> = [
         (has!("avx2"), Feature::Avx2),
         (has!("fma"), Feature::Fma),
@@ -161,7 +162,8 @@ fn detect() -> Cpu {
         (has!("avx512vl"), Feature::Avx512vl),
         (has!("avx512vnni"), Feature::Avx512Vnni),
         (has!("avxvnni"), Feature::AvxVnni),
-        (amx_int8(), Feature::AmxInt8),
+        (amx.int8, Feature::AmxInt8),
+        (amx.bf16, Feature::AmxBf16),
     ]
     .into_iter()
     .filter_map(|(on, feat)| on.then_some(feat))
@@ -169,17 +171,26 @@ fn detect() -> Cpu {
     Cpu::with(Features::of(&f))
 }
 
-/// AMX-TILE and AMX-INT8 usable by this process: the CPU has them (CPUID.(7,0):EDX bits 24, 25), the OS enables
-/// the tile state (XCR0 bits 17, 18, read with XGETBV once CPUID says OSXSAVE) and, on Linux, grants this
-/// process the tile data (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, process-wide, what ORT's own
-/// AMX kernels ask for too). Elsewhere (no permission call known) AMX is left off.
+/// Which AMX multiplies this process may use.
 #[cfg(target_arch = "x86_64")]
-fn amx_int8() -> bool {
+#[derive(Default)]
+struct Amx {
+    int8: bool,
+    bf16: bool,
+}
+
+/// AMX usable by this process: the CPU has AMX-TILE (CPUID.(7,0):EDX bit 24) and AMX-INT8 (bit 25) or AMX-BF16
+/// (bit 22), the OS enables the tile state (XCR0 bits 17, 18, read with XGETBV once CPUID says OSXSAVE) and, on
+/// Linux, grants this process the tile data (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`,
+/// process-wide, what ORT's own AMX kernels ask for too). Elsewhere (no permission call known) AMX is left off.
+#[cfg(target_arch = "x86_64")]
+fn amx() -> Amx {
     use std::arch::x86_64::__cpuid_count;
     let (leaf1, leaf7) = (__cpuid_count(1, 0), __cpuid_count(7, 0));
     let osxsave = leaf1.ecx & (1 << 27) != 0;
-    if !osxsave || leaf7.edx & (1 << 24) == 0 || leaf7.edx & (1 << 25) == 0 {
-        return false;
+    let (int8, bf16) = (leaf7.edx & (1 << 25) != 0, leaf7.edx & (1 << 22) != 0);
+    if !osxsave || leaf7.edx & (1 << 24) == 0 || !(int8 || bf16) {
+        return Amx::default();
     }
     /// # Safety
     /// The CPU has XSAVE and the OS enabled it (CPUID.1:ECX.OSXSAVE).
@@ -190,10 +201,10 @@ fn amx_int8() -> bool {
     }
     let tile_state = 3u64 << 17;
     // SAFETY: OSXSAVE checked above.
-    if unsafe { xcr0() } & tile_state != tile_state {
-        return false;
+    if unsafe { xcr0() } & tile_state != tile_state || !tile_permission() {
+        return Amx::default();
     }
-    tile_permission()
+    Amx { int8, bf16 }
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]

@@ -2,6 +2,7 @@
 //! intrinsics for, in inline asm). Ladder: amx → avx512vnni → avx2 → portable.
 
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_12x32_avx512vnni;
+mod matmul_f32_f32_qunbp64x4_sf32_zpc_32x32_amx;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x32_avx2;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x64_avx512vnni;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_3x16_avx2;
@@ -21,6 +22,7 @@ pub(crate) mod quantize_block_avx2;
 pub(crate) mod quantize_block_avx512;
 mod quantize_runs;
 mod qunbp64x4_amx;
+mod qunbp64x4_amx_bf16;
 mod qunbp64x4_avx2;
 mod qunbp64x4_fma;
 mod qunbp64x4_panel;
@@ -170,6 +172,25 @@ pub static FP32_GEMM_AVX512_DQ: UKernel = UKernel {
     name: "matmul_f32_f32_qunbp64x4_sf32_zpc_12x32_avx512vnni",
     geometry: |_, _| Geometry { max_task_rows: 256, ..Geometry::new(6, qunbp64x4_vnni::NR, usize::MAX) },
     run: matmul_f32_f32_qunbp64x4_sf32_zpc_12x32_avx512vnni::run,
+    ..FP32_GEMM_AVX512
+};
+
+const AMX_BF16: Features = Features::of(&[Feature::Avx512f, Feature::Avx512bw, Feature::AmxBf16]);
+
+/// fp32-path GEMM, AMX-BF16: activations split exactly into three bf16 parts, `tdpbf16ps` on 32 rows × 32 columns
+/// per register tile for tiles of 32 rows or more, up to 256 rows per task and at least 512 columns where the
+/// matrix has them (each task splits its rows once: the more columns share that, the less it costs); smaller
+/// tiles as [`FP32_GEMM_AVX512_DQ`].
+pub static FP32_GEMM_AMX: UKernel = UKernel {
+    name: "matmul_f32_f32_qunbp64x4_sf32_zpc_32x32_amx",
+    isa: Isa::Amx,
+    requires: AMX_BF16,
+    geometry: |_, _| Geometry {
+        max_task_rows: 256,
+        min_task_cols: 512,
+        ..Geometry::new(qunbp64x4_amx_bf16::MR, qunbp64x4_vnni::NR, usize::MAX)
+    },
+    run: matmul_f32_f32_qunbp64x4_sf32_zpc_32x32_amx::run,
     ..FP32_GEMM_AVX512
 };
 

@@ -56,7 +56,7 @@ use std::cell::RefCell;
 
 /// Rows and columns of the register tile (two AMX tile halves of 16 rows, two column groups of 16).
 pub(crate) const MR: usize = 32;
-const UNIT: usize = 32;
+pub(crate) const UNIT: usize = 32;
 /// Bytes of f32 sums per row of the tile.
 const ROW_BYTES: usize = UNIT * 4;
 /// Bytes per block of unpacked scales and corrections (32 f32 each).
@@ -369,13 +369,6 @@ unsafe fn k_loop(l: &mut Loop, two: bool, zp: bool) {
 /// (per block 32 + 32 f32), then the codes in AMX's B layout at `b` (per block: column group 0's bl/4 rows of 64
 /// bytes, then group 1's). Returns whether the unit's zero points were folded into the codes.
 ///
-/// Folding: with zero points of at most 4 bits that are whole numbers in the code range (every uint8 zero point
-/// input, and float ones that happen to be), each correction is `s·(m − z)` with an integer z, and the codes are
-/// stored as `q − z` (in −15 … 15 at 4 bits: int8) instead of `q − m`. The multiply then sums `Σq_a·(q − z)`
-/// exactly and the epilogue needs no correction term (5 of its 11 vector operations per row and block at blocks of
-/// 32: ~1.3–1.5x the GEMM on asymmetric weights). Any other zero point (fractional, out of range, 8-bit codes)
-/// leaves the whole unit on the corrections.
-///
 /// # Safety
 /// The CPU has avx512f and avx512bw. `args` satisfies the `RunArgs` contract for a `qunbp64x4_s{f32,f16}_zpc`
 /// RHS of `BITS` bits; `b` holds `blocks · 32 · bl` bytes and `w` `blocks · 256`.
@@ -383,27 +376,60 @@ unsafe fn k_loop(l: &mut Loop, two: bool, zp: bool) {
 unsafe fn unpack<const BITS: usize>(args: &RunArgs, panel: usize, half: usize, b: *mut u8, w: *mut f32) -> bool {
     let a = args;
     let bl = a.bl;
-    let chunk = bl.min(32);
-    let cpb = 8 / BITS;
-    let lane_len = chunk / cpb;
-    let groups = lane_len / KR;
-    let chunk_bytes = chunk * NR * BITS / 8;
-    let mid = 1u8 << (BITS - 1);
-    let field = _mm512_set1_epi8(((1u32 << BITS) - 1) as u8 as i8);
-    let mid_v = _mm512_set1_epi8(mid as i8);
-    let shift: [__m128i; 4] = std::array::from_fn(|l| _mm_cvtsi32_si128((l * BITS) as i32));
+    // SAFETY: panel < the tile's panels (RunArgs contract); `w` holds every block's entry.
+    let prec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
+    // SAFETY: as above.
+    let fold = unsafe { unit_scales::<BITS>(a, prec, half, 0, a.blocks, 1, w) };
+    for blk in 0..a.blocks {
+        // SAFETY: block blk's entry of `w` (written above); its codes go to block blk's bytes of `b`, inside the
+        // caller's size: row `row` of group g at g·16·bl + row·64, row < bl/4.
+        unsafe {
+            let sub = subtrahends::<BITS>(fold, w.add(blk * 2 * UNIT));
+            let bb = b.add(blk * UNIT * bl);
+            decode::<BITS>(a, prec.add(blk * a.rhs_record), half, 0, bl / bl.min(32), sub, |g, row, q| {
+                _mm512_storeu_si512(bb.add(g * 16 * bl + row * 64).cast(), q)
+            });
+        }
+    }
+    fold
+}
+
+/// Scales and corrections `c + m·s` (m = 2^(bits−1)) of unit `half` at `w`, `n` entries of 32 + 32 f32: entry j
+/// holds block `(first + j) / per` of the panel whose records start at `prec` (`per` > 1: blocks cut into that
+/// many pieces, each with its block's values). Returns whether the zero points of every entry fold into the
+/// codes.
+///
+/// Folding: with zero points of at most 4 bits that are whole numbers in the code range (every uint8 zero point
+/// input, and float ones that happen to be), each correction is `s·(m − z)` with an integer z, and the codes are
+/// stored as `q − z` (in −15 … 15 at 4 bits: int8) instead of `q − m`. The multiply then sums `Σa·(q − z)`
+/// exactly and the epilogue needs no correction term (5 of its 11 vector operations per row and block at blocks of
+/// 32 in the int8 GEMM: ~1.3–1.5x the GEMM on asymmetric weights). Any other zero point (fractional, out of range,
+/// 8-bit codes) leaves the whole unit on the corrections.
+///
+/// # Safety
+/// The CPU has avx512f and avx512bw. `args` satisfies the `RunArgs` contract for a `qunbp64x4_s{f32,f16}_zpc`
+/// RHS of `BITS` bits, `prec` is one of its panels, `(first + n − 1) / per < blocks`, and `w` holds `n · 256`
+/// bytes.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) unsafe fn unit_scales<const BITS: usize>(
+    args: &RunArgs,
+    prec: *const u8,
+    half: usize,
+    first: usize,
+    n: usize,
+    per: usize,
+    w: *mut f32,
+) -> bool {
+    let a = args;
     let has_zp = a.has_zp != 0;
     let col = UNIT * half;
-    let midf = _mm512_set1_ps(mid as f32);
-    // SAFETY: panel < the tile's panels (RunArgs contract).
-    let prec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
-    // Scales and corrections first: whether the unit folds depends on every block's.
+    let midf = _mm512_set1_ps((1u32 << (BITS - 1)) as f32);
     let mut fold = has_zp && BITS <= 4;
-    for blk in 0..a.blocks {
-        // SAFETY: block blk's record of this panel; the destination is inside `w` (the caller's size).
+    for j in 0..n {
+        // SAFETY: the record of block (first + j) / per of this panel; entry j of `w` (the caller's sizes).
         unsafe {
-            let rec = prec.add(blk * a.rhs_record);
-            let wb = w.add(blk * 2 * UNIT);
+            let rec = prec.add((first + j) / per * a.rhs_record);
+            let wb = w.add(j * 2 * UNIT);
             for g in 0..2 {
                 let s = match a.layout.scales {
                     ScaleType::F16 => {
@@ -423,45 +449,69 @@ unsafe fn unpack<const BITS: usize>(args: &RunArgs, panel: usize, half: usize, b
             }
         }
     }
-    for blk in 0..a.blocks {
-        // SAFETY: block blk's record of this panel; its destination is inside `b`, the scales and corrections
-        // read back inside `w` (the caller's sizes).
-        unsafe {
-            let rec = prec.add(blk * a.rhs_record);
-            let bb = b.add(blk * UNIT * bl);
-            let wb = w.add(blk * 2 * UNIT);
-            // What the codes lose: m, or with folding each column's z in the 4 bytes of its dword.
-            let sub: [__m512i; 2] = std::array::from_fn(|g| {
-                if fold {
-                    let s = _mm512_loadu_ps(wb.add(16 * g));
-                    let corr = _mm512_loadu_ps(wb.add(UNIT + 16 * g));
-                    let z = folds::<BITS>(s, corr).expect("checked above");
-                    _mm512_mullo_epi32(z, _mm512_set1_epi32(0x0101_0101))
-                } else {
-                    mid_v
-                }
-            });
-            for c in 0..bl / chunk {
-                for grp in 0..groups {
-                    for (g, &sub) in sub.iter().enumerate() {
-                        // 64 bytes of codes: column group 2·half + g, K values 4·grp.. of each lane of chunk c.
-                        let v =
-                            _mm512_loadu_si512(rec.add(c * chunk_bytes + grp * NR * KR + (2 * half + g) * 64).cast());
-                        for (l, &sh) in shift.iter().enumerate().take(cpb) {
-                            let q = if BITS == 8 {
-                                _mm512_xor_si512(v, mid_v)
-                            } else {
-                                _mm512_sub_epi8(_mm512_and_si512(_mm512_srl_epi16(v, sh), field), sub)
-                            };
-                            let row = (c * chunk + l * lane_len + KR * grp) / KR;
-                            _mm512_storeu_si512(bb.add(g * 16 * bl + row * 64).cast(), q);
-                        }
-                    }
+    fold
+}
+
+/// What the decoded codes of one entry of [`unit_scales`] lose, per column group: m, or with folding each
+/// column's z in the 4 bytes of its dword.
+///
+/// # Safety
+/// The CPU has avx512f and avx512bw; `wb` is an entry [`unit_scales`] wrote, and it returned `true` if `fold`.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) unsafe fn subtrahends<const BITS: usize>(fold: bool, wb: *const f32) -> [__m512i; 2] {
+    std::array::from_fn(|g| {
+        if fold {
+            // SAFETY: the entry's scales and corrections (the caller's guarantee).
+            let (s, corr) = unsafe { (_mm512_loadu_ps(wb.add(16 * g)), _mm512_loadu_ps(wb.add(UNIT + 16 * g))) };
+            let z = folds::<BITS>(s, corr).expect("checked by unit_scales");
+            _mm512_mullo_epi32(z, _mm512_set1_epi32(0x0101_0101))
+        } else {
+            _mm512_set1_epi8((1u8 << (BITS - 1)) as i8)
+        }
+    })
+}
+
+/// Decodes chunks `c0 .. c1` (of min(bl, 32) K values) of unit `half` of the block record at `rec`: each 64
+/// bytes of signed codes `q − sub[g]` (4 K values × 16 columns of column group g, in `vpdpbusd` order: byte 4c + j
+/// is column c's K value 4·row + j) go to `emit(g, row, codes)`, `row` counted from the block's first K value.
+///
+/// # Safety
+/// The CPU has avx512f and avx512bw. `args` satisfies the `RunArgs` contract for a `qunbp64x4_s{f32,f16}_zpc`
+/// RHS of `BITS` bits, `rec` is one of its block records and `c1 ≤ bl / min(bl, 32)`.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+pub(crate) unsafe fn decode<const BITS: usize>(
+    args: &RunArgs,
+    rec: *const u8,
+    half: usize,
+    c0: usize,
+    c1: usize,
+    sub: [__m512i; 2],
+    mut emit: impl FnMut(usize, usize, __m512i),
+) {
+    let chunk = args.bl.min(32);
+    let cpb = 8 / BITS;
+    let lane_len = chunk / cpb;
+    let chunk_bytes = chunk * NR * BITS / 8;
+    let field = _mm512_set1_epi8(((1u32 << BITS) - 1) as u8 as i8);
+    let shift: [__m128i; 4] = std::array::from_fn(|l| _mm_cvtsi32_si128((l * BITS) as i32));
+    for c in c0..c1 {
+        for grp in 0..lane_len / KR {
+            for (g, &sub) in sub.iter().enumerate() {
+                // SAFETY: 64 bytes of codes inside the record (the caller's guarantee): column group 2·half + g,
+                // K values 4·grp.. of each lane of chunk c.
+                let v = unsafe { _mm512_loadu_si512(rec.add(c * chunk_bytes + grp * NR * KR + (2 * half + g) * 64).cast()) };
+                for (l, &sh) in shift.iter().enumerate().take(cpb) {
+                    let q = if BITS == 8 {
+                        _mm512_xor_si512(v, sub)
+                    } else {
+                        _mm512_sub_epi8(_mm512_and_si512(_mm512_srl_epi16(v, sh), field), sub)
+                    };
+                    emit(g, (c * chunk + l * lane_len + KR * grp) / KR, q);
                 }
             }
         }
     }
-    fold
 }
 
 /// The zero points z of 16 columns (as int32) if each correction `corr = s·(m − z)` has a whole z in 0 … 2^BITS − 1
@@ -553,25 +603,49 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
                 // guarantee.
                 unsafe { k_loop(&mut l, rows > 16, a.has_zp != 0 && !folded) };
             }
-            let n = (a.cols - c0).min(UNIT);
-            for r in 0..a.rows {
-                for g in 0..UNIT / 16 {
-                    let col = 16 * g;
-                    if col >= n {
-                        break;
-                    }
-                    let m: __mmask16 = if n - col >= 16 { 0xFFFF } else { (1u16 << (n - col)) - 1 };
-                    // SAFETY: row r's sums in `acc`; bias holds `cols` values and the mask keeps columns below
-                    // cols; row r, columns c0+col.. (masked) of the output are the tile's.
-                    unsafe {
-                        let mut y = _mm512_loadu_ps(acc.add(r * UNIT + col));
-                        if !a.bias.is_null() {
-                            y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, a.bias.add(c0 + col)));
-                        }
-                        _mm512_mask_storeu_ps(a.dst.add(r * a.dst_stride + c0 + col), m, y);
-                    }
+            // SAFETY: `acc` holds the unit's rows; the RunArgs contract covers dst and bias.
+            unsafe { store_unit(a, acc, c0) };
+        }
+    }
+}
+
+/// Stores the f32 sums of the unit at column `c0` (`acc`: row r's 32 at r·32) into the tile's output rows, with
+/// the bias; columns past `cols` never.
+///
+/// # Safety
+/// The CPU has avx512f; `args` satisfies the `RunArgs` contract, `c0 < cols` starts a unit, and `acc` holds
+/// `rows · 32` f32.
+#[target_feature(enable = "avx512f")]
+unsafe fn store_unit(a: &RunArgs, acc: *const f32, c0: usize) {
+    let n = (a.cols - c0).min(UNIT);
+    for r in 0..a.rows {
+        for g in 0..UNIT / 16 {
+            let col = 16 * g;
+            if col >= n {
+                break;
+            }
+            let m: __mmask16 = if n - col >= 16 { 0xFFFF } else { (1u16 << (n - col)) - 1 };
+            // SAFETY: row r's sums in `acc`; bias holds `cols` values and the mask keeps columns below cols; row r,
+            // columns c0+col.. (masked) of the output are the tile's.
+            unsafe {
+                let mut y = _mm512_loadu_ps(acc.add(r * UNIT + col));
+                if !a.bias.is_null() {
+                    y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, a.bias.add(c0 + col)));
                 }
+                _mm512_mask_storeu_ps(a.dst.add(r * a.dst_stride + c0 + col), m, y);
             }
         }
+    }
+}
+
+/// Stores the f32 sums of every unit of the tile (`acc`: unit u's rows at u·rows_pad·32, as [`store_unit`]).
+///
+/// # Safety
+/// As [`store_unit`], with `acc` holding `⌈cols/32⌉ · rows_pad · 32` f32 and `rows_pad ≥ rows`.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn store_units(a: &RunArgs, acc: *const f32, rows_pad: usize) {
+    for u in 0..a.cols.div_ceil(UNIT) {
+        // SAFETY: unit u's rows (the caller's size).
+        unsafe { store_unit(a, acc.add(u * rows_pad * UNIT), u * UNIT) };
     }
 }

@@ -1,0 +1,606 @@
+//! The body of the AMX fp32-path GEMM on `qunbp64x4_sf32_zpc` weights (see `qunbp64x4_vnni` for the layout):
+//! f32 activations split exactly into three bf16 parts, `tdpbf16ps` on tiles of 32 rows × 32 columns, one tile
+//! multiply per part and 32 K values, and a per-block AVX-512 epilogue into f32 sums.
+//!
+//! Why this keeps fp32 accuracy: a weight is `s·(q − z)` with an integer `q − z` of at most 9 bits (|q − z| ≤ 255),
+//! which bf16 (8 significant bits with its hidden one, any integer up to 256) holds exactly. An f32 activation
+//! `a` is the exact sum of three bf16 values, each its next 8 significant bits: `hi = a` with the low 16 bits of
+//! its encoding cleared, `mid` the same of `a − hi` (exact: the low 16 bits of a's significand), `lo = a − hi −
+//! mid` (at most 8 significant bits left: exact in bf16). Every product of a part and a code is exact in f32 (at
+//! most 17 significant bits), so the tile multiply computes `Σ_k a_k·(q − z)_k` of each block with f32 additions
+//! only, as an f32 GEMM would, and the epilogue multiplies by the block's scale: `y += s·C` (with zero points
+//! that do not fold into the codes, `+ (c + m·s)·Σ_k a_k`, the block's activation sum computed in f32 beside the
+//! split). The differences from `Σ_k a_k·w_k` in f32 are the order of the additions and the scale applied per
+//! block rather than per weight: rounding of the same size as the AVX-512 FMA kernels' (the kernel suite checks
+//! both against an f64 reference with the same bound). What differs from f32 arithmetic: `tdpbf16ps` treats
+//! bf16 inputs below 2^−126 as zero, so the low part of activations below ~2^−103 (~1e−31) is dropped (a
+//! relative 2^−16 of values that small), and an infinite activation gives NaN (`inf − inf` in the split) where
+//! f32 arithmetic may give ±inf; NaN propagates as NaN.
+//!
+//! The walk, per tile: K in pieces of at most [`KC`] values (whole blocks, or KC values of a longer block: an
+//! "entry" below is a block, or that piece of one). For each piece, every row of the tile is split once into a
+//! per-thread buffer: per row and per chunk of kt = min(bl, 32) values, the kt `hi` values, then `mid`, then `lo`
+//! (2·kt bytes each), rows [`row_stride`] bytes apart (never a multiple of 1 KiB: 32 rows a multiple of 1 KiB apart
+//! fall in 4 of L1's 64 sets). Then per 32-column unit the piece's codes are unpacked once into AMX's B layout
+//! (per entry, column group 0's L/2 rows of 64 bytes, each 2 K values × 16 columns as bf16 pairs, then group
+//! 1's) with the entries' scales and corrections, and every row tile walks them in one asm block: per entry and
+//! row tile of 32 rows, per chunk 2 B loads, 3 × 2 A loads and 12 `tdpbf16ps` (6 with one half of 16 rows), then 4
+//! `tilestored` into a 4 KiB buffer and per row 2 `vfmadd213ps` into the row's f32 sums (2 more with unfolded
+//! zero points), software-pipelined by one entry as the int8 GEMM (`qunbp64x4_amx`). The sums of every unit
+//! stay in a per-thread buffer until the last piece; the bias is added when they are stored.
+//!
+//! ```text
+//! for piece (entries e0 .. e1):
+//!     split rows 0..rows, K values of the piece → hi | mid | lo per chunk   (and Σa per row and entry)
+//!     for unit (32 columns):
+//!         unpack B of the piece's entries (bf16 q − z or q − m), scales, corrections
+//!         for row tile (32 rows; the last as its rows need):               // one asm block per tile shape
+//!             for entry e:
+//!                 C[32×32] = Σ_chunk Σ_part A_part[rows, chunk] × B[e][chunk]   // tdpbf16ps, f32
+//!                 y[r][c] += C[r][c]·s[c] (+ c'[c]·Σa[r][e])
+//! store y (+ bias), columns past N never
+//! ```
+
+use super::qunbp64x4_amx::{UNIT, decode, store_units, subtrahends, unit_scales};
+use crate::ukernel::RunArgs;
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+/// Rows of the register tile (two AMX tile halves of 16 rows; two column groups of 16 make the 32 columns).
+pub(crate) const MR: usize = 32;
+/// Most K values per piece: 512 values of 256 rows split into bf16 parts take 768 KiB (L2-resident while every
+/// unit walks them).
+pub(crate) const KC: usize = 512;
+/// Bytes per entry of unpacked scales and corrections (32 f32 each).
+const W_BYTES: usize = 2 * UNIT * 4;
+
+/// What the asm block reads, at the offsets written into it (checked below). The loop's state that outlives one
+/// row tile (`a`, `sums`, `acc`, `tiles`) is updated in place.
+#[repr(C, align(64))]
+struct Loop {
+    /// The tile configuration (palette 1).
+    cfg: [u8; 64],
+    /// The split A at the current row tile, entry 0.
+    a: *const u8,
+    /// Bytes from one row tile's A to the next (32 rows).
+    a_tile: usize,
+    a_stride: usize,
+    /// Bytes from a row tile's first half to its second (16 rows).
+    a_half: usize,
+    /// Bytes of one entry's chunks in a row.
+    a_entry: usize,
+    /// Bytes of one chunk's three parts in a row (6·kt).
+    a_chunk: usize,
+    /// Bytes of one part of a chunk (2·kt).
+    a_part: usize,
+    /// Unpacked codes of entry 0.
+    b: *const u8,
+    b_entry: usize,
+    /// Bytes from column group 0's codes of an entry to group 1's.
+    b_half: usize,
+    /// Bytes of one chunk's codes of a column group (kt/2 rows of 64 bytes).
+    b_chunk: usize,
+    /// Scales and corrections of entry 0.
+    w: *const f32,
+    /// Σa of the current row tile's first row, entry 0.
+    sums: *const f32,
+    sums_row: usize,
+    sums_tile: usize,
+    /// f32 sums of the current row tile (32 rows × 32 columns).
+    acc: *mut f32,
+    /// f32 tile results of one entry (32 rows × 32 columns).
+    cbuf: *mut f32,
+    tiles: usize,
+    entries: usize,
+    /// Chunks per entry.
+    chunks: usize,
+    /// Rows of each row tile (32, or the last tile's rows).
+    rows: usize,
+    /// `cbuf` XOR the other buffer's address.
+    cb_swap: usize,
+    /// The loop's own: the current entry's scales and Σa.
+    w_cur: *const f32,
+    s_cur: *const f32,
+}
+
+const _: () = {
+    use core::mem::offset_of;
+    assert!(offset_of!(Loop, a) == 64 && offset_of!(Loop, a_tile) == 72 && offset_of!(Loop, a_stride) == 80);
+    assert!(offset_of!(Loop, a_half) == 88 && offset_of!(Loop, a_entry) == 96 && offset_of!(Loop, a_chunk) == 104);
+    assert!(offset_of!(Loop, a_part) == 112 && offset_of!(Loop, b) == 120 && offset_of!(Loop, b_entry) == 128);
+    assert!(offset_of!(Loop, b_half) == 136 && offset_of!(Loop, b_chunk) == 144 && offset_of!(Loop, w) == 152);
+    assert!(offset_of!(Loop, sums) == 160 && offset_of!(Loop, sums_row) == 168 && offset_of!(Loop, sums_tile) == 176);
+    assert!(offset_of!(Loop, acc) == 184 && offset_of!(Loop, cbuf) == 192 && offset_of!(Loop, tiles) == 200);
+    assert!(offset_of!(Loop, entries) == 208 && offset_of!(Loop, chunks) == 216 && offset_of!(Loop, rows) == 224);
+    assert!(offset_of!(Loop, cb_swap) == 232 && offset_of!(Loop, w_cur) == 240 && offset_of!(Loop, s_cur) == 248);
+};
+
+/// Scratch of one thread, kept between calls (64-byte vectors): the split rows of a piece, their Σa per entry,
+/// the unpacked codes, scales and corrections of one unit and piece, the f32 sums of every unit of the tile and
+/// two entries' tile results.
+pub(crate) struct Scratch {
+    a: Vec<__m512i>,
+    sums: Vec<__m512i>,
+    b: Vec<__m512i>,
+    w: Vec<__m512i>,
+    acc: Vec<__m512i>,
+    cbuf: Vec<__m512i>,
+}
+
+impl Scratch {
+    /// Runs `f` on this thread's scratch.
+    pub(crate) fn with<T>(f: impl FnOnce(&mut Scratch) -> T) -> T {
+        thread_local! {
+            static SCRATCH: RefCell<Scratch> = const {
+                RefCell::new(Scratch {
+                    a: Vec::new(),
+                    sums: Vec::new(),
+                    b: Vec::new(),
+                    w: Vec::new(),
+                    acc: Vec::new(),
+                    cbuf: Vec::new(),
+                })
+            };
+        }
+        SCRATCH.with_borrow_mut(f)
+    }
+}
+
+/// Grows `v` to at least `bytes` (64-byte vectors) and returns its start.
+fn fit(v: &mut Vec<__m512i>, bytes: usize) -> *mut u8 {
+    let n = bytes.div_ceil(64);
+    if v.len() < n {
+        // SAFETY: all-zero bits are a valid __m512i.
+        v.resize(n, unsafe { std::mem::zeroed() });
+    }
+    v.as_mut_ptr().cast()
+}
+
+/// Bytes from one split row to the next for `len` K values: 6 bytes per value, one 64-byte line more where that
+/// is a multiple of 1 KiB.
+pub(crate) fn row_stride(len: usize) -> usize {
+    let b = (6 * len).next_multiple_of(64);
+    if b.is_multiple_of(1024) { b + 64 } else { b }
+}
+
+/// The tile configuration for row tiles of `rows` (1 … 32) rows and `kt` K values per multiply: C halves
+/// tmm0, tmm1 (rows 0–15) and tmm2, tmm3 (rows 16–31), A halves tmm4, tmm5 (kt bf16 per row), B column groups
+/// tmm6, tmm7 (kt/2 rows of 16 bf16 pairs).
+fn config(rows: usize, kt: usize) -> [u8; 64] {
+    let mut cfg = [0u8; 64];
+    cfg[0] = 1;
+    let (top, bottom) = (rows.min(16), rows.saturating_sub(16));
+    let mut set = |t: usize, r: usize, colsb: usize| {
+        if r > 0 {
+            cfg[16 + 2 * t..18 + 2 * t].copy_from_slice(&(colsb as u16).to_le_bytes());
+            cfg[48 + t] = r as u8;
+        }
+    };
+    for (t, r, colsb) in
+        [(0, top, 64), (1, top, 64), (2, bottom, 64), (3, bottom, 64), (4, top, 2 * kt), (5, bottom, 2 * kt)]
+    {
+        set(t, r, colsb);
+    }
+    set(6, kt / 2, 64);
+    set(7, kt / 2, 64);
+    cfg
+}
+
+/// `$s` if `$on` is `true`, else nothing (a piece of an asm template).
+macro_rules! when {
+    (true, $s:expr) => {
+        $s
+    };
+    (false, $s:expr) => {
+        ""
+    };
+}
+
+/// One part of a chunk: the A halves at `{x5}` (and `{x5}` + a_half) times both column groups, into the C tiles.
+macro_rules! part {
+    ($two:tt) => {
+        concat!(
+            "tileloadd tmm4, [{x5} + {x4}*1]\n",
+            "tdpbf16ps tmm0, tmm4, tmm6\n",
+            "tdpbf16ps tmm1, tmm4, tmm7\n",
+            when!(
+                $two,
+                concat!(
+                    "add {x5}, {x7}\n",
+                    "tileloadd tmm5, [{x5} + {x4}*1]\n",
+                    "sub {x5}, {x7}\n",
+                    "tdpbf16ps tmm2, tmm5, tmm6\n",
+                    "tdpbf16ps tmm3, tmm5, tmm7\n"
+                )
+            ),
+        )
+    };
+}
+
+/// Zero the C tiles, then every chunk of the entry at `{a}` (split A) / `{b}` (codes): load both column
+/// groups, then each of the three parts of A times them.
+macro_rules! tile_ops {
+    ($two:tt) => {
+        concat!(
+            "tilezero tmm0\n",
+            "tilezero tmm1\n",
+            when!($two, "tilezero tmm2\ntilezero tmm3\n"),
+            "mov {x1}, {a}\n",
+            "mov {x2}, {b}\n",
+            "mov {x3}, [{p} + 216]\n",
+            "mov {x4}, [{p} + 80]\n",
+            "mov {x7}, [{p} + 88]\n",
+            "mov {x6}, 64\n",
+            "4:\n",
+            "tileloadd tmm6, [{x2} + {x6}*1]\n",
+            "mov {x5}, {x2}\n",
+            "add {x5}, [{p} + 136]\n",
+            "tileloadd tmm7, [{x5} + {x6}*1]\n",
+            "mov {x5}, {x1}\n",
+            part!($two),
+            "add {x5}, [{p} + 112]\n",
+            part!($two),
+            "add {x5}, [{p} + 112]\n",
+            part!($two),
+            "add {x1}, [{p} + 104]\n",
+            "add {x2}, [{p} + 144]\n",
+            "dec {x3}\n",
+            "jnz 4b\n",
+        )
+    };
+}
+
+/// Store the C tiles into the f32 buffer at `{cb}` (rows 128 bytes apart), then step `{a}` and `{b}` to the
+/// next entry.
+macro_rules! store {
+    ($two:tt) => {
+        concat!(
+            "mov {x6}, 128\n",
+            "tilestored [{cb} + {x6}*1], tmm0\n",
+            "lea {x5}, [{cb} + 64]\n",
+            "tilestored [{x5} + {x6}*1], tmm1\n",
+            when!(
+                $two,
+                concat!(
+                    "lea {x5}, [{cb} + 2048]\n",
+                    "tilestored [{x5} + {x6}*1], tmm2\n",
+                    "lea {x5}, [{cb} + 2112]\n",
+                    "tilestored [{x5} + {x6}*1], tmm3\n"
+                )
+            ),
+            "add {a}, [{p} + 96]\n",
+            "add {b}, [{p} + 128]\n",
+        )
+    };
+}
+
+/// The entry's epilogue over the rows of the f32 buffer at `{cb}`: per row, y += C·s (+ (c + m·s)·Σa with
+/// unfolded zero points), the f32 sums in memory.
+macro_rules! epilogue {
+    ($zp:tt) => {
+        concat!(
+            "mov {x1}, {cb}\n",
+            "mov {x6}, [{p} + 240]\n",
+            "vmovups zmm0, [{x6}]\n",
+            "vmovups zmm1, [{x6} + 64]\n",
+            when!($zp, "vmovups zmm2, [{x6} + 128]\nvmovups zmm3, [{x6} + 192]\nmov {x3}, [{p} + 248]\n"),
+            "mov {x2}, [{p} + 184]\n",
+            "mov {x4}, [{p} + 224]\n",
+            "5:\n",
+            "vmovups zmm7, zmmword ptr [{x1}]\n",
+            "vmovups zmm8, zmmword ptr [{x1} + 64]\n",
+            "vfmadd213ps zmm7, zmm0, zmmword ptr [{x2}]\n",
+            "vfmadd213ps zmm8, zmm1, zmmword ptr [{x2} + 64]\n",
+            when!(
+                $zp,
+                concat!(
+                    "vbroadcastss zmm9, dword ptr [{x3}]\n",
+                    "vfmadd231ps zmm7, zmm2, zmm9\n",
+                    "vfmadd231ps zmm8, zmm3, zmm9\n",
+                    "add {x3}, [{p} + 168]\n"
+                )
+            ),
+            "vmovups zmmword ptr [{x2}], zmm7\n",
+            "vmovups zmmword ptr [{x2} + 64], zmm8\n",
+            "add {x1}, 128\n",
+            "add {x2}, 128\n",
+            "dec {x4}\n",
+            "jnz 5b\n",
+        )
+    };
+}
+
+/// The asm block over `l.tiles` row tiles of `l.rows` rows (`$two`: more than 16; `$zp`: corrections). Software
+/// pipelined by one entry: entry e + 1's tile multiplies are issued before entry e's epilogue (the AMX unit works
+/// while the vector ports add), and stored into the other half of the buffer after it.
+macro_rules! k_loop {
+    ($l:expr, $two:tt, $zp:tt) => {
+        std::arch::asm!(
+            "ldtilecfg [{p}]",
+            "2:",
+            "mov {a}, [{p} + 64]",
+            "mov {b}, [{p} + 120]",
+            "mov {x1}, [{p} + 152]",
+            "mov [{p} + 240], {x1}",
+            "mov {x1}, [{p} + 160]",
+            "mov [{p} + 248], {x1}",
+            "mov {nb}, [{p} + 208]",
+            "mov {cb}, [{p} + 192]",
+            tile_ops!($two),
+            store!($two),
+            "3:",
+            "cmp {nb}, 1",
+            "je 7f",
+            tile_ops!($two),
+            "7:",
+            epilogue!($zp),
+            "cmp {nb}, 1",
+            "je 8f",
+            "xor {cb}, [{p} + 232]",
+            store!($two),
+            "8:",
+            "add qword ptr [{p} + 240], 256",
+            "add qword ptr [{p} + 248], 4",
+            "dec {nb}",
+            "jnz 3b",
+            "mov {x1}, [{p} + 72]",
+            "add [{p} + 64], {x1}",
+            "mov {x1}, [{p} + 176]",
+            "add [{p} + 160], {x1}",
+            "add qword ptr [{p} + 184], 4096",
+            "dec qword ptr [{p} + 200]",
+            "jnz 2b",
+            "tilerelease",
+            p = in(reg) $l,
+            a = out(reg) _,
+            b = out(reg) _,
+            nb = out(reg) _,
+            cb = out(reg) _,
+            x1 = out(reg) _,
+            x2 = out(reg) _,
+            x3 = out(reg) _,
+            x4 = out(reg) _,
+            x5 = out(reg) _,
+            x6 = out(reg) _,
+            x7 = out(reg) _,
+            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
+            out("zmm7") _, out("zmm8") _, out("zmm9") _,
+            options(nostack),
+        )
+    };
+}
+
+/// Runs the asm block for `l` (`two`: row tiles of more than 16 rows; `zp`: the entries carry corrections).
+///
+/// # Safety
+/// The CPU has AMX-TILE, AMX-BF16 and AVX-512F, and this process may use the tile data. Every pointer of `l`
+/// covers what the loop reads and writes: `l.tiles` row tiles of `l.rows` rows of split A (`a_stride` apart, the
+/// next tile `a_tile` on, `entries · a_entry` bytes each), of Σa (if `zp`) and of f32 sums (4 KiB per tile);
+/// `l.entries` entries of unpacked codes (`b_entry` bytes each) and of scales and corrections (256 bytes each);
+/// two 4 KiB buffers at `cbuf` and `cbuf ^ cb_swap`.
+#[target_feature(enable = "avx512f")]
+unsafe fn k_loop(l: &mut Loop, two: bool, zp: bool) {
+    let l: *mut Loop = l;
+    // SAFETY: the caller's guarantee; the asm reads and writes only through `l`'s pointers (and `l` itself).
+    unsafe {
+        match (two, zp) {
+            (true, true) => k_loop!(l, true, true),
+            (true, false) => k_loop!(l, true, false),
+            (false, true) => k_loop!(l, false, true),
+            (false, false) => k_loop!(l, false, false),
+        }
+    }
+}
+
+/// The bf16 encodings (upper halves) of the odd 16-bit words of `x` and `y` (32 f32 values whose low 16 bits are
+/// zero, or whose truncation is wanted), in order.
+#[target_feature(enable = "avx512f,avx512bw")]
+fn bf16_of(x: __m512, y: __m512) -> __m512i {
+    let odd = _mm512_set_epi16(
+        63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9,
+        7, 5, 3, 1,
+    );
+    _mm512_permutex2var_epi16(_mm512_castps_si512(x), odd, _mm512_castps_si512(y))
+}
+
+/// Splits rows `0..rows` of the tile's A, K values `k0 .. k0 + len` (whole chunks of kt), into `dst` (rows
+/// `stride` bytes apart; per chunk kt `hi`, kt `mid`, kt `lo` bf16), and with `sums` non-null writes each row's
+/// Σa over each entry of `entry` values (`len / entry` per row, row-major).
+///
+/// # Safety
+/// The CPU has avx512f and avx512bw. `args` satisfies the `RunArgs` contract for an `f32` LHS; `k0 + len ≤
+/// blocks·bl`; `dst` holds `rows · stride` bytes, `stride ≥ 6·len`; `sums`, if not null, `rows · len / entry` f32;
+/// kt ∈ {16, 32} divides `entry`, which divides `len`.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn split(args: &RunArgs, k0: usize, len: usize, kt: usize, dst: *mut u8, stride: usize, sums: *mut f32, entry: usize) {
+    let hi_mask = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
+    let cut = |v: __m512| _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), hi_mask));
+    let m16: __mmask16 = if kt == 32 { 0xFFFF } else { 0 };
+    for r in 0..args.rows {
+        // SAFETY: row r of A holds blocks·bl ≥ k0 + len values (the RunArgs contract).
+        let src = unsafe { args.lhs.cast::<f32>().add(r * args.lhs_stride + k0) };
+        // SAFETY: row r of `dst` (the caller's size).
+        let row = unsafe { dst.add(r * stride) };
+        let mut total = _mm512_setzero_ps();
+        for c in 0..len / kt {
+            // SAFETY: K values c·kt .. +kt of the piece (the second vector only for kt = 32, by the mask).
+            let (x, y) = unsafe {
+                (_mm512_loadu_ps(src.add(c * kt)), _mm512_maskz_loadu_ps(m16, src.add(c * kt + 16)))
+            };
+            let (xh, yh) = (cut(x), cut(y));
+            let (xr, yr) = (_mm512_sub_ps(x, xh), _mm512_sub_ps(y, yh));
+            let (xm, ym) = (cut(xr), cut(yr));
+            let (xl, yl) = (_mm512_sub_ps(xr, xm), _mm512_sub_ps(yr, ym));
+            let at = c * 6 * kt;
+            // SAFETY: the chunk's 6·kt bytes of row r (stride ≥ 6·len); a 16-value chunk stores 32 bytes per part.
+            unsafe {
+                let m32: __mmask32 = if kt == 32 { !0 } else { 0xFFFF };
+                _mm512_mask_storeu_epi16(row.add(at).cast(), m32, bf16_of(xh, yh));
+                _mm512_mask_storeu_epi16(row.add(at + 2 * kt).cast(), m32, bf16_of(xm, ym));
+                _mm512_mask_storeu_epi16(row.add(at + 4 * kt).cast(), m32, bf16_of(xl, yl));
+            }
+            if !sums.is_null() {
+                total = _mm512_add_ps(total, _mm512_add_ps(x, y));
+                if ((c + 1) * kt).is_multiple_of(entry) {
+                    // SAFETY: entry ((c+1)·kt / entry − 1) of row r (the caller's size).
+                    unsafe { *sums.add(r * (len / entry) + (c + 1) * kt / entry - 1) = _mm512_reduce_add_ps(total) };
+                    total = _mm512_setzero_ps();
+                }
+            }
+        }
+    }
+}
+
+/// Unpacks unit `half` (columns 32·half .. +32) of `panel` for `n` entries of `entry` K values from entry
+/// `first` on: scales and corrections at `w` (per entry 32 + 32 f32), the codes as bf16 in AMX's B layout at `b`
+/// (per entry: column group 0's entry/2 rows of 64 bytes, 2 K values × 16 columns each, then group 1's).
+/// Returns whether the zero points were folded into the codes.
+///
+/// # Safety
+/// The CPU has avx512f and avx512bw. `args` satisfies the `RunArgs` contract for a `qunbp64x4_sf32_zpc` RHS of
+/// `BITS` bits; `entry` is `bl`, or a multiple of 32 dividing it; entries `first .. first + n` are inside the
+/// blocks; `b` holds `n · 64 · entry` bytes and `w` `n · 256`.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn unpack<const BITS: usize>(
+    args: &RunArgs,
+    panel: usize,
+    half: usize,
+    first: usize,
+    n: usize,
+    entry: usize,
+    b: *mut u8,
+    w: *mut f32,
+) -> bool {
+    let a = args;
+    let (bl, chunk) = (a.bl, a.bl.min(32));
+    let per = bl / entry;
+    // SAFETY: panel < the tile's panels (RunArgs contract); `w` holds n entries.
+    let prec = unsafe { a.rhs.add(panel * a.rhs_panel_stride) };
+    // SAFETY: as above; entries first.. are inside the blocks.
+    let fold = unsafe { unit_scales::<BITS>(a, prec, half, first, n, per, w) };
+    // Per 128-bit lane of 4 columns × K values 0..3 (bytes): the columns' K 0, 1 first, then K 2, 3; then the
+    // lanes' first halves, then their second halves: [K 0,1 of columns 0..15 | K 2,3 of columns 0..15].
+    let pairs = _mm512_set4_epi32(0x0F0E_0B0A, 0x0706_0302, 0x0D0C_0908, 0x0504_0100);
+    let halves = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
+    // bf16 of the integers 0..15, then −16..−1: a code's low 5 bits index it (codes of 2 and 4 bits: |q − z| ≤ 15).
+    let table = _mm512_set_epi16(
+        -16512, -16384, -16320, -16256, -16224, -16192, -16160, -16128, -16112, -16096, -16080, -16064, -16048,
+        -16032, -16016, -16000, 16752, 16736, 16720, 16704, 16688, 16672, 16656, 16640, 16608, 16576, 16544, 16512,
+        16448, 16384, 16256, 0,
+    );
+    for j in 0..n {
+        let (e, blk) = (first + j, (first + j) / per);
+        let c0 = (e % per) * entry / chunk;
+        // SAFETY: entry j's scales (written above); its codes go to entry j's bytes of `b`: bf16 row 2·row' + t
+        // of group g at g·32·entry + (2·row' + t)·64, row' = row − c0·chunk/4 < entry/4 (the caller's size).
+        unsafe {
+            let sub = subtrahends::<BITS>(fold, w.add(j * 2 * UNIT));
+            let eb = b.add(j * 64 * entry);
+            let base = c0 * chunk / 4;
+            decode::<BITS>(a, prec.add(blk * a.rhs_record), half, c0, c0 + entry / chunk, sub, |g, row, q| {
+                let t = _mm512_permutexvar_epi64(halves, _mm512_shuffle_epi8(q, pairs));
+                let (lo, hi) = (_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64::<1>(t));
+                let (r0, r1) = if BITS <= 4 {
+                    let lut = |h: __m256i| _mm512_permutexvar_epi16(_mm512_cvtepi8_epi16(h), table);
+                    (lut(lo), lut(hi))
+                } else {
+                    let cvt = |h: __m256i| {
+                        let f = |x: __m128i| _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(x));
+                        bf16_of(f(_mm256_castsi256_si128(h)), f(_mm256_extracti128_si256::<1>(h)))
+                    };
+                    (cvt(lo), cvt(hi))
+                };
+                let out = eb.add(g * 32 * entry + (row - base) * 128);
+                _mm512_storeu_si512(out.cast(), r0);
+                _mm512_storeu_si512(out.add(64).cast(), r1);
+            });
+        }
+    }
+    fold
+}
+
+/// The whole tile on AMX: K piece by piece, each piece's rows split once, each 32-column unit unpacked once per
+/// piece and walked by every row tile.
+///
+/// # Safety
+/// The CPU has AMX-TILE, AMX-BF16, avx512f and avx512bw, and this process may use the tile data. `args`
+/// satisfies the `RunArgs` contract with an `f32` LHS and a `qunbp64x4_sf32_zpc` RHS of `args.bits` ∈ {2, 4, 8}.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
+    let a = args;
+    let bl = a.bl;
+    let kt = bl.min(32);
+    let entry = bl.min(KC);
+    let entries = a.blocks * (bl / entry);
+    // Pieces of whole entries, as even as they allow.
+    let per_piece = (KC / entry).max(1);
+    let pieces = entries.div_ceil(per_piece);
+    let per_piece = entries.div_ceil(pieces);
+    let units = a.cols.div_ceil(UNIT);
+    let rows_pad = a.rows.next_multiple_of(MR);
+    let stride = row_stride(per_piece * entry);
+    let zp = a.has_zp != 0;
+    let abuf = fit(&mut s.a, a.rows * stride);
+    let sums = if zp { fit(&mut s.sums, a.rows * per_piece * 4).cast::<f32>() } else { std::ptr::null_mut() };
+    let b = fit(&mut s.b, per_piece * 64 * entry);
+    let w = fit(&mut s.w, per_piece * W_BYTES).cast::<f32>();
+    let acc = fit(&mut s.acc, units * rows_pad * UNIT * 4).cast::<f32>();
+    let cbuf = fit(&mut s.cbuf, 2 * MR * UNIT * 4).cast::<f32>();
+    // SAFETY: `acc` holds units·rows_pad·32 f32 (sized above).
+    unsafe { std::ptr::write_bytes(acc, 0, units * rows_pad * UNIT) };
+    let (full, tail) = (a.rows / MR, a.rows % MR);
+    for piece in 0..pieces {
+        let e0 = piece * per_piece;
+        let n = per_piece.min(entries - e0);
+        // SAFETY: the piece's K values are inside every row (n·entry ≤ blocks·bl − e0·entry); the buffers were
+        // sized above for per_piece entries.
+        unsafe { split(a, e0 * entry, n * entry, kt, abuf, stride, sums, entry) };
+        for unit in 0..units {
+            let (panel, half) = (unit / 2, unit % 2);
+            // SAFETY: the unit's columns start inside the tile; the buffers hold per_piece ≥ n entries.
+            let folded = unsafe { crate::arch::dispatch!(unpack::<>(a, panel, half, e0, n, entry, b, w); bits(a.bits)) };
+            for (first, tiles, rows) in [(0, full, MR), (full * MR, usize::from(tail > 0), tail)] {
+                if tiles == 0 {
+                    continue;
+                }
+                let mut l = Loop {
+                    cfg: config(rows, kt),
+                    // SAFETY: row `first` of the split rows (first < rows).
+                    a: unsafe { abuf.add(first * stride) },
+                    a_tile: MR * stride,
+                    a_stride: stride,
+                    a_half: 16 * stride,
+                    a_entry: 6 * entry,
+                    a_chunk: 6 * kt,
+                    a_part: 2 * kt,
+                    b,
+                    b_entry: 64 * entry,
+                    b_half: 32 * entry,
+                    b_chunk: 32 * kt,
+                    w,
+                    // SAFETY: row `first`'s sums (null without zero points: never read then).
+                    sums: if zp { unsafe { sums.add(first * n) } } else { std::ptr::null() },
+                    sums_row: 4 * n,
+                    sums_tile: MR * 4 * n,
+                    // SAFETY: the unit's sums of row `first`, inside `acc`.
+                    acc: unsafe { acc.add((unit * rows_pad + first) * UNIT) },
+                    cbuf,
+                    // SAFETY: the second half of the buffer (sized for two above).
+                    cb_swap: (cbuf as usize) ^ (unsafe { cbuf.add(MR * UNIT) } as usize),
+                    w_cur: std::ptr::null(),
+                    s_cur: std::ptr::null(),
+                    tiles,
+                    entries: n,
+                    chunks: entry / kt,
+                    rows,
+                };
+                // SAFETY: `l` describes `tiles` row tiles of `rows` rows inside the split rows, their sums and the
+                // unit's part of `acc`, and the n entries of this unit's unpacked buffers; the CPU's features are
+                // the caller's guarantee.
+                unsafe { k_loop(&mut l, rows > 16, zp && !folded) };
+            }
+        }
+    }
+    // SAFETY: `acc` holds every unit's rows (above); the RunArgs contract covers dst and bias.
+    unsafe { store_units(a, acc, rows_pad) };
+}
