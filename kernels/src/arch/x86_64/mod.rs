@@ -178,16 +178,17 @@ pub static FP32_GEMM_AVX512_DQ: UKernel = UKernel {
 const AMX_BF16: Features = Features::of(&[Feature::Avx512f, Feature::Avx512bw, Feature::AmxBf16]);
 
 /// fp32-path GEMM, AMX-BF16: activations split exactly into three bf16 parts, `tdpbf16ps` on 32 rows × 32 columns
-/// per register tile for tiles of 32 rows or more, up to 256 rows per task and at least 512 columns where the
-/// matrix has them (each task splits its rows once: the more columns share that, the less it costs); smaller
-/// tiles as [`FP32_GEMM_AVX512_DQ`].
+/// per register tile for tiles of 8 rows or more (`MIN_ROWS` of the kernel's file, measured), up to 256 rows per
+/// task and at least 256 columns where the matrix has them (each task splits its rows once: the more columns
+/// share that, the less it costs; 512 measured up to 7% faster on one thread but left 2 threads unevenly loaded on
+/// N = 576 and 1536, up to 1.5x slower there); smaller tiles as [`FP32_GEMM_AVX512_DQ`].
 pub static FP32_GEMM_AMX: UKernel = UKernel {
     name: "matmul_f32_f32_qunbp64x4_sf32_zpc_32x32_amx",
     isa: Isa::Amx,
     requires: AMX_BF16,
     geometry: |_, _| Geometry {
         max_task_rows: 256,
-        min_task_cols: 512,
+        min_task_cols: 256,
         ..Geometry::new(qunbp64x4_amx_bf16::MR, qunbp64x4_vnni::NR, usize::MAX)
     },
     run: matmul_f32_f32_qunbp64x4_sf32_zpc_32x32_amx::run,
