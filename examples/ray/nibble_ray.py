@@ -13,7 +13,12 @@ was served.
 
 Health: Serve calls `check_health` every `health_check_period_s`; it fails when the nibble-serve process has exited
 or its /health is not 200 (nibble-serve answers 503 once a model's generation thread has ended), and Serve then
-replaces the replica. nibble-serve dies with the replica (PR_SET_PDEATHSIG), so a killed replica leaves no server.
+replaces the replica. Serve does so only after 3 failed checks in a row (REPLICA_HEALTH_CHECK_UNHEALTHY_THRESHOLD),
+and its routers keep sending the replica requests until then: so when nibble-serve exits without being asked to, the
+replica ends its own process at once instead (`_server_exited`), the routers re-route the requests not yet accepted
+(ActorDiedError) and the controller starts a replacement. nibble-serve dies with the replica (PR_SET_PDEATHSIG), so a
+killed replica leaves no server. It starts with SIGALRM ignored: it sets no timer, and SIGALRM's default action
+would end it and every answer in flight (`_child_setup`).
 
 Application arguments (`args:` in the Serve config, or `serve run nibble_ray:build model=...`): `model` (a model
 directory, default <repo>/target/llama/smollm2-q4), `model_id` (default: the directory's name), `binary` (default
@@ -54,14 +59,25 @@ START_TIMEOUT_S = 300.0
 PASSED_HEADERS = ("content-type", "cache-control", "retry-after")
 
 
-_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: no dlopen between fork and exec
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_PRCTL = _LIBC.prctl  # looked up here: no dlopen between fork and exec
 _PR_SET_PDEATHSIG = 1
+_SIGNAL = _LIBC.signal  # libc's: Python's signal.signal refuses to run outside the main thread
+_SIGNAL.restype = ctypes.c_void_p
+_SIGNAL.argtypes = (ctypes.c_int, ctypes.c_void_p)
+_SIG_IGN = 1
+_SIG_ERR = ctypes.c_void_p(-1).value
 
 
-def _die_with_parent() -> None:
+def _child_setup() -> None:
     """In the child, between fork and exec: SIGTERM when the thread that started us ends (the replica's supervisor
-    thread, which lives as long as the child, or the whole replica process, killed or not)."""
+    thread, which lives as long as the child, or the whole replica process, killed or not); SIGALRM ignored (an
+    ignored signal stays ignored across exec). nibble-serve arms no timer, so a SIGALRM can only come from outside,
+    and its default action ends the process and every answer in flight (a CI run: "exit status -14" under load,
+    the streams of the only replica cut)."""
     if _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        os._exit(127)
+    if _SIGNAL(signal.SIGALRM, _SIG_IGN) == _SIG_ERR:
         os._exit(127)
 
 
@@ -78,7 +94,9 @@ def _resolve(path: str | os.PathLike) -> Path:
 class NibbleServeProcess:
     """One nibble-serve child process: started, its log drained, its URL known, stopped."""
 
-    def __init__(self, binary: Path, args: list[str], name: str):
+    def __init__(self, binary: Path, args: list[str], name: str, on_exit=None):
+        """`on_exit(self, status)` is called from the supervisor thread when the child exits after it was listening
+        and without stop() having asked it to."""
         if not binary.is_file():
             raise RuntimeError(f"{binary} does not exist: build it with "
                                "`cargo build --release -p nibble-ort -p nibble-llama -p nibble-serve`")
@@ -87,6 +105,8 @@ class NibbleServeProcess:
         self.tail: collections.deque[str] = collections.deque(maxlen=40)  # the last log lines, for error messages
         self.proc: subprocess.Popen | None = None
         self.url: str | None = None
+        self.on_exit = on_exit
+        self.stopping = False
         started: queue_mod.Queue = queue_mod.Queue()
         # Popen from a thread that lives exactly as long as the child: PR_SET_PDEATHSIG fires when the *thread*
         # that forked the child ends, so it must not be a short-lived request or constructor thread.
@@ -111,7 +131,7 @@ class NibbleServeProcess:
         try:
             self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.PIPE, text=True, errors="replace",
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=_child_setup)
         except OSError as e:
             started.put(("error", str(e)))
             return
@@ -130,6 +150,8 @@ class NibbleServeProcess:
         code = self.proc.wait()
         if not listening:
             started.put(("error", f"exited with status {code} before listening"))
+        elif not self.stopping and self.on_exit is not None:
+            self.on_exit(self, code)
 
     @property
     def pid(self) -> int | None:
@@ -140,6 +162,7 @@ class NibbleServeProcess:
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM (nibble-serve finishes the answers in flight), then SIGKILL after `timeout` seconds."""
+        self.stopping = True
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.send_signal(signal.SIGTERM)
@@ -181,12 +204,23 @@ class NibbleChat:
             args += ["--model-id", model_id]
         if usd_per_hour is not None:
             args += ["--usd-per-hour", str(usd_per_hour)]
-        self.server = NibbleServeProcess(_resolve(binary) if binary else DEFAULT_BINARY, args, self.replica_id)
+        self.server = NibbleServeProcess(_resolve(binary) if binary else DEFAULT_BINARY, args, self.replica_id,
+                                         on_exit=self._server_exited)
         self.session: aiohttp.ClientSession | None = None
         self.headers = {"x-nibble-node": self.node_id, "x-nibble-replica": self.replica_id,
                         "x-nibble-replica-pid": str(os.getpid()), "x-nibble-pid": str(self.server.pid)}
         print(f"replica {self.replica_id} on node {self.node_id}: nibble-serve pid {self.server.pid} at "
               f"{self.server.url}, {self.threads} thread(s) from num_cpus={cpus}", file=sys.stderr, flush=True)
+
+    def _server_exited(self, server: NibbleServeProcess, code: int) -> None:
+        """nibble-serve exited unasked (killed, crashed): this replica can answer nothing more. Its process ends now,
+        rather than after Serve's 3 failed health checks in a row (~15 s at health_check_period_s=5) during which the
+        routers would keep sending it requests to answer 503: its routers see the replica dead and send the requests
+        it has not accepted to another replica, and the controller replaces it."""
+        how = f"signal {signal.Signals(-code).name}" if -code in signal.valid_signals() else f"status {code}"
+        print(f"replica {self.replica_id}: nibble-serve (pid {server.pid}) exited with {how}; ending the replica so "
+              "that Serve replaces it; its log:\n" + "".join(server.tail), file=sys.stderr, flush=True)
+        os._exit(1)
 
     def _client(self) -> aiohttp.ClientSession:
         if self.session is None or self.session.closed:
