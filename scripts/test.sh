@@ -107,7 +107,8 @@ ORT_NEW=1.31.1
 # The forced passes: the second-ranked portable families (every node the first two can serve runs on them; the kr=8
 # layout cannot hold 2-bit blocks of 16, those nodes fall to the default portable families), the portable rung,
 # and on x86 CPUs with AVX2 the avx2 rung and the AVX2 family without AVX-VNNI (vpmaddubsw); on CPUs with AMX-INT8 also
-# the avx512vnni rung (there the AMX families take every int8 GEMM of 32 rows or more by default).
+# the avx512vnni rung (there the AMX families take every int8 GEMM of 32 rows or more and, with AMX-BF16, every
+# fp32-path GEMM of 8 rows or more by default).
 FORCED=("NIBBLE_FAMILIES=portable_int8_qsnbp8x8_sf16_zpc_bsum,portable_fp32_qsnbp8x8_sf32_zpc,portable_int8_qunbp8x4_sf32_zpb,portable_fp32_qunbp8x4_sf32_zpb"
         "NIBBLE_ISA=portable")
 if [ "$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then

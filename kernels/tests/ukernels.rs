@@ -566,7 +566,8 @@ fn row_numerics_with_a_long_k_tail_of_garbage_codes() {
     }
 }
 
-/// A NaN in A must reach the output rows it feeds (as f32 arithmetic would), on every family, and only those rows.
+/// A NaN in A must reach the output rows it feeds (as f32 arithmetic would), on every family, and only those rows
+/// (M = 40: the GEMMs that take tall tiles only, e.g. the AMX ones).
 #[test]
 fn nan_activations_propagate() {
     let mut rng = Rng::new(7);
@@ -576,7 +577,9 @@ fn nan_activations_propagate() {
         let Ok(l) = registry::build_ladder(Cpu::get(), None, Some(f.name())) else { continue };
         let sel = l.select(&Problem::of(f.path(), &w)).unwrap();
         let rhs = sel.pack_rhs(&w).unwrap();
-        for (m, act) in [(3, ActQuant::Block), (5, ActQuant::Block), (3, ActQuant::Row), (5, ActQuant::Row)] {
+        for (m, act) in
+            [(3, ActQuant::Block), (5, ActQuant::Block), (40, ActQuant::Block), (3, ActQuant::Row), (5, ActQuant::Row)]
+        {
             let sel = sel.with_activation_quant(act);
             let mut a = activations(&mut rng, m, 93);
             a[93 + 40] = f32::NAN; // row 1

@@ -2,9 +2,9 @@
 //! intrinsics for, in inline asm). Ladder: amx → avx512vnni → avx2 → portable.
 
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_12x32_avx512vnni;
-mod matmul_f32_f32_qunbp64x4_sf32_zpc_32x32_amx;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x32_avx2;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x64_avx512vnni;
+mod matmul_f32_f32_qunbp64x4_sf32_zpc_32x32_amx;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_3x16_avx2;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_6x16_avx2;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_6x32_avx512vnni;

@@ -138,8 +138,8 @@ impl Scratch {
         SCRATCH.with_borrow_mut(f)
     }
 
-    /// Grows each buffer to at least `bytes` (64-byte vectors).
-    fn fit(v: &mut Vec<__m512i>, bytes: usize) -> *mut u8 {
+    /// Grows a buffer to at least `bytes` (64-byte vectors) and returns its start.
+    pub(crate) fn fit(v: &mut Vec<__m512i>, bytes: usize) -> *mut u8 {
         let n = bytes.div_ceil(64);
         if v.len() < n {
             // SAFETY: all-zero bits are a valid __m512i.
@@ -152,6 +152,13 @@ impl Scratch {
 /// The tile configuration for row tiles of `rows` (1 … 32) rows and `kt` K values per multiply: C halves
 /// tmm0, tmm1 (rows 0–15) and tmm2, tmm3 (rows 16–31), A halves tmm4, tmm5, B column groups tmm6, tmm7.
 fn config(rows: usize, kt: usize) -> [u8; 64] {
+    tile_config(rows, kt, kt / KR)
+}
+
+/// Palette 1 with C halves tmm0, tmm1 (rows 0–15, 64 bytes) and tmm2, tmm3 (rows 16–31), A halves tmm4, tmm5
+/// (`a_bytes` per row) and B column groups tmm6, tmm7 (`b_rows` rows of 64 bytes), for row tiles of `rows`
+/// (1 … 32) rows; tiles without rows stay unconfigured.
+pub(crate) fn tile_config(rows: usize, a_bytes: usize, b_rows: usize) -> [u8; 64] {
     let mut cfg = [0u8; 64];
     cfg[0] = 1;
     let (top, bottom) = (rows.min(16), rows.saturating_sub(16));
@@ -161,11 +168,13 @@ fn config(rows: usize, kt: usize) -> [u8; 64] {
             cfg[48 + t] = r as u8;
         }
     };
-    for (t, r, colsb) in [(0, top, 64), (1, top, 64), (2, bottom, 64), (3, bottom, 64), (4, top, kt), (5, bottom, kt)] {
+    for (t, r, colsb) in
+        [(0, top, 64), (1, top, 64), (2, bottom, 64), (3, bottom, 64), (4, top, a_bytes), (5, bottom, a_bytes)]
+    {
         set(t, r, colsb);
     }
-    set(6, kt / KR, 64);
-    set(7, kt / KR, 64);
+    set(6, b_rows, 64);
+    set(7, b_rows, 64);
     cfg
 }
 
@@ -178,6 +187,7 @@ macro_rules! when {
         ""
     };
 }
+pub(crate) use when;
 
 /// Zero the C tiles, then every 64-K step of the block at `{a}` (A) / `{b}` (codes): load A's halves and the two
 /// column groups, 2 or 4 `tdpbssd`.
@@ -500,7 +510,9 @@ pub(crate) unsafe fn decode<const BITS: usize>(
             for (g, &sub) in sub.iter().enumerate() {
                 // SAFETY: 64 bytes of codes inside the record (the caller's guarantee): column group 2·half + g,
                 // K values 4·grp.. of each lane of chunk c.
-                let v = unsafe { _mm512_loadu_si512(rec.add(c * chunk_bytes + grp * NR * KR + (2 * half + g) * 64).cast()) };
+                let v = unsafe {
+                    _mm512_loadu_si512(rec.add(c * chunk_bytes + grp * NR * KR + (2 * half + g) * 64).cast())
+                };
                 for (l, &sh) in shift.iter().enumerate().take(cpb) {
                     let q = if BITS == 8 {
                         _mm512_xor_si512(v, sub)

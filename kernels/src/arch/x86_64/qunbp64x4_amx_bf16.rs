@@ -41,7 +41,9 @@
 //! store y (+ bias), columns past N never
 //! ```
 
-use super::qunbp64x4_amx::{UNIT, decode, store_units, subtrahends, unit_scales};
+use super::qunbp64x4_amx::{
+    Scratch as Int8Scratch, UNIT, decode, store_units, subtrahends, tile_config, unit_scales, when,
+};
 use crate::ukernel::RunArgs;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -146,16 +148,6 @@ impl Scratch {
     }
 }
 
-/// Grows `v` to at least `bytes` (64-byte vectors) and returns its start.
-fn fit(v: &mut Vec<__m512i>, bytes: usize) -> *mut u8 {
-    let n = bytes.div_ceil(64);
-    if v.len() < n {
-        // SAFETY: all-zero bits are a valid __m512i.
-        v.resize(n, unsafe { std::mem::zeroed() });
-    }
-    v.as_mut_ptr().cast()
-}
-
 /// Bytes from one split row to the next for `len` K values: 6 bytes per value, one 64-byte line more where that
 /// is a multiple of 1 KiB.
 pub(crate) fn row_stride(len: usize) -> usize {
@@ -167,33 +159,7 @@ pub(crate) fn row_stride(len: usize) -> usize {
 /// tmm0, tmm1 (rows 0–15) and tmm2, tmm3 (rows 16–31), A halves tmm4, tmm5 (kt bf16 per row), B column groups
 /// tmm6, tmm7 (kt/2 rows of 16 bf16 pairs).
 fn config(rows: usize, kt: usize) -> [u8; 64] {
-    let mut cfg = [0u8; 64];
-    cfg[0] = 1;
-    let (top, bottom) = (rows.min(16), rows.saturating_sub(16));
-    let mut set = |t: usize, r: usize, colsb: usize| {
-        if r > 0 {
-            cfg[16 + 2 * t..18 + 2 * t].copy_from_slice(&(colsb as u16).to_le_bytes());
-            cfg[48 + t] = r as u8;
-        }
-    };
-    for (t, r, colsb) in
-        [(0, top, 64), (1, top, 64), (2, bottom, 64), (3, bottom, 64), (4, top, 2 * kt), (5, bottom, 2 * kt)]
-    {
-        set(t, r, colsb);
-    }
-    set(6, kt / 2, 64);
-    set(7, kt / 2, 64);
-    cfg
-}
-
-/// `$s` if `$on` is `true`, else nothing (a piece of an asm template).
-macro_rules! when {
-    (true, $s:expr) => {
-        $s
-    };
-    (false, $s:expr) => {
-        ""
-    };
+    tile_config(rows, 2 * kt, kt / 2)
 }
 
 /// One part of a chunk: the A halves at `{x5}` (and `{x5}` + a_half) times both column groups, into the C tiles.
@@ -403,16 +369,28 @@ fn bf16_of(x: __m512, y: __m512) -> __m512i {
     _mm512_permutex2var_epi16(_mm512_castps_si512(x), odd, _mm512_castps_si512(y))
 }
 
-/// Splits rows `0..rows` of the tile's A, K values `k0 .. k0 + len` (whole chunks of kt), into `dst` (rows
-/// `stride` bytes apart; per chunk kt `hi`, kt `mid`, kt `lo` bf16), and with `sums` non-null writes each row's
-/// Σa over each entry of `entry` values (`len / entry` per row, row-major).
+/// One K piece of a tile: `n` entries of `entry` K values (a block, or a part of one) from entry `first` on, in
+/// chunks of `kt` = min(bl, 32) values.
+#[derive(Clone, Copy)]
+struct Piece {
+    first: usize,
+    n: usize,
+    entry: usize,
+    kt: usize,
+}
+
+/// Splits rows `0..rows` of the tile's A, the K values of piece `p`, into `dst` (rows `stride` bytes apart; per
+/// chunk kt `hi`, kt `mid`, kt `lo` bf16), and with `sums` non-null writes each row's Σa over each entry (`p.n`
+/// per row, row-major).
 ///
 /// # Safety
-/// The CPU has avx512f and avx512bw. `args` satisfies the `RunArgs` contract for an `f32` LHS; `k0 + len ≤
-/// blocks·bl`; `dst` holds `rows · stride` bytes, `stride ≥ 6·len`; `sums`, if not null, `rows · len / entry` f32;
-/// kt ∈ {16, 32} divides `entry`, which divides `len`.
+/// The CPU has avx512f and avx512bw. `args` satisfies the `RunArgs` contract for an `f32` LHS; the piece's
+/// entries are inside `blocks·bl` values; `dst` holds `rows · stride` bytes, `stride ≥ 6·n·entry`; `sums`, if not
+/// null, `rows · n` f32; kt ∈ {16, 32} divides `entry`.
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn split(args: &RunArgs, k0: usize, len: usize, kt: usize, dst: *mut u8, stride: usize, sums: *mut f32, entry: usize) {
+unsafe fn split(args: &RunArgs, p: Piece, dst: *mut u8, stride: usize, sums: *mut f32) {
+    let Piece { kt, entry, .. } = p;
+    let (k0, len) = (p.first * entry, p.n * entry);
     let hi_mask = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
     let cut = |v: __m512| _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), hi_mask));
     let m16: __mmask16 = if kt == 32 { 0xFFFF } else { 0 };
@@ -424,9 +402,8 @@ unsafe fn split(args: &RunArgs, k0: usize, len: usize, kt: usize, dst: *mut u8, 
         let mut total = _mm512_setzero_ps();
         for c in 0..len / kt {
             // SAFETY: K values c·kt .. +kt of the piece (the second vector only for kt = 32, by the mask).
-            let (x, y) = unsafe {
-                (_mm512_loadu_ps(src.add(c * kt)), _mm512_maskz_loadu_ps(m16, src.add(c * kt + 16)))
-            };
+            let (x, y) =
+                unsafe { (_mm512_loadu_ps(src.add(c * kt)), _mm512_maskz_loadu_ps(m16, src.add(c * kt + 16))) };
             let (xh, yh) = (cut(x), cut(y));
             let (xr, yr) = (_mm512_sub_ps(x, xh), _mm512_sub_ps(y, yh));
             let (xm, ym) = (cut(xr), cut(yr));
@@ -451,27 +428,25 @@ unsafe fn split(args: &RunArgs, k0: usize, len: usize, kt: usize, dst: *mut u8, 
     }
 }
 
-/// Unpacks unit `half` (columns 32·half .. +32) of `panel` for `n` entries of `entry` K values from entry
-/// `first` on: scales and corrections at `w` (per entry 32 + 32 f32), the codes as bf16 in AMX's B layout at `b`
+/// Unpacks unit `half` (columns 32·half .. +32) of `panel` for the entries of piece `p`: scales and corrections at `w` (per entry 32 + 32 f32), the codes as bf16 in AMX's B layout at `b`
 /// (per entry: column group 0's entry/2 rows of 64 bytes, 2 K values × 16 columns each, then group 1's).
 /// Returns whether the zero points were folded into the codes.
 ///
 /// # Safety
 /// The CPU has avx512f and avx512bw. `args` satisfies the `RunArgs` contract for a `qunbp64x4_sf32_zpc` RHS of
-/// `BITS` bits; `entry` is `bl`, or a multiple of 32 dividing it; entries `first .. first + n` are inside the
-/// blocks; `b` holds `n · 64 · entry` bytes and `w` `n · 256`.
+/// `BITS` bits; `p.entry` is `bl`, or a multiple of 32 dividing it; the piece's entries are inside the blocks;
+/// `b` holds `p.n · 64 · p.entry` bytes and `w` `p.n · 256`.
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn unpack<const BITS: usize>(
     args: &RunArgs,
     panel: usize,
     half: usize,
-    first: usize,
-    n: usize,
-    entry: usize,
+    p: Piece,
     b: *mut u8,
     w: *mut f32,
 ) -> bool {
     let a = args;
+    let Piece { first, n, entry, .. } = p;
     let (bl, chunk) = (a.bl, a.bl.min(32));
     let per = bl / entry;
     // SAFETY: panel < the tile's panels (RunArgs contract); `w` holds n entries.
@@ -484,9 +459,9 @@ unsafe fn unpack<const BITS: usize>(
     let halves = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
     // bf16 of the integers 0..15, then −16..−1: a code's low 5 bits index it (codes of 2 and 4 bits: |q − z| ≤ 15).
     let table = _mm512_set_epi16(
-        -16512, -16384, -16320, -16256, -16224, -16192, -16160, -16128, -16112, -16096, -16080, -16064, -16048,
-        -16032, -16016, -16000, 16752, 16736, 16720, 16704, 16688, 16672, 16656, 16640, 16608, 16576, 16544, 16512,
-        16448, 16384, 16256, 0,
+        -16512, -16384, -16320, -16256, -16224, -16192, -16160, -16128, -16112, -16096, -16080, -16064, -16048, -16032,
+        -16016, -16000, 16752, 16736, 16720, 16704, 16688, 16672, 16656, 16640, 16608, 16576, 16544, 16512, 16448,
+        16384, 16256, 0,
     );
     for j in 0..n {
         let (e, blk) = (first + j, (first + j) / per);
@@ -540,25 +515,27 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
     let rows_pad = a.rows.next_multiple_of(MR);
     let stride = row_stride(per_piece * entry);
     let zp = a.has_zp != 0;
-    let abuf = fit(&mut s.a, a.rows * stride);
-    let sums = if zp { fit(&mut s.sums, a.rows * per_piece * 4).cast::<f32>() } else { std::ptr::null_mut() };
-    let b = fit(&mut s.b, per_piece * 64 * entry);
-    let w = fit(&mut s.w, per_piece * W_BYTES).cast::<f32>();
-    let acc = fit(&mut s.acc, units * rows_pad * UNIT * 4).cast::<f32>();
-    let cbuf = fit(&mut s.cbuf, 2 * MR * UNIT * 4).cast::<f32>();
+    let abuf = Int8Scratch::fit(&mut s.a, a.rows * stride);
+    let sums =
+        if zp { Int8Scratch::fit(&mut s.sums, a.rows * per_piece * 4).cast::<f32>() } else { std::ptr::null_mut() };
+    let b = Int8Scratch::fit(&mut s.b, per_piece * 64 * entry);
+    let w = Int8Scratch::fit(&mut s.w, per_piece * W_BYTES).cast::<f32>();
+    let acc = Int8Scratch::fit(&mut s.acc, units * rows_pad * UNIT * 4).cast::<f32>();
+    let cbuf = Int8Scratch::fit(&mut s.cbuf, 2 * MR * UNIT * 4).cast::<f32>();
     // SAFETY: `acc` holds units·rows_pad·32 f32 (sized above).
     unsafe { std::ptr::write_bytes(acc, 0, units * rows_pad * UNIT) };
     let (full, tail) = (a.rows / MR, a.rows % MR);
     for piece in 0..pieces {
         let e0 = piece * per_piece;
         let n = per_piece.min(entries - e0);
+        let p = Piece { first: e0, n, entry, kt };
         // SAFETY: the piece's K values are inside every row (n·entry ≤ blocks·bl − e0·entry); the buffers were
         // sized above for per_piece entries.
-        unsafe { split(a, e0 * entry, n * entry, kt, abuf, stride, sums, entry) };
+        unsafe { split(a, p, abuf, stride, sums) };
         for unit in 0..units {
             let (panel, half) = (unit / 2, unit % 2);
             // SAFETY: the unit's columns start inside the tile; the buffers hold per_piece ≥ n entries.
-            let folded = unsafe { crate::arch::dispatch!(unpack::<>(a, panel, half, e0, n, entry, b, w); bits(a.bits)) };
+            let folded = unsafe { crate::arch::dispatch!(unpack::<>(a, panel, half, p, b, w); bits(a.bits)) };
             for (first, tiles, rows) in [(0, full, MR), (full * MR, usize::from(tail > 0), tail)] {
                 if tiles == 0 {
                     continue;
