@@ -62,61 +62,181 @@ const ROW_BYTES: usize = UNIT * 4;
 /// Bytes per block of unpacked scales and corrections (32 f32 each).
 const W_BYTES: usize = 2 * UNIT * 4;
 
-/// What the asm block reads, at the offsets written into it (checked below). The loop's state that outlives one
-/// row tile (`a`, `sa`, `acc`, `tiles`) is updated in place.
+/// The part of an AMX GEMM's loop state that the shared walk ([`walk!`]) reads and updates, at offsets 64 … 167
+/// of the loop's `#[repr(C, align(64))]` record, after its 64-byte tile configuration (checked below). An entry
+/// is what one tile-result round trip covers: a block (int8) or a block or part of one (bf16).
+#[repr(C)]
+pub(crate) struct Walk {
+    /// A at the current row tile, entry 0.
+    pub(crate) a: *const u8,
+    /// Bytes from one row tile's A to the next (32 rows).
+    pub(crate) a_tile: usize,
+    /// Unpacked codes of entry 0.
+    pub(crate) b: *const u8,
+    /// Scales and corrections of entry 0 (256 bytes per entry).
+    pub(crate) w: *const f32,
+    /// The current row tile's first row's per-entry factor (sa, or Σa), entry 0 (4 bytes per entry).
+    pub(crate) s: *const f32,
+    pub(crate) s_tile: usize,
+    /// f32 sums of the current row tile (32 rows × 32 columns, 4 KiB).
+    pub(crate) acc: *mut f32,
+    /// One entry's tile results (32 rows × 32 columns, 4 KiB); `cbuf ^ cb_swap` is the other buffer.
+    pub(crate) cbuf: *mut u8,
+    pub(crate) tiles: usize,
+    pub(crate) entries: usize,
+    pub(crate) cb_swap: usize,
+    /// The walk's own: the current entry's scales and factor.
+    pub(crate) w_cur: *const f32,
+    pub(crate) s_cur: *const f32,
+}
+
+impl Walk {
+    /// The walk over `tiles` row tiles from `a` / `s` / `acc` and `entries` entries from `b` / `w`, with two 4 KiB
+    /// tile-result buffers from `cbuf` on (8 KiB).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        a: *const u8,
+        a_tile: usize,
+        b: *const u8,
+        w: *const f32,
+        s: *const f32,
+        s_tile: usize,
+        acc: *mut f32,
+        cbuf: *mut u8,
+        tiles: usize,
+        entries: usize,
+    ) -> Walk {
+        let cb_swap = (cbuf as usize) ^ (cbuf as usize + MR * ROW_BYTES);
+        let (w_cur, s_cur) = (std::ptr::null(), std::ptr::null());
+        Walk { a, a_tile, b, w, s, s_tile, acc, cbuf, tiles, entries, cb_swap, w_cur, s_cur }
+    }
+}
+
+/// Store the C tiles into the buffer at `{cb}` (rows 128 bytes apart), then step `{a}` and `{b}` to the next
+/// entry (the loop record's bytes per entry of A at 184 and of codes at 200).
+macro_rules! tile_store {
+    ($two:tt) => {
+        concat!(
+            "mov {x6}, 128\n",
+            "tilestored [{cb} + {x6}*1], tmm0\n",
+            "lea {x5}, [{cb} + 64]\n",
+            "tilestored [{x5} + {x6}*1], tmm1\n",
+            when!(
+                $two,
+                concat!(
+                    "lea {x5}, [{cb} + 2048]\n",
+                    "tilestored [{x5} + {x6}*1], tmm2\n",
+                    "lea {x5}, [{cb} + 2112]\n",
+                    "tilestored [{x5} + {x6}*1], tmm3\n"
+                )
+            ),
+            "add {a}, [{p} + 184]\n",
+            "add {b}, [{p} + 200]\n",
+        )
+    };
+}
+
+pub(crate) use tile_store;
+
+/// The asm block of an AMX GEMM over `walk.tiles` row tiles, `$l` a pointer to its loop record (the tile
+/// configuration, then [`Walk`], then the kernel's own fields), `$ops` / `$epilogue` the kernel's macros for one
+/// entry's tile multiplies and for the epilogue from the buffer at `{cb}` into the sums ([`tile_store!`] stores
+/// the tiles in between). Software pipelined by one entry: entry e + 1's
+/// tile multiplies are issued before entry e's epilogue (the AMX unit works while the vector ports convert and
+/// add), and stored into the other buffer after it. `[$($extra)*]`: more register operands the kernel's macros use.
+macro_rules! walk {
+    ($l:expr, $ops:ident, $epilogue:ident, $two:tt, $zp:tt, [$($extra:tt)*]) => {
+        std::arch::asm!(
+            "ldtilecfg [{p}]",
+            "2:",
+            "mov {a}, [{p} + 64]",
+            "mov {b}, [{p} + 80]",
+            "mov {x1}, [{p} + 88]",
+            "mov [{p} + 152], {x1}",
+            "mov {x1}, [{p} + 96]",
+            "mov [{p} + 160], {x1}",
+            "mov {nb}, [{p} + 136]",
+            "mov {cb}, [{p} + 120]",
+            $ops!($two),
+            tile_store!($two),
+            "3:",
+            "cmp {nb}, 1",
+            "je 7f",
+            $ops!($two),
+            "7:",
+            $epilogue!($zp),
+            "cmp {nb}, 1",
+            "je 8f",
+            "xor {cb}, [{p} + 144]",
+            tile_store!($two),
+            "8:",
+            "add qword ptr [{p} + 152], 256",
+            "add qword ptr [{p} + 160], 4",
+            "dec {nb}",
+            "jnz 3b",
+            "mov {x1}, [{p} + 72]",
+            "add [{p} + 64], {x1}",
+            "mov {x1}, [{p} + 104]",
+            "add [{p} + 96], {x1}",
+            "add qword ptr [{p} + 112], 4096",
+            "dec qword ptr [{p} + 128]",
+            "jnz 2b",
+            "tilerelease",
+            p = in(reg) $l,
+            a = out(reg) _,
+            b = out(reg) _,
+            nb = out(reg) _,
+            cb = out(reg) _,
+            x1 = out(reg) _,
+            x2 = out(reg) _,
+            x3 = out(reg) _,
+            x4 = out(reg) _,
+            x5 = out(reg) _,
+            x6 = out(reg) _,
+            $($extra)*
+            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _, out("zmm4") _,
+            out("zmm5") _, out("zmm6") _, out("zmm7") _, out("zmm8") _, out("zmm9") _,
+            options(nostack),
+        )
+    };
+}
+pub(crate) use walk;
+
+/// The int8 GEMM's loop record: what its asm block reads, at the offsets written into it (checked below).
 #[repr(C, align(64))]
 struct Loop {
     /// The tile configuration (palette 1).
     cfg: [u8; 64],
-    /// A at the current row tile, block 0.
-    a: *const i8,
-    /// Bytes from one row tile's A to the next (32 rows).
-    a_tile: usize,
+    walk: Walk,
     a_stride: usize,
     /// Bytes from a row tile's first half to its second (16 rows).
     a_half: usize,
     a_block: usize,
     /// K values per tile multiply: min(bl, 64).
     a_step: usize,
-    /// Unpacked codes of block 0.
-    b: *const i8,
     b_block: usize,
     /// Bytes from column group 0's codes of a block to group 1's.
     b_half: usize,
-    /// Scales and corrections of block 0.
-    w: *const f32,
-    /// sa of the current row tile's first row, block 0.
-    sa: *const f32,
     /// Bytes from `sa` to the matching Σq_a.
     qs_delta: isize,
     sa_row: usize,
-    sa_tile: usize,
-    /// f32 sums of the current row tile (32 rows × 32 columns).
-    acc: *mut f32,
-    /// int32 tile results of one block (32 rows × 32 columns).
-    cbuf: *mut i32,
-    tiles: usize,
-    blocks: usize,
     steps: usize,
     /// Rows of each row tile (32, or the last tile's rows).
     rows: usize,
-    /// `cbuf` XOR the other int32 buffer's address.
-    cb_swap: usize,
-    /// The loop's own: the current block's scales and sa.
-    w_cur: *const f32,
-    sa_cur: *const f32,
 }
 
 const _: () = {
     use core::mem::offset_of;
-    assert!(offset_of!(Loop, a) == 64 && offset_of!(Loop, a_tile) == 72 && offset_of!(Loop, a_stride) == 80);
-    assert!(offset_of!(Loop, a_half) == 88 && offset_of!(Loop, a_block) == 96 && offset_of!(Loop, a_step) == 104);
-    assert!(offset_of!(Loop, b) == 112 && offset_of!(Loop, b_block) == 120 && offset_of!(Loop, b_half) == 128);
-    assert!(offset_of!(Loop, w) == 136 && offset_of!(Loop, sa) == 144 && offset_of!(Loop, qs_delta) == 152);
-    assert!(offset_of!(Loop, sa_row) == 160 && offset_of!(Loop, sa_tile) == 168 && offset_of!(Loop, acc) == 176);
-    assert!(offset_of!(Loop, cbuf) == 184 && offset_of!(Loop, tiles) == 192 && offset_of!(Loop, blocks) == 200);
-    assert!(offset_of!(Loop, steps) == 208 && offset_of!(Loop, rows) == 216 && offset_of!(Loop, cb_swap) == 224);
-    assert!(offset_of!(Loop, w_cur) == 232 && offset_of!(Loop, sa_cur) == 240);
+    assert!(offset_of!(Loop, walk) == 64 && core::mem::size_of::<Walk>() == 104);
+    assert!(offset_of!(Walk, a) == 0 && offset_of!(Walk, a_tile) == 8 && offset_of!(Walk, b) == 16);
+    assert!(offset_of!(Walk, w) == 24 && offset_of!(Walk, s) == 32 && offset_of!(Walk, s_tile) == 40);
+    assert!(offset_of!(Walk, acc) == 48 && offset_of!(Walk, cbuf) == 56 && offset_of!(Walk, tiles) == 64);
+    assert!(offset_of!(Walk, entries) == 72 && offset_of!(Walk, cb_swap) == 80 && offset_of!(Walk, w_cur) == 88);
+    assert!(offset_of!(Walk, s_cur) == 96);
+    assert!(offset_of!(Loop, a_stride) == 168 && offset_of!(Loop, a_half) == 176 && offset_of!(Loop, a_block) == 184);
+    assert!(offset_of!(Loop, a_step) == 192 && offset_of!(Loop, b_block) == 200 && offset_of!(Loop, b_half) == 208);
+    assert!(offset_of!(Loop, qs_delta) == 216 && offset_of!(Loop, sa_row) == 224 && offset_of!(Loop, steps) == 232);
+    assert!(offset_of!(Loop, rows) == 240);
 };
 
 /// Scratch of one thread, kept between calls: unpacked codes, scales and corrections of one unit, the f32 sums
@@ -199,14 +319,14 @@ macro_rules! tile_ops {
             when!($two, "tilezero tmm2\ntilezero tmm3\n"),
             "mov {x1}, {a}\n",
             "mov {x2}, {b}\n",
-            "mov {x3}, [{p} + 208]\n",
-            "mov {x4}, [{p} + 80]\n",
+            "mov {x3}, [{p} + 232]\n",
+            "mov {x4}, [{p} + 168]\n",
             "mov {x6}, 64\n",
             "4:\n",
             "tileloadd tmm4, [{x1} + {x4}*1]\n",
             "tileloadd tmm6, [{x2} + {x6}*1]\n",
             "mov {x5}, {x2}\n",
-            "add {x5}, [{p} + 128]\n",
+            "add {x5}, [{p} + 208]\n",
             "tileloadd tmm7, [{x5} + {x6}*1]\n",
             "tdpbssd tmm0, tmm4, tmm6\n",
             "tdpbssd tmm1, tmm4, tmm7\n",
@@ -214,40 +334,16 @@ macro_rules! tile_ops {
                 $two,
                 concat!(
                     "mov {x5}, {x1}\n",
-                    "add {x5}, [{p} + 88]\n",
+                    "add {x5}, [{p} + 176]\n",
                     "tileloadd tmm5, [{x5} + {x4}*1]\n",
                     "tdpbssd tmm2, tmm5, tmm6\n",
                     "tdpbssd tmm3, tmm5, tmm7\n"
                 )
             ),
-            "add {x1}, [{p} + 104]\n",
+            "add {x1}, [{p} + 192]\n",
             "add {x2}, 1024\n",
             "dec {x3}\n",
             "jnz 4b\n",
-        )
-    };
-}
-
-/// Store the C tiles into the int32 buffer at `{cb}` (rows 128 bytes apart), then step `{a}` and `{b}` to the
-/// next block.
-macro_rules! store {
-    ($two:tt) => {
-        concat!(
-            "mov {x6}, 128\n",
-            "tilestored [{cb} + {x6}*1], tmm0\n",
-            "lea {x5}, [{cb} + 64]\n",
-            "tilestored [{x5} + {x6}*1], tmm1\n",
-            when!(
-                $two,
-                concat!(
-                    "lea {x5}, [{cb} + 2048]\n",
-                    "tilestored [{x5} + {x6}*1], tmm2\n",
-                    "lea {x5}, [{cb} + 2112]\n",
-                    "tilestored [{x5} + {x6}*1], tmm3\n"
-                )
-            ),
-            "add {a}, [{p} + 96]\n",
-            "add {b}, [{p} + 120]\n",
         )
     };
 }
@@ -258,13 +354,13 @@ macro_rules! epilogue {
     ($zp:tt) => {
         concat!(
             "mov {x1}, {cb}\n",
-            "mov {x6}, [{p} + 232]\n",
+            "mov {x6}, [{p} + 152]\n",
             "vmovups zmm0, [{x6}]\n",
             "vmovups zmm1, [{x6} + 64]\n",
-            when!($zp, "vmovups zmm2, [{x6} + 128]\nvmovups zmm3, [{x6} + 192]\nmov {x5}, [{p} + 152]\n"),
-            "mov {x2}, [{p} + 176]\n",
-            "mov {x3}, [{p} + 240]\n",
-            "mov {x4}, [{p} + 216]\n",
+            when!($zp, "vmovups zmm2, [{x6} + 128]\nvmovups zmm3, [{x6} + 192]\nmov {x5}, [{p} + 216]\n"),
+            "mov {x2}, [{p} + 112]\n",
+            "mov {x3}, [{p} + 160]\n",
+            "mov {x4}, [{p} + 240]\n",
             "5:\n",
             "vbroadcastss zmm4, dword ptr [{x3}]\n",
             "vmulps zmm5, zmm0, zmm4\n",
@@ -287,69 +383,17 @@ macro_rules! epilogue {
             "vmovups zmmword ptr [{x2} + 64], zmm8\n",
             "add {x1}, 128\n",
             "add {x2}, 128\n",
-            "add {x3}, [{p} + 160]\n",
+            "add {x3}, [{p} + 224]\n",
             "dec {x4}\n",
             "jnz 5b\n",
         )
     };
 }
 
-/// The asm block over `l.tiles` row tiles of `l.rows` rows (`$two`: more than 16; `$zp`: corrections). Software
-/// pipelined by one block: block b + 1's tile multiplies are issued before block b's epilogue (the AMX unit works
-/// while the vector ports convert), and stored into the other half of the int32 buffer after it.
+/// The asm block over the loop's row tiles (`$two`: more than 16 rows; `$zp`: corrections).
 macro_rules! k_loop {
     ($l:expr, $two:tt, $zp:tt) => {
-        std::arch::asm!(
-            "ldtilecfg [{p}]",
-            "2:",
-            "mov {a}, [{p} + 64]",
-            "mov {b}, [{p} + 112]",
-            "mov {x1}, [{p} + 136]",
-            "mov [{p} + 232], {x1}",
-            "mov {x1}, [{p} + 144]",
-            "mov [{p} + 240], {x1}",
-            "mov {nb}, [{p} + 200]",
-            "mov {cb}, [{p} + 184]",
-            tile_ops!($two),
-            store!($two),
-            "3:",
-            "cmp {nb}, 1",
-            "je 7f",
-            tile_ops!($two),
-            "7:",
-            epilogue!($zp),
-            "cmp {nb}, 1",
-            "je 8f",
-            "xor {cb}, [{p} + 224]",
-            store!($two),
-            "8:",
-            "add qword ptr [{p} + 232], 256",
-            "add qword ptr [{p} + 240], 4",
-            "dec {nb}",
-            "jnz 3b",
-            "mov {x1}, [{p} + 72]",
-            "add [{p} + 64], {x1}",
-            "mov {x1}, [{p} + 168]",
-            "add [{p} + 144], {x1}",
-            "add qword ptr [{p} + 176], 4096",
-            "dec qword ptr [{p} + 192]",
-            "jnz 2b",
-            "tilerelease",
-            p = in(reg) $l,
-            a = out(reg) _,
-            b = out(reg) _,
-            nb = out(reg) _,
-            cb = out(reg) _,
-            x1 = out(reg) _,
-            x2 = out(reg) _,
-            x3 = out(reg) _,
-            x4 = out(reg) _,
-            x5 = out(reg) _,
-            x6 = out(reg) _,
-            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _, out("zmm4") _,
-            out("zmm5") _, out("zmm6") _, out("zmm7") _, out("zmm8") _, out("zmm9") _,
-            options(nostack),
-        )
+        walk!($l, tile_ops, epilogue, $two, $zp, [])
     };
 }
 
@@ -357,10 +401,10 @@ macro_rules! k_loop {
 ///
 /// # Safety
 /// The CPU has AMX-TILE, AMX-INT8 and AVX-512F, and this process may use the tile data. Every pointer of `l`
-/// covers what the loop reads and writes: `l.tiles` row tiles of `l.rows` rows of A (whole blocks, `a_stride`
-/// apart, the next tile `a_tile` on), of sa and Σq_a, of f32 sums (4 KiB per tile); `l.blocks` blocks of
+/// covers what the loop reads and writes: `walk.tiles` row tiles of `l.rows` rows of A (whole blocks, `a_stride`
+/// apart, the next tile `walk.a_tile` on), of sa and Σq_a, of f32 sums (4 KiB per tile); `walk.entries` blocks of
 /// unpacked codes (`b_block` bytes each) and of scales and corrections (256 bytes each); two 4 KiB int32
-/// buffers at `cbuf` and `cbuf ^ cb_swap`.
+/// buffers at `walk.cbuf` and `walk.cbuf ^ walk.cb_swap`.
 #[target_feature(enable = "avx512f")]
 unsafe fn k_loop(l: &mut Loop, two: bool, zp: bool) {
     let l: *mut Loop = l;
@@ -582,31 +626,29 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
                 }
                 let mut l = Loop {
                     cfg: config(rows, kt),
-                    // SAFETY: row `first` of the tile's LHS, inside it (first < rows of the tile).
-                    a: unsafe { lhs.add(first * lhs_stride) },
-                    a_tile: MR * lhs_stride,
+                    walk: Walk::new(
+                        // SAFETY: row `first` of the tile's LHS, inside it (first < rows of the tile).
+                        unsafe { lhs.add(first * lhs_stride) }.cast(),
+                        MR * lhs_stride,
+                        b,
+                        w,
+                        // SAFETY: as above: the scales of row `first`.
+                        unsafe { a.lhs_scale.add(first * a.blocks) },
+                        MR * 4 * a.blocks,
+                        // SAFETY: the sums of row `first`, inside `acc` (sized for the tile's rows rounded up to MR).
+                        unsafe { acc.add(first * UNIT) },
+                        cbuf.cast(),
+                        tiles,
+                        a.blocks,
+                    ),
                     a_stride: lhs_stride,
                     a_half: 16 * lhs_stride,
                     a_block: bl,
                     a_step: kt,
-                    b: b.cast(),
                     b_block: UNIT * bl,
                     b_half: 16 * bl,
-                    w,
-                    // SAFETY: as `a`: the scales and sums of row `first`.
-                    sa: unsafe { a.lhs_scale.add(first * a.blocks) },
                     qs_delta: (a.lhs_sum as isize) - (a.lhs_scale as isize),
                     sa_row: 4 * a.blocks,
-                    sa_tile: MR * 4 * a.blocks,
-                    // SAFETY: the sums of row `first`, inside `acc` (sized for the tile's rows rounded up to MR).
-                    acc: unsafe { acc.add(first * UNIT) },
-                    cbuf,
-                    // SAFETY: the second half of the buffer (sized for two above).
-                    cb_swap: (cbuf as usize) ^ (unsafe { cbuf.add(MR * UNIT) } as usize),
-                    w_cur: std::ptr::null(),
-                    sa_cur: std::ptr::null(),
-                    tiles,
-                    blocks: a.blocks,
                     steps: bl.div_ceil(64),
                     rows,
                 };

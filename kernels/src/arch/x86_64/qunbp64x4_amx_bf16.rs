@@ -42,7 +42,8 @@
 //! ```
 
 use super::qunbp64x4_amx::{
-    Scratch as Int8Scratch, UNIT, decode, store_units, subtrahends, tile_config, unit_scales, when,
+    Scratch as Int8Scratch, UNIT, Walk, decode, store_units, subtrahends, tile_config, tile_store, unit_scales, walk,
+    when,
 };
 use crate::ukernel::RunArgs;
 use std::arch::x86_64::*;
@@ -56,16 +57,13 @@ pub(crate) const KC: usize = 512;
 /// Bytes per entry of unpacked scales and corrections (32 f32 each).
 const W_BYTES: usize = 2 * UNIT * 4;
 
-/// What the asm block reads, at the offsets written into it (checked below). The loop's state that outlives one
-/// row tile (`a`, `sums`, `acc`, `tiles`) is updated in place.
+/// The loop record: what the asm block reads, at the offsets written into it (checked below): the tile
+/// configuration, the shared walk's state ([`Walk`]: `s` is Σa, entries are the piece's), then this kernel's.
 #[repr(C, align(64))]
 struct Loop {
     /// The tile configuration (palette 1).
     cfg: [u8; 64],
-    /// The split A at the current row tile, entry 0.
-    a: *const u8,
-    /// Bytes from one row tile's A to the next (32 rows).
-    a_tile: usize,
+    walk: Walk,
     a_stride: usize,
     /// Bytes from a row tile's first half to its second (16 rows).
     a_half: usize,
@@ -73,48 +71,26 @@ struct Loop {
     a_entry: usize,
     /// Bytes of one chunk's three parts in a row (6·kt).
     a_chunk: usize,
+    b_entry: usize,
     /// Bytes of one part of a chunk (2·kt).
     a_part: usize,
-    /// Unpacked codes of entry 0.
-    b: *const u8,
-    b_entry: usize,
     /// Bytes from column group 0's codes of an entry to group 1's.
     b_half: usize,
     /// Bytes of one chunk's codes of a column group (kt/2 rows of 64 bytes).
     b_chunk: usize,
-    /// Scales and corrections of entry 0.
-    w: *const f32,
-    /// Σa of the current row tile's first row, entry 0.
-    sums: *const f32,
     sums_row: usize,
-    sums_tile: usize,
-    /// f32 sums of the current row tile (32 rows × 32 columns).
-    acc: *mut f32,
-    /// f32 tile results of one entry (32 rows × 32 columns).
-    cbuf: *mut f32,
-    tiles: usize,
-    entries: usize,
     /// Chunks per entry.
     chunks: usize,
     /// Rows of each row tile (32, or the last tile's rows).
     rows: usize,
-    /// `cbuf` XOR the other buffer's address.
-    cb_swap: usize,
-    /// The loop's own: the current entry's scales and Σa.
-    w_cur: *const f32,
-    s_cur: *const f32,
 }
 
 const _: () = {
     use core::mem::offset_of;
-    assert!(offset_of!(Loop, a) == 64 && offset_of!(Loop, a_tile) == 72 && offset_of!(Loop, a_stride) == 80);
-    assert!(offset_of!(Loop, a_half) == 88 && offset_of!(Loop, a_entry) == 96 && offset_of!(Loop, a_chunk) == 104);
-    assert!(offset_of!(Loop, a_part) == 112 && offset_of!(Loop, b) == 120 && offset_of!(Loop, b_entry) == 128);
-    assert!(offset_of!(Loop, b_half) == 136 && offset_of!(Loop, b_chunk) == 144 && offset_of!(Loop, w) == 152);
-    assert!(offset_of!(Loop, sums) == 160 && offset_of!(Loop, sums_row) == 168 && offset_of!(Loop, sums_tile) == 176);
-    assert!(offset_of!(Loop, acc) == 184 && offset_of!(Loop, cbuf) == 192 && offset_of!(Loop, tiles) == 200);
-    assert!(offset_of!(Loop, entries) == 208 && offset_of!(Loop, chunks) == 216 && offset_of!(Loop, rows) == 224);
-    assert!(offset_of!(Loop, cb_swap) == 232 && offset_of!(Loop, w_cur) == 240 && offset_of!(Loop, s_cur) == 248);
+    assert!(offset_of!(Loop, walk) == 64 && offset_of!(Loop, a_stride) == 168 && offset_of!(Loop, a_half) == 176);
+    assert!(offset_of!(Loop, a_entry) == 184 && offset_of!(Loop, a_chunk) == 192 && offset_of!(Loop, b_entry) == 200);
+    assert!(offset_of!(Loop, a_part) == 208 && offset_of!(Loop, b_half) == 216 && offset_of!(Loop, b_chunk) == 224);
+    assert!(offset_of!(Loop, sums_row) == 232 && offset_of!(Loop, chunks) == 240 && offset_of!(Loop, rows) == 248);
 };
 
 /// Scratch of one thread, kept between calls (64-byte vectors): the split rows of a piece, their Σa per entry,
@@ -193,49 +169,25 @@ macro_rules! tile_ops {
             when!($two, "tilezero tmm2\ntilezero tmm3\n"),
             "mov {x1}, {a}\n",
             "mov {x2}, {b}\n",
-            "mov {x3}, [{p} + 216]\n",
-            "mov {x4}, [{p} + 80]\n",
-            "mov {x7}, [{p} + 88]\n",
+            "mov {x3}, [{p} + 240]\n",
+            "mov {x4}, [{p} + 168]\n",
+            "mov {x7}, [{p} + 176]\n",
             "mov {x6}, 64\n",
             "4:\n",
             "tileloadd tmm6, [{x2} + {x6}*1]\n",
             "mov {x5}, {x2}\n",
-            "add {x5}, [{p} + 136]\n",
+            "add {x5}, [{p} + 216]\n",
             "tileloadd tmm7, [{x5} + {x6}*1]\n",
             "mov {x5}, {x1}\n",
             part!($two),
-            "add {x5}, [{p} + 112]\n",
+            "add {x5}, [{p} + 208]\n",
             part!($two),
-            "add {x5}, [{p} + 112]\n",
+            "add {x5}, [{p} + 208]\n",
             part!($two),
-            "add {x1}, [{p} + 104]\n",
-            "add {x2}, [{p} + 144]\n",
+            "add {x1}, [{p} + 192]\n",
+            "add {x2}, [{p} + 224]\n",
             "dec {x3}\n",
             "jnz 4b\n",
-        )
-    };
-}
-
-/// Store the C tiles into the f32 buffer at `{cb}` (rows 128 bytes apart), then step `{a}` and `{b}` to the
-/// next entry.
-macro_rules! store {
-    ($two:tt) => {
-        concat!(
-            "mov {x6}, 128\n",
-            "tilestored [{cb} + {x6}*1], tmm0\n",
-            "lea {x5}, [{cb} + 64]\n",
-            "tilestored [{x5} + {x6}*1], tmm1\n",
-            when!(
-                $two,
-                concat!(
-                    "lea {x5}, [{cb} + 2048]\n",
-                    "tilestored [{x5} + {x6}*1], tmm2\n",
-                    "lea {x5}, [{cb} + 2112]\n",
-                    "tilestored [{x5} + {x6}*1], tmm3\n"
-                )
-            ),
-            "add {a}, [{p} + 96]\n",
-            "add {b}, [{p} + 128]\n",
         )
     };
 }
@@ -246,12 +198,12 @@ macro_rules! epilogue {
     ($zp:tt) => {
         concat!(
             "mov {x1}, {cb}\n",
-            "mov {x6}, [{p} + 240]\n",
+            "mov {x6}, [{p} + 152]\n",
             "vmovups zmm0, [{x6}]\n",
             "vmovups zmm1, [{x6} + 64]\n",
-            when!($zp, "vmovups zmm2, [{x6} + 128]\nvmovups zmm3, [{x6} + 192]\nmov {x3}, [{p} + 248]\n"),
-            "mov {x2}, [{p} + 184]\n",
-            "mov {x4}, [{p} + 224]\n",
+            when!($zp, "vmovups zmm2, [{x6} + 128]\nvmovups zmm3, [{x6} + 192]\nmov {x3}, [{p} + 160]\n"),
+            "mov {x2}, [{p} + 112]\n",
+            "mov {x4}, [{p} + 248]\n",
             "5:\n",
             "vmovups zmm7, zmmword ptr [{x1}]\n",
             "vmovups zmm8, zmmword ptr [{x1} + 64]\n",
@@ -263,7 +215,7 @@ macro_rules! epilogue {
                     "vbroadcastss zmm9, dword ptr [{x3}]\n",
                     "vfmadd231ps zmm7, zmm2, zmm9\n",
                     "vfmadd231ps zmm8, zmm3, zmm9\n",
-                    "add {x3}, [{p} + 168]\n"
+                    "add {x3}, [{p} + 232]\n"
                 )
             ),
             "vmovups zmmword ptr [{x2}], zmm7\n",
@@ -276,63 +228,10 @@ macro_rules! epilogue {
     };
 }
 
-/// The asm block over `l.tiles` row tiles of `l.rows` rows (`$two`: more than 16; `$zp`: corrections). Software
-/// pipelined by one entry: entry e + 1's tile multiplies are issued before entry e's epilogue (the AMX unit works
-/// while the vector ports add), and stored into the other half of the buffer after it.
+/// The asm block over the loop's row tiles (`$two`: more than 16 rows; `$zp`: corrections).
 macro_rules! k_loop {
     ($l:expr, $two:tt, $zp:tt) => {
-        std::arch::asm!(
-            "ldtilecfg [{p}]",
-            "2:",
-            "mov {a}, [{p} + 64]",
-            "mov {b}, [{p} + 120]",
-            "mov {x1}, [{p} + 152]",
-            "mov [{p} + 240], {x1}",
-            "mov {x1}, [{p} + 160]",
-            "mov [{p} + 248], {x1}",
-            "mov {nb}, [{p} + 208]",
-            "mov {cb}, [{p} + 192]",
-            tile_ops!($two),
-            store!($two),
-            "3:",
-            "cmp {nb}, 1",
-            "je 7f",
-            tile_ops!($two),
-            "7:",
-            epilogue!($zp),
-            "cmp {nb}, 1",
-            "je 8f",
-            "xor {cb}, [{p} + 232]",
-            store!($two),
-            "8:",
-            "add qword ptr [{p} + 240], 256",
-            "add qword ptr [{p} + 248], 4",
-            "dec {nb}",
-            "jnz 3b",
-            "mov {x1}, [{p} + 72]",
-            "add [{p} + 64], {x1}",
-            "mov {x1}, [{p} + 176]",
-            "add [{p} + 160], {x1}",
-            "add qword ptr [{p} + 184], 4096",
-            "dec qword ptr [{p} + 200]",
-            "jnz 2b",
-            "tilerelease",
-            p = in(reg) $l,
-            a = out(reg) _,
-            b = out(reg) _,
-            nb = out(reg) _,
-            cb = out(reg) _,
-            x1 = out(reg) _,
-            x2 = out(reg) _,
-            x3 = out(reg) _,
-            x4 = out(reg) _,
-            x5 = out(reg) _,
-            x6 = out(reg) _,
-            x7 = out(reg) _,
-            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-            out("zmm7") _, out("zmm8") _, out("zmm9") _,
-            options(nostack),
-        )
+        walk!($l, tile_ops, epilogue, $two, $zp, [x7 = out(reg) _,])
     };
 }
 
@@ -340,10 +239,10 @@ macro_rules! k_loop {
 ///
 /// # Safety
 /// The CPU has AMX-TILE, AMX-BF16 and AVX-512F, and this process may use the tile data. Every pointer of `l`
-/// covers what the loop reads and writes: `l.tiles` row tiles of `l.rows` rows of split A (`a_stride` apart, the
-/// next tile `a_tile` on, `entries · a_entry` bytes each), of Σa (if `zp`) and of f32 sums (4 KiB per tile);
-/// `l.entries` entries of unpacked codes (`b_entry` bytes each) and of scales and corrections (256 bytes each);
-/// two 4 KiB buffers at `cbuf` and `cbuf ^ cb_swap`.
+/// covers what the loop reads and writes: `walk.tiles` row tiles of `l.rows` rows of split A (`a_stride` apart,
+/// the next tile `walk.a_tile` on, `entries · a_entry` bytes each), of Σa (if `zp`) and of f32 sums (4 KiB per
+/// tile); `walk.entries` entries of unpacked codes (`b_entry` bytes each) and of scales and corrections (256 bytes
+/// each); two 4 KiB buffers at `walk.cbuf` and `walk.cbuf ^ walk.cb_swap`.
 #[target_feature(enable = "avx512f")]
 unsafe fn k_loop(l: &mut Loop, two: bool, zp: bool) {
     let l: *mut Loop = l;
@@ -521,7 +420,7 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
     let b = Int8Scratch::fit(&mut s.b, per_piece * 64 * entry);
     let w = Int8Scratch::fit(&mut s.w, per_piece * W_BYTES).cast::<f32>();
     let acc = Int8Scratch::fit(&mut s.acc, units * rows_pad * UNIT * 4).cast::<f32>();
-    let cbuf = Int8Scratch::fit(&mut s.cbuf, 2 * MR * UNIT * 4).cast::<f32>();
+    let cbuf = Int8Scratch::fit(&mut s.cbuf, 2 * MR * UNIT * 4);
     // SAFETY: `acc` holds units·rows_pad·32 f32 (sized above).
     unsafe { std::ptr::write_bytes(acc, 0, units * rows_pad * UNIT) };
     let (full, tail) = (a.rows / MR, a.rows % MR);
@@ -542,32 +441,30 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
                 }
                 let mut l = Loop {
                     cfg: config(rows, kt),
-                    // SAFETY: row `first` of the split rows (first < rows).
-                    a: unsafe { abuf.add(first * stride) },
-                    a_tile: MR * stride,
+                    walk: Walk::new(
+                        // SAFETY: row `first` of the split rows (first < rows).
+                        unsafe { abuf.add(first * stride) },
+                        MR * stride,
+                        b,
+                        w,
+                        // SAFETY: row `first`'s sums (null without zero points: never read then).
+                        if zp { unsafe { sums.add(first * n) } } else { std::ptr::null() },
+                        MR * 4 * n,
+                        // SAFETY: the unit's sums of row `first`, inside `acc`.
+                        unsafe { acc.add((unit * rows_pad + first) * UNIT) },
+                        cbuf,
+                        tiles,
+                        n,
+                    ),
                     a_stride: stride,
                     a_half: 16 * stride,
                     a_entry: 6 * entry,
                     a_chunk: 6 * kt,
                     a_part: 2 * kt,
-                    b,
                     b_entry: 64 * entry,
                     b_half: 32 * entry,
                     b_chunk: 32 * kt,
-                    w,
-                    // SAFETY: row `first`'s sums (null without zero points: never read then).
-                    sums: if zp { unsafe { sums.add(first * n) } } else { std::ptr::null() },
                     sums_row: 4 * n,
-                    sums_tile: MR * 4 * n,
-                    // SAFETY: the unit's sums of row `first`, inside `acc`.
-                    acc: unsafe { acc.add((unit * rows_pad + first) * UNIT) },
-                    cbuf,
-                    // SAFETY: the second half of the buffer (sized for two above).
-                    cb_swap: (cbuf as usize) ^ (unsafe { cbuf.add(MR * UNIT) } as usize),
-                    w_cur: std::ptr::null(),
-                    s_cur: std::ptr::null(),
-                    tiles,
-                    entries: n,
                     chunks: entry / kt,
                     rows,
                 };
