@@ -327,9 +327,10 @@ unsafe fn split(args: &RunArgs, p: Piece, dst: *mut u8, stride: usize, sums: *mu
     }
 }
 
-/// Unpacks unit `half` (columns 32·half .. +32) of `panel` for the entries of piece `p`: scales and corrections at `w` (per entry 32 + 32 f32), the codes as bf16 in AMX's B layout at `b`
-/// (per entry: column group 0's entry/2 rows of 64 bytes, 2 K values × 16 columns each, then group 1's).
-/// Returns whether the zero points were folded into the codes.
+/// Unpacks unit `half` (columns 32·half .. +32) of `panel` for the entries of piece `p`: scales and corrections
+/// at `w` (per entry 32 + 32 f32), the codes as bf16 in AMX's B layout at `b` (per entry: column group 0's entry/2
+/// rows of 64 bytes, 2 K values × 16 columns each, then group 1's). Returns whether the zero points were folded
+/// into the codes.
 ///
 /// # Safety
 /// The CPU has avx512f and avx512bw. `args` satisfies the `RunArgs` contract for a `qunbp64x4_sf32_zpc` RHS of
@@ -405,7 +406,11 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
     let bl = a.bl;
     let kt = bl.min(32);
     let entry = bl.min(KC);
-    let entries = a.blocks * (bl / entry);
+    // The K tail's padding is skipped down to whole chunks (576 in blocks of 128: 576 of 640 values): entries past
+    // it are not computed, and the last one only over its chunks that hold values.
+    let used = a.k_used.next_multiple_of(kt).min(a.blocks * bl);
+    let entries = used.div_ceil(entry);
+    let last_chunks = (used - (entries - 1) * entry) / kt;
     // Pieces of whole entries, as even as they allow.
     let per_piece = (KC / entry).max(1);
     let pieces = entries.div_ceil(per_piece);
@@ -435,43 +440,50 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
             let (panel, half) = (unit / 2, unit % 2);
             // SAFETY: the unit's columns start inside the tile; the buffers hold per_piece ≥ n entries.
             let folded = unsafe { crate::arch::dispatch!(unpack::<>(a, panel, half, p, b, w); bits(a.bits)) };
+            // The piece's entries in at most two runs: whole ones, then a last one cut short by the K tail.
+            let cut = e0 + n == entries && last_chunks < entry / kt;
+            let runs = [(0, n - usize::from(cut), entry / kt), (n - 1, usize::from(cut), last_chunks)];
             for (first, tiles, rows) in [(0, full, MR), (full * MR, usize::from(tail > 0), tail)] {
-                if tiles == 0 {
-                    continue;
+                for (j0, count, chunks) in runs {
+                    if tiles == 0 || count == 0 {
+                        continue;
+                    }
+                    let mut l = Loop {
+                        cfg: config(rows, kt),
+                        walk: Walk::new(
+                            // SAFETY: row `first` of the split rows (first < rows), entry j0 (< n).
+                            unsafe { abuf.add(first * stride + j0 * 6 * entry) },
+                            MR * stride,
+                            // SAFETY: entry j0 of the unpacked codes (j0 < n).
+                            unsafe { b.add(j0 * 64 * entry) },
+                            // SAFETY: entry j0's scales and corrections.
+                            unsafe { w.add(j0 * 2 * UNIT) },
+                            // SAFETY: row `first`'s sums of entry j0 (null without zero points: never read then).
+                            if zp { unsafe { sums.add(first * n + j0) } } else { std::ptr::null() },
+                            MR * 4 * n,
+                            // SAFETY: the unit's sums of row `first`, inside `acc`.
+                            unsafe { acc.add((unit * rows_pad + first) * UNIT) },
+                            cbuf,
+                            tiles,
+                            count,
+                        ),
+                        a_stride: stride,
+                        a_half: 16 * stride,
+                        a_entry: 6 * entry,
+                        a_chunk: 6 * kt,
+                        a_part: 2 * kt,
+                        b_entry: 64 * entry,
+                        b_half: 32 * entry,
+                        b_chunk: 32 * kt,
+                        sums_row: 4 * n,
+                        chunks,
+                        rows,
+                    };
+                    // SAFETY: `l` describes `tiles` row tiles of `rows` rows inside the split rows, their sums and
+                    // the unit's part of `acc`, and `count` entries from j0 of this unit's unpacked buffers, each
+                    // read over its first `chunks` chunks; the CPU's features are the caller's guarantee.
+                    unsafe { k_loop(&mut l, rows > 16, zp && !folded) };
                 }
-                let mut l = Loop {
-                    cfg: config(rows, kt),
-                    walk: Walk::new(
-                        // SAFETY: row `first` of the split rows (first < rows).
-                        unsafe { abuf.add(first * stride) },
-                        MR * stride,
-                        b,
-                        w,
-                        // SAFETY: row `first`'s sums (null without zero points: never read then).
-                        if zp { unsafe { sums.add(first * n) } } else { std::ptr::null() },
-                        MR * 4 * n,
-                        // SAFETY: the unit's sums of row `first`, inside `acc`.
-                        unsafe { acc.add((unit * rows_pad + first) * UNIT) },
-                        cbuf,
-                        tiles,
-                        n,
-                    ),
-                    a_stride: stride,
-                    a_half: 16 * stride,
-                    a_entry: 6 * entry,
-                    a_chunk: 6 * kt,
-                    a_part: 2 * kt,
-                    b_entry: 64 * entry,
-                    b_half: 32 * entry,
-                    b_chunk: 32 * kt,
-                    sums_row: 4 * n,
-                    chunks: entry / kt,
-                    rows,
-                };
-                // SAFETY: `l` describes `tiles` row tiles of `rows` rows inside the split rows, their sums and the
-                // unit's part of `acc`, and the n entries of this unit's unpacked buffers; the CPU's features are
-                // the caller's guarantee.
-                unsafe { k_loop(&mut l, rows > 16, zp && !folded) };
             }
         }
     }
