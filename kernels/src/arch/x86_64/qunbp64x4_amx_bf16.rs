@@ -27,7 +27,9 @@
 //! row tile of 32 rows, per chunk 2 B loads, 3 × 2 A loads and 12 `tdpbf16ps` (6 with one half of 16 rows), then 4
 //! `tilestored` into a 4 KiB buffer and per row 2 `vfmadd213ps` into the row's f32 sums (2 more with unfolded
 //! zero points), software-pipelined by one entry as the int8 GEMM (`qunbp64x4_amx`). The sums of every unit
-//! stay in a per-thread buffer until the last piece; the bias is added when they are stored.
+//! stay in a per-thread buffer until the last piece; the bias is added when they are stored. The K tail's padding
+//! is skipped down to whole chunks, as in the FMA GEMM: entries past it are not computed and the last one runs only
+//! its chunks that hold values (K = 576 in blocks of 128: 576 of 640 values; 2–4% of the tiles' time there).
 //!
 //! ```text
 //! for piece (entries e0 .. e1):
