@@ -114,7 +114,7 @@ FORCED=("NIBBLE_FAMILIES=portable_int8_qsnbp8x8_sf16_zpc_bsum,portable_fp32_qsnb
 if [ "$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
     FORCED+=("NIBBLE_ISA=avx2" "NIBBLE_FAMILIES=avx2_int8_qunbp64x4_sf32_zpc,avx2_fp32_qunbp64x4_sf32_zpc")
 fi
-if [ "$(uname -m)" = x86_64 ] && grep -qw amx_int8 /proc/cpuinfo && grep -qw avx512_vnni /proc/cpuinfo; then
+if [ "$(uname -m)" = x86_64 ] && grep -qwE 'amx_int8|amx_bf16' /proc/cpuinfo && grep -qw avx512_vnni /proc/cpuinfo; then
     FORCED+=("NIBBLE_ISA=avx512vnni")
 fi
 # The extra ONNX Runtime versions (scripts/ort-versions.txt, the one list): 1.19.2 1.23.2 1.24.4.

@@ -274,6 +274,15 @@ fn gemm_row_blocks_and_k_pieces() {
                 check(&sel, &case, m, &mut rng);
             }
         }
+        // Wide tasks (an LM head's N): kernels that do per-task work on the rows (`min_task_cols`) get tasks of
+        // more than 512 columns here, which the AMX fp32 GEMM walks in groups of units, K in two pieces.
+        if uk.geometry(cpu, &layout).min_task_cols > 0 {
+            let case = Case::random(&mut rng, 600, 17000, 4, 32, ZpKind::Float, GIdx::None, true);
+            let case = case_for(uk, &layout, case);
+            if let Ok(sel) = Selected::single(uk, layout, &Problem::of(uk.path(), &case.weights())) {
+                check(&sel, &case, 40, &mut rng);
+            }
+        }
     }
 }
 
@@ -281,7 +290,8 @@ fn gemm_row_blocks_and_k_pieces() {
 /// (activations in [1, 2) with all 24 significant bits random, codes above the zero point, positive scales), so
 /// nothing cancels and a kernel that kept fewer bits of A or of its sums (e.g. A in bf16, or two bf16 parts of
 /// it: 16 bits, ~8e−6 of each product on average) is off by more than f32 summation's rounding. Every fp32-path
-/// kernel this CPU runs, M in the GEMV and GEMM ranges, K of 1024 (one piece) and 4096 in blocks of 32 and 128.
+/// kernel this CPU runs, M in the GEMV and GEMM ranges, K of 1024 and 4096 in blocks of 32 and 128, and with
+/// zero points no kernel folds into its codes (float ½: the corrections' path), 4- and 8-bit.
 #[test]
 fn fp32_path_keeps_f32_precision() {
     let cpu = Cpu::get();
@@ -289,10 +299,21 @@ fn fp32_path_keeps_f32_precision() {
     for uk in kernels().into_iter().filter(|uk| uk.path() == ComputePath::Fp32) {
         let layout = layouts_of(uk)[0];
         let mut rng = Rng::for_kernel(12, uk.name());
-        for (k, bl) in [(1024usize, 32usize), (4096, 128)] {
-            let mut case = Case::random(&mut rng, k, 96, 4, bl, ZpKind::None, GIdx::None, false);
-            // Codes 9 … 15 (q − 8 ≥ 1) in both nibbles, positive scales.
-            case.b.iter_mut().for_each(|v| *v = (9 + *v % 7) | ((9 + (*v / 16) % 7) << 4));
+        for (k, bl, bits, zp) in [
+            (1024usize, 32usize, 4u32, ZpKind::None),
+            (4096, 128, 4, ZpKind::None),
+            (1024, 32, 4, ZpKind::Float),
+            (1024, 64, 8, ZpKind::Float),
+        ] {
+            let mut case = Case::random(&mut rng, k, 96, bits, bl, zp, GIdx::None, false);
+            // Every q − z ≥ ½: without zero points codes 9 … 15 (z = 8) in both nibbles; with float zero points of
+            // ½ (which no kernel can fold into integer codes) codes ≥ 1. Positive scales.
+            match (bits, zp) {
+                (4, ZpKind::None) => case.b.iter_mut().for_each(|v| *v = (9 + *v % 7) | ((9 + (*v / 16) % 7) << 4)),
+                (4, _) => case.b.iter_mut().for_each(|v| *v = (1 + *v % 15) | ((1 + (*v / 16) % 15) << 4)),
+                _ => case.b.iter_mut().for_each(|v| *v = 1 + *v % 255),
+            }
+            case.zp_float.iter_mut().for_each(|z| *z = 0.5);
             case.scales.iter_mut().for_each(|s| *s = s.abs());
             let case = case_for(uk, &layout, case);
             let w = case.weights();
@@ -311,7 +332,7 @@ fn fp32_path_keeps_f32_precision() {
                 let worst = out.iter().zip(&exact).map(|(&g, &e)| ((g as f64 - e) / e).abs()).fold(0f64, f64::max);
                 assert!(
                     worst <= 4e-6,
-                    "{} M={m} K={k} bl={bl}: relative error {worst:e} > 4e-6 (f32 precision)",
+                    "{} M={m} K={k} bl={bl} bits={bits} zp={zp:?}: relative error {worst:e} > 4e-6 (f32 precision)",
                     uk.name()
                 );
                 n_cases += 1;

@@ -692,14 +692,17 @@ unsafe fn store_unit(a: &RunArgs, acc: *const f32, c0: usize) {
     }
 }
 
-/// Stores the f32 sums of every unit of the tile (`acc`: unit u's rows at u·rows_pad·32, as [`store_unit`]).
+/// Stores the f32 sums of the tile's units `units` (`acc`: unit u's rows at (u − units.start)·rows_pad·32, as
+/// [`store_unit`]).
 ///
 /// # Safety
-/// As [`store_unit`], with `acc` holding `⌈cols/32⌉ · rows_pad · 32` f32 and `rows_pad ≥ rows`.
+/// As [`store_unit`], with `units` inside the tile's ⌈cols/32⌉, `acc` holding `units.len() · rows_pad · 32` f32
+/// and `rows_pad ≥ rows`.
 #[target_feature(enable = "avx512f")]
-pub(crate) unsafe fn store_units(a: &RunArgs, acc: *const f32, rows_pad: usize) {
-    for u in 0..a.cols.div_ceil(UNIT) {
+pub(crate) unsafe fn store_units(a: &RunArgs, acc: *const f32, rows_pad: usize, units: std::ops::Range<usize>) {
+    let u0 = units.start;
+    for u in units {
         // SAFETY: unit u's rows (the caller's size).
-        unsafe { store_unit(a, acc.add(u * rows_pad * UNIT), u * UNIT) };
+        unsafe { store_unit(a, acc.add((u - u0) * rows_pad * UNIT), u * UNIT) };
     }
 }

@@ -13,16 +13,15 @@
 //! split). The differences from `Σ_k a_k·w_k` in f32 are the order of the additions and the scale applied per
 //! block rather than per weight: rounding of the same size as the AVX-512 FMA kernels' (the kernel suite checks
 //! both against an f64 reference with the same bound). What differs from f32 arithmetic: `tdpbf16ps` treats
-//! bf16 inputs below 2^−126 as zero, so the low part of activations below ~2^−103 (~1e−31) is dropped (a
-//! relative 2^−16 of values that small), and an infinite activation gives NaN (`inf − inf` in the split) where
-//! f32 arithmetic may give ±inf; NaN propagates as NaN.
-//!
+//! bf16 inputs below 2^−126 as zero, so activations below ~2^−103 (~1e−31) lose their `lo` part (up to 2^−16 of
+//! their value), below ~2^−118 their `mid` part too (up to 2^−8), and f32 denormals count as zero; an infinite
+//! activation gives NaN (`inf − inf` in the split) where f32 arithmetic may give ±inf; NaN propagates as NaN.//!
 //! The walk, per tile: K in pieces of at most [`KC`] values (whole blocks, or KC values of a longer block: an
 //! "entry" below is a block, or that piece of one). For each piece, every row of the tile is split once into a
 //! per-thread buffer: per row and per chunk of kt = min(bl, 32) values, the kt `hi` values, then `mid`, then `lo`
 //! (2·kt bytes each), rows [`row_stride`] bytes apart (never a multiple of 1 KiB: 32 rows a multiple of 1 KiB apart
 //! fall in 4 of L1's 64 sets). Then per 32-column unit the piece's codes are unpacked once into AMX's B layout
-//! (per entry, column group 0's L/2 rows of 64 bytes, each 2 K values × 16 columns as bf16 pairs, then group
+//! (per entry, column group 0's entry/2 rows of 64 bytes, each 2 K values × 16 columns as bf16 pairs, then group
 //! 1's) with the entries' scales and corrections, and every row tile walks them in one asm block: per entry and
 //! row tile of 32 rows, per chunk 2 B loads, 3 × 2 A loads and 12 `tdpbf16ps` (6 with one half of 16 rows), then 4
 //! `tilestored` into a 4 KiB buffer and per row 2 `vfmadd213ps` into the row's f32 sums (2 more with unfolded
@@ -56,6 +55,9 @@ pub(crate) const MR: usize = 32;
 /// Most K values per piece: 512 values of 256 rows split into bf16 parts take 768 KiB (L2-resident while every
 /// unit walks them).
 pub(crate) const KC: usize = 512;
+/// Most 32-column units whose f32 sums a task keeps at once (512 columns: 512 KiB at 256 rows); wider tasks (an LM
+/// head's) walk their units in groups of it, splitting their rows again per group where K takes several pieces.
+const GROUP_UNITS: usize = 16;
 /// Bytes per entry of unpacked scales and corrections (32 f32 each).
 const W_BYTES: usize = 2 * UNIT * 4;
 
@@ -426,69 +428,77 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
         if zp { Int8Scratch::fit(&mut s.sums, a.rows * per_piece * 4).cast::<f32>() } else { std::ptr::null_mut() };
     let b = Int8Scratch::fit(&mut s.b, per_piece * 64 * entry);
     let w = Int8Scratch::fit(&mut s.w, per_piece * W_BYTES).cast::<f32>();
-    let acc = Int8Scratch::fit(&mut s.acc, units * rows_pad * UNIT * 4).cast::<f32>();
+    let group = units.min(GROUP_UNITS);
+    let acc = Int8Scratch::fit(&mut s.acc, group * rows_pad * UNIT * 4).cast::<f32>();
     let cbuf = Int8Scratch::fit(&mut s.cbuf, 2 * MR * UNIT * 4);
-    // SAFETY: `acc` holds units·rows_pad·32 f32 (sized above).
-    unsafe { std::ptr::write_bytes(acc, 0, units * rows_pad * UNIT) };
     let (full, tail) = (a.rows / MR, a.rows % MR);
-    for piece in 0..pieces {
-        let e0 = piece * per_piece;
-        let n = per_piece.min(entries - e0);
-        let p = Piece { first: e0, n, entry, kt };
-        // SAFETY: the piece's K values are inside every row (n·entry ≤ blocks·bl − e0·entry); the buffers were
-        // sized above for per_piece entries.
-        unsafe { split(a, p, abuf, stride, sums) };
-        for unit in 0..units {
-            let (panel, half) = (unit / 2, unit % 2);
-            // SAFETY: the unit's columns start inside the tile; the buffers hold per_piece ≥ n entries.
-            let folded = unsafe { crate::arch::dispatch!(unpack::<>(a, panel, half, p, b, w); bits(a.bits)) };
-            // The piece's entries in at most two runs: whole ones, then a last one cut short by the K tail.
-            let cut = e0 + n == entries && last_chunks < entry / kt;
-            let runs = [(0, n - usize::from(cut), entry / kt), (n - 1, usize::from(cut), last_chunks)];
-            for (first, tiles, rows) in [(0, full, MR), (full * MR, usize::from(tail > 0), tail)] {
-                for (j0, count, chunks) in runs {
-                    if tiles == 0 || count == 0 {
-                        continue;
+    // Units in groups of at most GROUP_UNITS, each group's sums kept through every piece: the rows are split once
+    // per group (once per task where K is one piece).
+    for u0 in (0..units).step_by(GROUP_UNITS) {
+        let u1 = (u0 + GROUP_UNITS).min(units);
+        // SAFETY: `acc` holds group·rows_pad·32 f32 (sized above), u1 − u0 ≤ group.
+        unsafe { std::ptr::write_bytes(acc, 0, (u1 - u0) * rows_pad * UNIT) };
+        for piece in 0..pieces {
+            let e0 = piece * per_piece;
+            let n = per_piece.min(entries - e0);
+            let p = Piece { first: e0, n, entry, kt };
+            if pieces > 1 || u0 == 0 {
+                // SAFETY: the piece's K values are inside every row (n·entry ≤ blocks·bl − e0·entry); the buffers
+                // were sized above for per_piece entries.
+                unsafe { split(a, p, abuf, stride, sums) };
+            }
+            for unit in u0..u1 {
+                let (panel, half) = (unit / 2, unit % 2);
+                // SAFETY: the unit's columns start inside the tile; the buffers hold per_piece ≥ n entries.
+                let folded = unsafe { crate::arch::dispatch!(unpack::<>(a, panel, half, p, b, w); bits(a.bits)) };
+                // The piece's entries in at most two runs: whole ones, then a last one cut short by the K tail.
+                let cut = e0 + n == entries && last_chunks < entry / kt;
+                let runs = [(0, n - usize::from(cut), entry / kt), (n - 1, usize::from(cut), last_chunks)];
+                for (first, tiles, rows) in [(0, full, MR), (full * MR, usize::from(tail > 0), tail)] {
+                    for (j0, count, chunks) in runs {
+                        if tiles == 0 || count == 0 {
+                            continue;
+                        }
+                        let mut l = Loop {
+                            cfg: config(rows, kt),
+                            walk: Walk::new(
+                                // SAFETY: row `first` of the split rows (first < rows), entry j0 (< n).
+                                unsafe { abuf.add(first * stride + j0 * 6 * entry) },
+                                MR * stride,
+                                // SAFETY: entry j0 of the unpacked codes (j0 < n).
+                                unsafe { b.add(j0 * 64 * entry) },
+                                // SAFETY: entry j0's scales and corrections.
+                                unsafe { w.add(j0 * 2 * UNIT) },
+                                // SAFETY: row `first`'s sums of entry j0 (null without zero points: never read then).
+                                if zp { unsafe { sums.add(first * n + j0) } } else { std::ptr::null() },
+                                MR * 4 * n,
+                                // SAFETY: the unit's sums of row `first`, inside `acc`.
+                                unsafe { acc.add(((unit - u0) * rows_pad + first) * UNIT) },
+                                cbuf,
+                                tiles,
+                                count,
+                            ),
+                            a_stride: stride,
+                            a_half: 16 * stride,
+                            a_entry: 6 * entry,
+                            a_chunk: 6 * kt,
+                            a_part: 2 * kt,
+                            b_entry: 64 * entry,
+                            b_half: 32 * entry,
+                            b_chunk: 32 * kt,
+                            sums_row: 4 * n,
+                            chunks,
+                            rows,
+                        };
+                        // SAFETY: `l` describes `tiles` row tiles of `rows` rows inside the split rows, their sums and
+                        // the unit's part of `acc`, and `count` entries from j0 of this unit's unpacked buffers, each
+                        // read over its first `chunks` chunks; the CPU's features are the caller's guarantee.
+                        unsafe { k_loop(&mut l, rows > 16, zp && !folded) };
                     }
-                    let mut l = Loop {
-                        cfg: config(rows, kt),
-                        walk: Walk::new(
-                            // SAFETY: row `first` of the split rows (first < rows), entry j0 (< n).
-                            unsafe { abuf.add(first * stride + j0 * 6 * entry) },
-                            MR * stride,
-                            // SAFETY: entry j0 of the unpacked codes (j0 < n).
-                            unsafe { b.add(j0 * 64 * entry) },
-                            // SAFETY: entry j0's scales and corrections.
-                            unsafe { w.add(j0 * 2 * UNIT) },
-                            // SAFETY: row `first`'s sums of entry j0 (null without zero points: never read then).
-                            if zp { unsafe { sums.add(first * n + j0) } } else { std::ptr::null() },
-                            MR * 4 * n,
-                            // SAFETY: the unit's sums of row `first`, inside `acc`.
-                            unsafe { acc.add((unit * rows_pad + first) * UNIT) },
-                            cbuf,
-                            tiles,
-                            count,
-                        ),
-                        a_stride: stride,
-                        a_half: 16 * stride,
-                        a_entry: 6 * entry,
-                        a_chunk: 6 * kt,
-                        a_part: 2 * kt,
-                        b_entry: 64 * entry,
-                        b_half: 32 * entry,
-                        b_chunk: 32 * kt,
-                        sums_row: 4 * n,
-                        chunks,
-                        rows,
-                    };
-                    // SAFETY: `l` describes `tiles` row tiles of `rows` rows inside the split rows, their sums and
-                    // the unit's part of `acc`, and `count` entries from j0 of this unit's unpacked buffers, each
-                    // read over its first `chunks` chunks; the CPU's features are the caller's guarantee.
-                    unsafe { k_loop(&mut l, rows > 16, zp && !folded) };
                 }
             }
         }
+        // SAFETY: `acc` holds units u0..u1's rows (above); the RunArgs contract covers dst and bias.
+        unsafe { store_units(a, acc, rows_pad, u0..u1) };
     }
-    // SAFETY: `acc` holds every unit's rows (above); the RunArgs contract covers dst and bias.
-    unsafe { store_units(a, acc, rows_pad) };
 }
