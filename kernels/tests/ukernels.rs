@@ -328,12 +328,15 @@ fn fp32_path_keeps_f32_precision() {
                 let eff = case.with_scales(layout.scales);
                 let wd = nibble_kernels::reference::dequantize(&eff.weights());
                 let exact = nibble_kernels::reference::matmul_dequantized(&a, m, &wd, 96, k, None);
-                // f32 sums of up to K positive terms, each weight rounded once: measured 3e−7 … 2.2e−6 (the
-                // portable kernel's serial sum the largest) on this suite's kernels; two bf16 parts of A give 7e−6.
+                // f32 sums of up to K positive terms, each weight rounded once: measured 3e−7 … 2.2e−6 on x86 (the
+                // portable kernel's serial sum the largest); two bf16 parts of A give 7e−6.
                 let worst = out.iter().zip(&exact).map(|(&g, &e)| ((g as f64 - e) / e).abs()).fold(0f64, f64::max);
+                // The bound grows with K where serial sums do (aarch64's NEON GEMM: 4.6e−6 at K = 4096); two bf16
+                // parts of A are off by ~7e−6 at any K, so K = 1024 catches them.
+                let bound = if k <= 1024 { 4e-6 } else { 1e-5 };
                 assert!(
-                    worst <= 4e-6,
-                    "{} M={m} K={k} bl={bl} bits={bits} zp={zp:?}: relative error {worst:e} > 4e-6 (f32 precision)",
+                    worst <= bound,
+                    "{} M={m} K={k} bl={bl} bits={bits} zp={zp:?}: relative error {worst:e} > {bound:e} (f32 precision)",
                     uk.name()
                 );
                 n_cases += 1;
