@@ -16,9 +16,11 @@ or its /health is not 200 (nibble-serve answers 503 once a model's generation th
 replaces the replica. Serve does so only after 3 failed checks in a row (REPLICA_HEALTH_CHECK_UNHEALTHY_THRESHOLD),
 and its routers keep sending the replica requests until then: so when nibble-serve exits without being asked to, the
 replica ends its own process at once instead (`_server_exited`), the routers re-route the requests not yet accepted
-(ActorDiedError) and the controller starts a replacement. nibble-serve dies with the replica (PR_SET_PDEATHSIG), so a
-killed replica leaves no server. It starts with SIGALRM ignored: it sets no timer, and SIGALRM's default action
-would end it and every answer in flight (`_child_setup`).
+(ActorDiedError) and the controller starts a replacement. nibble-serve shuts down with the replica: its standard input
+is a pipe whose other end only the replica holds (`--stop-on-stdin-eof`), so a replica that ends, even by SIGKILL,
+leaves no server. It is started without fork() (`NibbleServeProcess._supervise`): a fork of the replica's process runs
+the fork handlers of the gRPC library in Ray's core worker, which can abort in the child before the exec and leave
+an alarm armed that kills nibble-serve 3 s after it starts.
 
 Application arguments (`args:` in the Serve config, or `serve run nibble_ray:build model=...`): `model` (a model
 directory, default <repo>/target/llama/smollm2-q4), `model_id` (default: the directory's name), `binary` (default
@@ -35,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import ctypes
 import json
 import os
 import queue as queue_mod
@@ -57,28 +58,6 @@ DEFAULT_MODEL = ROOT / "target" / "llama" / "smollm2-q4"
 START_TIMEOUT_S = 300.0
 # Response headers of nibble-serve passed on to the client (hop-by-hop ones, e.g. transfer-encoding, are not).
 PASSED_HEADERS = ("content-type", "cache-control", "retry-after")
-
-
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_PRCTL = _LIBC.prctl  # looked up here: no dlopen between fork and exec
-_PR_SET_PDEATHSIG = 1
-_SIGNAL = _LIBC.signal  # libc's: Python's signal.signal refuses to run outside the main thread
-_SIGNAL.restype = ctypes.c_void_p
-_SIGNAL.argtypes = (ctypes.c_int, ctypes.c_void_p)
-_SIG_IGN = 1
-_SIG_ERR = ctypes.c_void_p(-1).value
-
-
-def _child_setup() -> None:
-    """In the child, between fork and exec: SIGTERM when the thread that started us ends (the replica's supervisor
-    thread, which lives as long as the child, or the whole replica process, killed or not); SIGALRM ignored (an
-    ignored signal stays ignored across exec). nibble-serve arms no timer, so a SIGALRM can only come from outside,
-    and its default action ends the process and every answer in flight (a CI run: "exit status -14" under load,
-    the streams of the only replica cut)."""
-    if _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
-        os._exit(127)
-    if _SIGNAL(signal.SIGALRM, _SIG_IGN) == _SIG_ERR:
-        os._exit(127)
 
 
 def _openai_error(status: int, message: str, code: str) -> JSONResponse:
@@ -108,8 +87,6 @@ class NibbleServeProcess:
         self.on_exit = on_exit
         self.stopping = False
         started: queue_mod.Queue = queue_mod.Queue()
-        # Popen from a thread that lives exactly as long as the child: PR_SET_PDEATHSIG fires when the *thread*
-        # that forked the child ends, so it must not be a short-lived request or constructor thread.
         self.thread = threading.Thread(target=self._supervise, args=(started,), name=f"nibble-serve-{name}",
                                        daemon=True)
         self.thread.start()
@@ -128,10 +105,17 @@ class NibbleServeProcess:
                                + "".join(self.tail))
 
     def _supervise(self, started: queue_mod.Queue) -> None:
+        # No preexec_fn (nor user, group or session change): Python then starts the child with vfork or
+        # posix_spawn, which run no fork handlers. A fork() of a replica runs those of the gRPC library in Ray's
+        # core worker, whose event engine can abort in the child before the exec (epoll_wait on a descriptor the
+        # fork closed); Abseil's failure handler then arms alarm(3), which survives the exec: nibble-serve dead by
+        # SIGALRM 3 s after it started (CI runs, where its replica's answers were cut). The pipe on stdin is only
+        # ours (Popen's descriptors are close-on-exec): it closes when this process ends, however, and nibble-serve
+        # then shuts down.
         try:
-            self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, text=True, errors="replace",
-                                         preexec_fn=_child_setup)
+            self.proc = subprocess.Popen([*self.cmd, "--stop-on-stdin-eof"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                         errors="replace")
         except OSError as e:
             started.put(("error", str(e)))
             return

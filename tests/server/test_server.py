@@ -31,12 +31,12 @@ Q = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 class Server:
-    def __init__(self, *args: str):
+    def __init__(self, *args: str, stdin=None):
         assert BIN.is_file(), f"{BIN} missing: cargo build --release -p nibble-serve"
         env = dict(os.environ, ORT_LOG="fatal")
         self.proc = subprocess.Popen(
             [str(BIN), "--port", "0", "--model", str(MODEL_DIR), "--model-id", MODEL, "--threads", "2", *args],
-            stderr=subprocess.PIPE, text=True, env=env)
+            stdin=stdin, stderr=subprocess.PIPE, text=True, env=env)
         self.log: list[dict] = []
         self.url = None
         deadline = time.time() + 120
@@ -282,6 +282,7 @@ def test_sigterm_lets_the_answer_in_flight_finish():
         assert s.wait(timeout=60) == 0
         events = [e.get("event") for e in s.log]
         assert "shutting_down" in events and events[-1] == "stopped", events
+        assert [e.get("cause") for e in s.log if e.get("event") == "shutting_down"] == ["SIGTERM"]
         assert any(e.get("event") == "request" and e.get("status") == "ok" for e in s.log)
     finally:
         s.stop()
@@ -301,6 +302,30 @@ def test_a_second_sigterm_ends_the_process_at_once():
         assert any("second signal" in str(e.get("note", "")) for e in s.log), s.log[-3:]
     finally:
         s.stop()
+
+
+def test_stop_on_stdin_eof_shuts_down_when_the_pipe_closes():
+    """--stop-on-stdin-eof (examples/ray's replicas hold the pipe): input is read and ignored, and its end starts
+    the same graceful shutdown as SIGTERM; without the flag a closed stdin changes nothing."""
+    s = Server("--parallel", "1", "--stop-on-stdin-eof", stdin=subprocess.PIPE)
+    plain = Server("--parallel", "1", stdin=subprocess.PIPE)
+    try:
+        s.proc.stdin.write("anything\n")
+        s.proc.stdin.flush()
+        plain.proc.stdin.close()
+        stream = s.client.chat.completions.create(model=MODEL, messages=Q, temperature=0, max_tokens=24, stream=True)
+        first = next(iter(stream))
+        assert s.proc.poll() is None, "input on stdin must not stop the server"
+        s.proc.stdin.close()
+        got = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+        assert first.choices and got, "the answer in flight must finish"
+        assert s.wait(timeout=60) == 0
+        shut = [e for e in s.log if e.get("event") == "shutting_down"]
+        assert [e.get("cause") for e in shut] == ["standard input closed"], s.log[-4:]
+        assert plain.proc.poll() is None and plain.client.models.list().data, "without the flag stdin is not watched"
+    finally:
+        s.stop()
+        plain.stop()
 
 
 def raw_exchange(s: Server, data: bytes, wait: float = 10) -> tuple[bytes, float]:

@@ -113,6 +113,11 @@ struct Args {
     /// Seconds a client has to send a request's body once its headers are in; past it: 408.
     #[arg(long, default_value = "30", value_name = "SECONDS", value_parser = seconds)]
     body_timeout: Duration,
+    /// Shut down as on SIGTERM when standard input is closed (end of file). A supervisor that starts nibble-serve
+    /// with a pipe as its standard input and keeps the other end takes the server with it when it ends, even by
+    /// SIGKILL (examples/ray's replicas do).
+    #[arg(long)]
+    stop_on_stdin_eof: bool,
 }
 
 /// A duration flag's value: seconds, > 0 and at most a day (fractions allowed: `0.5`).
@@ -310,7 +315,7 @@ async fn serve(args: &Args, state: Arc<AppState>) -> Result<()> {
                "limits": {"max_connections": args.max_connections, "max_body_bytes": args.max_body_bytes,
                           "header_timeout_s": args.header_timeout.as_secs_f64(),
                           "body_timeout_s": args.body_timeout.as_secs_f64()}}));
-    accept_loop(listener, app, args, &state, shutdown_signal(Signals::new())).await;
+    accept_loop(listener, app, args, &state, shutdown_signal(Signals::new(args.stop_on_stdin_eof))).await;
     Ok(())
 }
 
@@ -391,19 +396,48 @@ impl Drop for OpenConnection {
 }
 
 /// SIGINT and SIGTERM, each listened to once from the start: a signal is never lost between the first and the
-/// second (a listener made after the first signal would miss a second one that came before it existed).
+/// second (a listener made after the first signal would miss a second one that came before it existed); and with
+/// --stop-on-stdin-eof the end of standard input, once.
 struct Signals {
     interrupt: Option<Signal>,
     terminate: Option<Signal>,
+    stdin_closed: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 impl Signals {
-    fn new() -> Self {
-        Signals { interrupt: signal(SignalKind::interrupt()).ok(), terminate: signal(SignalKind::terminate()).ok() }
+    fn new(stdin_eof: bool) -> Self {
+        let stdin_closed = stdin_eof.then(|| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            // A plain thread: reading stdin blocks. Input is read and dropped until the end of file (or an error:
+            // a stdin that cannot be read can no longer tell that it was closed, so that ends it too).
+            std::thread::Builder::new()
+                .name("stdin-eof".into())
+                .spawn(move || {
+                    use std::io::Read;
+                    let mut buf = [0u8; 512];
+                    let mut stdin = std::io::stdin().lock();
+                    loop {
+                        match stdin.read(&mut buf) {
+                            Ok(0) => break,
+                            Ok(_) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                            Err(_) => break,
+                        }
+                    }
+                    let _ = tx.send(());
+                })
+                .map(|_| rx)
+                .ok()
+        });
+        Signals {
+            interrupt: signal(SignalKind::interrupt()).ok(),
+            terminate: signal(SignalKind::terminate()).ok(),
+            stdin_closed: stdin_closed.flatten(),
+        }
     }
 
-    /// Resolves at the next SIGINT or SIGTERM.
-    async fn next(&mut self) {
+    /// Resolves at the next SIGINT or SIGTERM, or when standard input ends (the first time only); names which.
+    async fn next(&mut self) -> &'static str {
         async fn recv(s: &mut Option<Signal>) {
             match s {
                 Some(s) => {
@@ -412,18 +446,32 @@ impl Signals {
                 None => std::future::pending::<()>().await,
             }
         }
-        tokio::select! { () = recv(&mut self.interrupt) => {}, () = recv(&mut self.terminate) => {} }
+        async fn closed(rx: &mut Option<tokio::sync::oneshot::Receiver<()>>) {
+            match rx {
+                Some(r) => {
+                    let _ = r.await;
+                    *rx = None;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
+        tokio::select! {
+            () = recv(&mut self.interrupt) => "SIGINT",
+            () = recv(&mut self.terminate) => "SIGTERM",
+            () = closed(&mut self.stdin_closed) => "standard input closed",
+        }
     }
 }
 
-/// The first signal starts the graceful shutdown; a second one, or the end of the grace period, ends the process.
+/// The first signal (or the end of standard input, with --stop-on-stdin-eof) starts the graceful shutdown; a
+/// second signal, or the end of the grace period, ends the process.
 async fn shutdown_signal(mut signals: Signals) {
-    signals.next().await;
-    log(json!({"event": "shutting_down", "note": format!("in-flight answers finish (at most \
+    let cause = signals.next().await;
+    log(json!({"event": "shutting_down", "cause": cause, "note": format!("in-flight answers finish (at most \
                {SHUTDOWN_GRACE_S} s); new connections are refused; a second Ctrl-C or SIGTERM ends the process now")}));
     tokio::spawn(async move {
         let grace = tokio::time::sleep(std::time::Duration::from_secs(SHUTDOWN_GRACE_S));
-        let why = tokio::select! { () = signals.next() => "a second signal", () = grace => "the grace period ended" };
+        let why = tokio::select! { _ = signals.next() => "a second signal", () = grace => "the grace period ended" };
         log(json!({"event": "stopped", "note": format!("{why}: answers still in flight were cut")}));
         std::process::exit(130);
     });
