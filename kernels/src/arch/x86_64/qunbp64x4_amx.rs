@@ -80,35 +80,29 @@ pub(crate) struct Walk {
     pub(crate) s_tile: usize,
     /// f32 sums of the current row tile (32 rows × 32 columns, 4 KiB).
     pub(crate) acc: *mut f32,
-    /// One entry's tile results (32 rows × 32 columns, 4 KiB); `cbuf ^ cb_swap` is the other buffer.
+    /// One entry's tile results (32 rows × 32 columns, 4 KiB); `cbuf ^ state.cb_swap` is the other buffer.
     pub(crate) cbuf: *mut u8,
     pub(crate) tiles: usize,
     pub(crate) entries: usize,
-    pub(crate) cb_swap: usize,
-    /// The walk's own: the current entry's scales and factor.
-    pub(crate) w_cur: *const f32,
-    pub(crate) s_cur: *const f32,
+    /// The walk's own, derived from `cbuf`: [`WalkState::new`].
+    pub(crate) state: WalkState,
 }
 
-impl Walk {
-    /// The walk over `tiles` row tiles from `a` / `s` / `acc` and `entries` entries from `b` / `w`, with two 4 KiB
-    /// tile-result buffers from `cbuf` on (8 KiB).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        a: *const u8,
-        a_tile: usize,
-        b: *const u8,
-        w: *const f32,
-        s: *const f32,
-        s_tile: usize,
-        acc: *mut f32,
-        cbuf: *mut u8,
-        tiles: usize,
-        entries: usize,
-    ) -> Walk {
+/// The part of [`Walk`] that the walk derives or keeps for itself.
+#[repr(C)]
+pub(crate) struct WalkState {
+    /// `cbuf ^ cb_swap` is the other 4 KiB tile-result buffer.
+    cb_swap: usize,
+    /// The current entry's scales and factor.
+    w_cur: *const f32,
+    s_cur: *const f32,
+}
+
+impl WalkState {
+    /// The state of a walk whose two 4 KiB tile-result buffers start at `cbuf` (8 KiB).
+    pub(crate) fn new(cbuf: *mut u8) -> WalkState {
         let cb_swap = (cbuf as usize) ^ (cbuf as usize + MR * ROW_BYTES);
-        let (w_cur, s_cur) = (std::ptr::null(), std::ptr::null());
-        Walk { a, a_tile, b, w, s, s_tile, acc, cbuf, tiles, entries, cb_swap, w_cur, s_cur }
+        WalkState { cb_swap, w_cur: std::ptr::null(), s_cur: std::ptr::null() }
     }
 }
 
@@ -202,6 +196,31 @@ macro_rules! walk {
 }
 pub(crate) use walk;
 
+/// An AMX GEMM's `unsafe fn $name(l: &mut $loop, two: bool, zp: bool)`: the [`walk!`] asm block with the kernel's
+/// `$ops` / `$epilogue` macros, instantiated for each (`two`: row tiles of more than 16 rows, `zp`: the entries
+/// carry corrections); `[$($extra)*]` as for [`walk!`]. The doc comments given become the function's (with its
+/// `# Safety`).
+macro_rules! walk_fn {
+    ($(#[$doc:meta])* $name:ident($loop:ty), $ops:ident, $epilogue:ident, [$($extra:tt)*]) => {
+        $(#[$doc])*
+        #[target_feature(enable = "avx512f")]
+        unsafe fn $name(l: &mut $loop, two: bool, zp: bool) {
+            let l: *mut $loop = l;
+            // SAFETY: the caller's guarantee; the asm reads and writes only through `l`'s pointers (and `l`
+            // itself).
+            unsafe {
+                match (two, zp) {
+                    (true, true) => walk!(l, $ops, $epilogue, true, true, [$($extra)*]),
+                    (true, false) => walk!(l, $ops, $epilogue, true, false, [$($extra)*]),
+                    (false, true) => walk!(l, $ops, $epilogue, false, true, [$($extra)*]),
+                    (false, false) => walk!(l, $ops, $epilogue, false, false, [$($extra)*]),
+                }
+            }
+        }
+    };
+}
+pub(crate) use walk_fn;
+
 /// The int8 GEMM's loop record: what its asm block reads, at the offsets written into it (checked below).
 #[repr(C, align(64))]
 struct Loop {
@@ -231,8 +250,9 @@ const _: () = {
     assert!(offset_of!(Walk, a) == 0 && offset_of!(Walk, a_tile) == 8 && offset_of!(Walk, b) == 16);
     assert!(offset_of!(Walk, w) == 24 && offset_of!(Walk, s) == 32 && offset_of!(Walk, s_tile) == 40);
     assert!(offset_of!(Walk, acc) == 48 && offset_of!(Walk, cbuf) == 56 && offset_of!(Walk, tiles) == 64);
-    assert!(offset_of!(Walk, entries) == 72 && offset_of!(Walk, cb_swap) == 80 && offset_of!(Walk, w_cur) == 88);
-    assert!(offset_of!(Walk, s_cur) == 96);
+    assert!(offset_of!(Walk, entries) == 72 && offset_of!(Walk, state) == 80);
+    assert!(offset_of!(WalkState, cb_swap) == 0 && offset_of!(WalkState, w_cur) == 8);
+    assert!(offset_of!(WalkState, s_cur) == 16);
     assert!(offset_of!(Loop, a_stride) == 168 && offset_of!(Loop, a_half) == 176 && offset_of!(Loop, a_block) == 184);
     assert!(offset_of!(Loop, a_step) == 192 && offset_of!(Loop, b_block) == 200 && offset_of!(Loop, b_half) == 208);
     assert!(offset_of!(Loop, qs_delta) == 216 && offset_of!(Loop, sa_row) == 224 && offset_of!(Loop, steps) == 232);
@@ -257,22 +277,16 @@ impl Scratch {
         }
         SCRATCH.with_borrow_mut(f)
     }
-
-    /// Grows a buffer to at least `bytes` (64-byte vectors) and returns its start.
-    pub(crate) fn fit(v: &mut Vec<__m512i>, bytes: usize) -> *mut u8 {
-        let n = bytes.div_ceil(64);
-        if v.len() < n {
-            // SAFETY: all-zero bits are a valid __m512i.
-            v.resize(n, unsafe { std::mem::zeroed() });
-        }
-        v.as_mut_ptr().cast()
-    }
 }
 
-/// The tile configuration for row tiles of `rows` (1 … 32) rows and `kt` K values per multiply: C halves
-/// tmm0, tmm1 (rows 0–15) and tmm2, tmm3 (rows 16–31), A halves tmm4, tmm5, B column groups tmm6, tmm7.
-fn config(rows: usize, kt: usize) -> [u8; 64] {
-    tile_config(rows, kt, kt / KR)
+/// Grows a scratch buffer to at least `bytes` (64-byte vectors) and returns its start.
+pub(crate) fn fit(v: &mut Vec<__m512i>, bytes: usize) -> *mut u8 {
+    let n = bytes.div_ceil(64);
+    if v.len() < n {
+        // SAFETY: all-zero bits are a valid __m512i.
+        v.resize(n, unsafe { std::mem::zeroed() });
+    }
+    v.as_mut_ptr().cast()
 }
 
 /// Palette 1 with C halves tmm0, tmm1 (rows 0–15, 64 bytes) and tmm2, tmm3 (rows 16–31), A halves tmm4, tmm5
@@ -390,34 +404,20 @@ macro_rules! epilogue {
     };
 }
 
-/// The asm block over the loop's row tiles (`$two`: more than 16 rows; `$zp`: corrections).
-macro_rules! k_loop {
-    ($l:expr, $two:tt, $zp:tt) => {
-        walk!($l, tile_ops, epilogue, $two, $zp, [])
-    };
-}
-
-/// Runs the asm block for `l` (`two`: row tiles of more than 16 rows; `zp`: the records carry corrections).
-///
-/// # Safety
-/// The CPU has AMX-TILE, AMX-INT8 and AVX-512F, and this process may use the tile data. Every pointer of `l`
-/// covers what the loop reads and writes: `walk.tiles` row tiles of `l.rows` rows of A (whole blocks, `a_stride`
-/// apart, the next tile `walk.a_tile` on), of sa and Σq_a, of f32 sums (4 KiB per tile); `walk.entries` blocks of
-/// unpacked codes (`b_block` bytes each) and of scales and corrections (256 bytes each); two 4 KiB int32
-/// buffers at `walk.cbuf` and `walk.cbuf ^ walk.cb_swap`.
-#[target_feature(enable = "avx512f")]
-unsafe fn k_loop(l: &mut Loop, two: bool, zp: bool) {
-    let l: *mut Loop = l;
-    // SAFETY: the caller's guarantee; the asm reads and writes only through `l`'s pointers (and `l` itself).
-    unsafe {
-        match (two, zp) {
-            (true, true) => k_loop!(l, true, true),
-            (true, false) => k_loop!(l, true, false),
-            (false, true) => k_loop!(l, false, true),
-            (false, false) => k_loop!(l, false, false),
-        }
-    }
-}
+walk_fn!(
+    /// Runs the asm block for `l` (`two`: row tiles of more than 16 rows; `zp`: the records carry corrections).
+    ///
+    /// # Safety
+    /// The CPU has AMX-TILE, AMX-INT8 and AVX-512F, and this process may use the tile data. Every pointer of `l` covers
+    /// what the loop reads and writes: `walk.tiles` row tiles of `l.rows` rows of A (whole blocks, `a_stride` apart,
+    /// the next tile `walk.a_tile` on), of sa and Σq_a, of f32 sums (4 KiB per tile); `walk.entries` blocks of unpacked
+    /// codes (`b_block` bytes each) and of scales and corrections (256 bytes each); two 4 KiB int32 buffers at
+    /// `walk.cbuf` and `walk.cbuf ^ walk.state.cb_swap`.
+    k_loop(Loop),
+    tile_ops,
+    epilogue,
+    []
+);
 
 /// Unpacks unit `half` (columns 32·half .. +32) of `panel`, every block: scales and corrections `c + m·s` at `w`
 /// (per block 32 + 32 f32), then the codes in AMX's B layout at `b` (per block: column group 0's bl/4 rows of 64
@@ -602,10 +602,10 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
     let a = args;
     let bl = a.bl;
     let kt = bl.min(64);
-    let b = Scratch::fit(&mut s.b, a.blocks * UNIT * bl);
-    let w = Scratch::fit(&mut s.w, a.blocks * W_BYTES).cast::<f32>();
-    let acc = Scratch::fit(&mut s.acc, a.rows.next_multiple_of(MR) * ROW_BYTES).cast::<f32>();
-    let cbuf = Scratch::fit(&mut s.cbuf, 2 * MR * ROW_BYTES).cast::<i32>();
+    let b = fit(&mut s.b, a.blocks * UNIT * bl);
+    let w = fit(&mut s.w, a.blocks * W_BYTES).cast::<f32>();
+    let acc = fit(&mut s.acc, a.rows.next_multiple_of(MR) * ROW_BYTES).cast::<f32>();
+    let cbuf = fit(&mut s.cbuf, 2 * MR * ROW_BYTES).cast::<i32>();
     let (full, tail) = (a.rows / MR, a.rows % MR);
     let (lhs, lhs_stride) = (a.lhs.cast::<i8>(), a.lhs_stride);
     for panel in 0..a.cols.div_ceil(NR) {
@@ -625,22 +625,23 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
                     continue;
                 }
                 let mut l = Loop {
-                    cfg: config(rows, kt),
-                    walk: Walk::new(
+                    cfg: tile_config(rows, kt, kt / KR), // A: kt bytes per row; B: kt/4 rows of 64 bytes
+                    walk: Walk {
                         // SAFETY: row `first` of the tile's LHS, inside it (first < rows of the tile).
-                        unsafe { lhs.add(first * lhs_stride) }.cast(),
-                        MR * lhs_stride,
+                        a: unsafe { lhs.add(first * lhs_stride) }.cast(),
+                        a_tile: MR * lhs_stride,
                         b,
                         w,
                         // SAFETY: as above: the scales of row `first`.
-                        unsafe { a.lhs_scale.add(first * a.blocks) },
-                        MR * 4 * a.blocks,
+                        s: unsafe { a.lhs_scale.add(first * a.blocks) },
+                        s_tile: MR * 4 * a.blocks,
                         // SAFETY: the sums of row `first`, inside `acc` (sized for the tile's rows rounded up to MR).
-                        unsafe { acc.add(first * UNIT) },
-                        cbuf.cast(),
+                        acc: unsafe { acc.add(first * UNIT) },
+                        cbuf: cbuf.cast(),
                         tiles,
-                        a.blocks,
-                    ),
+                        entries: a.blocks,
+                        state: WalkState::new(cbuf.cast()),
+                    },
                     a_stride: lhs_stride,
                     a_half: 16 * lhs_stride,
                     a_block: bl,

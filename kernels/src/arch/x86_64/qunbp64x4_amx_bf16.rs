@@ -43,7 +43,7 @@
 //! ```
 
 use super::qunbp64x4_amx::{
-    Scratch as Int8Scratch, UNIT, Walk, decode, store_units, subtrahends, tile_config, tile_store, unit_scales, walk,
+    UNIT, Walk, WalkState, decode, fit, store_units, subtrahends, tile_config, tile_store, unit_scales, walk, walk_fn,
     when,
 };
 use crate::ukernel::RunArgs;
@@ -133,13 +133,6 @@ impl Scratch {
 pub(crate) fn row_stride(len: usize) -> usize {
     let b = (6 * len).next_multiple_of(64);
     if b.is_multiple_of(1024) { b + 64 } else { b }
-}
-
-/// The tile configuration for row tiles of `rows` (1 … 32) rows and `kt` K values per multiply: C halves
-/// tmm0, tmm1 (rows 0–15) and tmm2, tmm3 (rows 16–31), A halves tmm4, tmm5 (kt bf16 per row), B column groups
-/// tmm6, tmm7 (kt/2 rows of 16 bf16 pairs).
-fn config(rows: usize, kt: usize) -> [u8; 64] {
-    tile_config(rows, 2 * kt, kt / 2)
 }
 
 /// One part of a chunk: the A halves at `{x5}` (and `{x5}` + a_half) times both column groups, into the C tiles.
@@ -232,34 +225,20 @@ macro_rules! epilogue {
     };
 }
 
-/// The asm block over the loop's row tiles (`$two`: more than 16 rows; `$zp`: corrections).
-macro_rules! k_loop {
-    ($l:expr, $two:tt, $zp:tt) => {
-        walk!($l, tile_ops, epilogue, $two, $zp, [x7 = out(reg) _,])
-    };
-}
-
-/// Runs the asm block for `l` (`two`: row tiles of more than 16 rows; `zp`: the entries carry corrections).
-///
-/// # Safety
-/// The CPU has AMX-TILE, AMX-BF16 and AVX-512F, and this process may use the tile data. Every pointer of `l`
-/// covers what the loop reads and writes: `walk.tiles` row tiles of `l.rows` rows of split A (`a_stride` apart,
-/// the next tile `walk.a_tile` on, `entries · a_entry` bytes each), of Σa (if `zp`) and of f32 sums (4 KiB per
-/// tile); `walk.entries` entries of unpacked codes (`b_entry` bytes each) and of scales and corrections (256 bytes
-/// each); two 4 KiB buffers at `walk.cbuf` and `walk.cbuf ^ walk.cb_swap`.
-#[target_feature(enable = "avx512f")]
-unsafe fn k_loop(l: &mut Loop, two: bool, zp: bool) {
-    let l: *mut Loop = l;
-    // SAFETY: the caller's guarantee; the asm reads and writes only through `l`'s pointers (and `l` itself).
-    unsafe {
-        match (two, zp) {
-            (true, true) => k_loop!(l, true, true),
-            (true, false) => k_loop!(l, true, false),
-            (false, true) => k_loop!(l, false, true),
-            (false, false) => k_loop!(l, false, false),
-        }
-    }
-}
+walk_fn!(
+    /// Runs the asm block for `l` (`two`: row tiles of more than 16 rows; `zp`: the entries carry corrections).
+    ///
+    /// # Safety
+    /// The CPU has AMX-TILE, AMX-BF16 and AVX-512F, and this process may use the tile data. Every pointer of `l` covers
+    /// what the loop reads and writes: `walk.tiles` row tiles of `l.rows` rows of split A (`a_stride` apart, the next
+    /// tile `walk.a_tile` on, `entries · a_entry` bytes each), of Σa (if `zp`) and of f32 sums (4 KiB per tile);
+    /// `walk.entries` entries of unpacked codes (`b_entry` bytes each) and of scales and corrections (256 bytes each);
+    /// two 4 KiB buffers at `walk.cbuf` and `walk.cbuf ^ walk.state.cb_swap`.
+    k_loop(Loop),
+    tile_ops,
+    epilogue,
+    [x7 = out(reg) _,]
+);
 
 /// The bf16 encodings (upper halves) of the odd 16-bit words of `x` and `y` (32 f32 values whose low 16 bits are
 /// zero, or whose truncation is wanted), in order.
@@ -423,14 +402,13 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
     let rows_pad = a.rows.next_multiple_of(MR);
     let stride = row_stride(per_piece * entry);
     let zp = a.has_zp != 0;
-    let abuf = Int8Scratch::fit(&mut s.a, a.rows * stride);
-    let sums =
-        if zp { Int8Scratch::fit(&mut s.sums, a.rows * per_piece * 4).cast::<f32>() } else { std::ptr::null_mut() };
-    let b = Int8Scratch::fit(&mut s.b, per_piece * 64 * entry);
-    let w = Int8Scratch::fit(&mut s.w, per_piece * W_BYTES).cast::<f32>();
+    let abuf = fit(&mut s.a, a.rows * stride);
+    let sums = if zp { fit(&mut s.sums, a.rows * per_piece * 4).cast::<f32>() } else { std::ptr::null_mut() };
+    let b = fit(&mut s.b, per_piece * 64 * entry);
+    let w = fit(&mut s.w, per_piece * W_BYTES).cast::<f32>();
     let group = units.min(GROUP_UNITS);
-    let acc = Int8Scratch::fit(&mut s.acc, group * rows_pad * UNIT * 4).cast::<f32>();
-    let cbuf = Int8Scratch::fit(&mut s.cbuf, 2 * MR * UNIT * 4);
+    let acc = fit(&mut s.acc, group * rows_pad * UNIT * 4).cast::<f32>();
+    let cbuf = fit(&mut s.cbuf, 2 * MR * UNIT * 4);
     let (full, tail) = (a.rows / MR, a.rows % MR);
     // Units in groups of at most GROUP_UNITS, each group's sums kept through every piece: the rows are split once
     // per group (once per task where K is one piece).
@@ -460,24 +438,25 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
                             continue;
                         }
                         let mut l = Loop {
-                            cfg: config(rows, kt),
-                            walk: Walk::new(
+                            cfg: tile_config(rows, 2 * kt, kt / 2), // A: kt bf16 per row; B: kt/2 rows of bf16 pairs
+                            walk: Walk {
                                 // SAFETY: row `first` of the split rows (first < rows), entry j0 (< n).
-                                unsafe { abuf.add(first * stride + j0 * 6 * entry) },
-                                MR * stride,
+                                a: unsafe { abuf.add(first * stride + j0 * 6 * entry) },
+                                a_tile: MR * stride,
                                 // SAFETY: entry j0 of the unpacked codes (j0 < n).
-                                unsafe { b.add(j0 * 64 * entry) },
+                                b: unsafe { b.add(j0 * 64 * entry) },
                                 // SAFETY: entry j0's scales and corrections.
-                                unsafe { w.add(j0 * 2 * UNIT) },
+                                w: unsafe { w.add(j0 * 2 * UNIT) },
                                 // SAFETY: row `first`'s sums of entry j0 (null without zero points: never read then).
-                                if zp { unsafe { sums.add(first * n + j0) } } else { std::ptr::null() },
-                                MR * 4 * n,
+                                s: if zp { unsafe { sums.add(first * n + j0) } } else { std::ptr::null() },
+                                s_tile: MR * 4 * n,
                                 // SAFETY: the unit's sums of row `first`, inside `acc`.
-                                unsafe { acc.add(((unit - u0) * rows_pad + first) * UNIT) },
+                                acc: unsafe { acc.add(((unit - u0) * rows_pad + first) * UNIT) },
                                 cbuf,
                                 tiles,
-                                count,
-                            ),
+                                entries: count,
+                                state: WalkState::new(cbuf),
+                            },
                             a_stride: stride,
                             a_half: 16 * stride,
                             a_entry: 6 * entry,
