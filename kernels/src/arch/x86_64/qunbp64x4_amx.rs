@@ -62,7 +62,7 @@ const ROW_BYTES: usize = UNIT * 4;
 /// Bytes per block of unpacked scales and corrections (32 f32 each).
 const W_BYTES: usize = 2 * UNIT * 4;
 
-/// The part of an AMX GEMM's loop state that the shared walk ([`walk!`]) reads and updates, at offsets 64 … 167
+/// The part of an AMX GEMM's loop state that the shared walk ([`walk!`]) reads and updates, at offsets 64 … 183
 /// of the loop's `#[repr(C, align(64))]` record, after its 64-byte tile configuration (checked below). An entry
 /// is what one tile-result round trip covers: a block (int8) or a block or part of one (bf16).
 #[repr(C)]
@@ -86,6 +86,10 @@ pub(crate) struct Walk {
     pub(crate) entries: usize,
     /// The walk's own, derived from `cbuf`: [`WalkState::new`].
     pub(crate) state: WalkState,
+    /// Bytes from one entry of A to the next (in a row).
+    pub(crate) a_entry: usize,
+    /// Bytes from one entry's unpacked codes to the next.
+    pub(crate) b_entry: usize,
 }
 
 /// The part of [`Walk`] that the walk derives or keeps for itself.
@@ -107,7 +111,7 @@ impl WalkState {
 }
 
 /// Store the C tiles into the buffer at `{cb}` (rows 128 bytes apart), then step `{a}` and `{b}` to the next
-/// entry (the loop record's bytes per entry of A at 184 and of codes at 200).
+/// entry ([`Walk`]'s `a_entry` and `b_entry`).
 macro_rules! tile_store {
     ($two:tt) => {
         concat!(
@@ -124,8 +128,8 @@ macro_rules! tile_store {
                     "tilestored [{x5} + {x6}*1], tmm3\n"
                 )
             ),
-            "add {a}, [{p} + 184]\n",
-            "add {b}, [{p} + 200]\n",
+            "add {a}, [{p} + 168]\n",
+            "add {b}, [{p} + 176]\n",
         )
     };
 }
@@ -230,10 +234,8 @@ struct Loop {
     a_stride: usize,
     /// Bytes from a row tile's first half to its second (16 rows).
     a_half: usize,
-    a_block: usize,
     /// K values per tile multiply: min(bl, 64).
     a_step: usize,
-    b_block: usize,
     /// Bytes from column group 0's codes of a block to group 1's.
     b_half: usize,
     /// Bytes from `sa` to the matching Σq_a.
@@ -246,15 +248,16 @@ struct Loop {
 
 const _: () = {
     use core::mem::offset_of;
-    assert!(offset_of!(Loop, walk) == 64 && core::mem::size_of::<Walk>() == 104);
+    assert!(offset_of!(Loop, walk) == 64 && core::mem::size_of::<Walk>() == 120);
     assert!(offset_of!(Walk, a) == 0 && offset_of!(Walk, a_tile) == 8 && offset_of!(Walk, b) == 16);
     assert!(offset_of!(Walk, w) == 24 && offset_of!(Walk, s) == 32 && offset_of!(Walk, s_tile) == 40);
     assert!(offset_of!(Walk, acc) == 48 && offset_of!(Walk, cbuf) == 56 && offset_of!(Walk, tiles) == 64);
     assert!(offset_of!(Walk, entries) == 72 && offset_of!(Walk, state) == 80);
     assert!(offset_of!(WalkState, cb_swap) == 0 && offset_of!(WalkState, w_cur) == 8);
     assert!(offset_of!(WalkState, s_cur) == 16);
-    assert!(offset_of!(Loop, a_stride) == 168 && offset_of!(Loop, a_half) == 176 && offset_of!(Loop, a_block) == 184);
-    assert!(offset_of!(Loop, a_step) == 192 && offset_of!(Loop, b_block) == 200 && offset_of!(Loop, b_half) == 208);
+    assert!(offset_of!(Walk, a_entry) == 104 && offset_of!(Walk, b_entry) == 112);
+    assert!(offset_of!(Loop, a_stride) == 184 && offset_of!(Loop, a_half) == 192 && offset_of!(Loop, a_step) == 200);
+    assert!(offset_of!(Loop, b_half) == 208);
     assert!(offset_of!(Loop, qs_delta) == 216 && offset_of!(Loop, sa_row) == 224 && offset_of!(Loop, steps) == 232);
     assert!(offset_of!(Loop, rows) == 240);
 };
@@ -334,7 +337,7 @@ macro_rules! tile_ops {
             "mov {x1}, {a}\n",
             "mov {x2}, {b}\n",
             "mov {x3}, [{p} + 232]\n",
-            "mov {x4}, [{p} + 168]\n",
+            "mov {x4}, [{p} + 184]\n",
             "mov {x6}, 64\n",
             "4:\n",
             "tileloadd tmm4, [{x1} + {x4}*1]\n",
@@ -348,13 +351,13 @@ macro_rules! tile_ops {
                 $two,
                 concat!(
                     "mov {x5}, {x1}\n",
-                    "add {x5}, [{p} + 176]\n",
+                    "add {x5}, [{p} + 192]\n",
                     "tileloadd tmm5, [{x5} + {x4}*1]\n",
                     "tdpbssd tmm2, tmm5, tmm6\n",
                     "tdpbssd tmm3, tmm5, tmm7\n"
                 )
             ),
-            "add {x1}, [{p} + 192]\n",
+            "add {x1}, [{p} + 200]\n",
             "add {x2}, 1024\n",
             "dec {x3}\n",
             "jnz 4b\n",
@@ -411,7 +414,7 @@ walk_fn!(
     /// The CPU has AMX-TILE, AMX-INT8 and AVX-512F, and this process may use the tile data. Every pointer of `l` covers
     /// what the loop reads and writes: `walk.tiles` row tiles of `l.rows` rows of A (whole blocks, `a_stride` apart,
     /// the next tile `walk.a_tile` on), of sa and Σq_a, of f32 sums (4 KiB per tile); `walk.entries` blocks of unpacked
-    /// codes (`b_block` bytes each) and of scales and corrections (256 bytes each); two 4 KiB int32 buffers at
+    /// codes (`walk.b_entry` bytes each) and of scales and corrections (256 bytes each); two 4 KiB int32 buffers at
     /// `walk.cbuf` and `walk.cbuf ^ walk.state.cb_swap`.
     k_loop(Loop),
     tile_ops,
@@ -641,12 +644,12 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
                         tiles,
                         entries: a.blocks,
                         state: WalkState::new(cbuf.cast()),
+                        a_entry: bl,
+                        b_entry: UNIT * bl,
                     },
                     a_stride: lhs_stride,
                     a_half: 16 * lhs_stride,
-                    a_block: bl,
                     a_step: kt,
-                    b_block: UNIT * bl,
                     b_half: 16 * bl,
                     qs_delta: (a.lhs_sum as isize) - (a.lhs_scale as isize),
                     sa_row: 4 * a.blocks,

@@ -71,11 +71,8 @@ struct Loop {
     a_stride: usize,
     /// Bytes from a row tile's first half to its second (16 rows).
     a_half: usize,
-    /// Bytes of one entry's chunks in a row.
-    a_entry: usize,
     /// Bytes of one chunk's three parts in a row (6·kt).
     a_chunk: usize,
-    b_entry: usize,
     /// Bytes of one part of a chunk (2·kt).
     a_part: usize,
     /// Bytes from column group 0's codes of an entry to group 1's.
@@ -91,8 +88,8 @@ struct Loop {
 
 const _: () = {
     use core::mem::offset_of;
-    assert!(offset_of!(Loop, walk) == 64 && offset_of!(Loop, a_stride) == 168 && offset_of!(Loop, a_half) == 176);
-    assert!(offset_of!(Loop, a_entry) == 184 && offset_of!(Loop, a_chunk) == 192 && offset_of!(Loop, b_entry) == 200);
+    assert!(offset_of!(Loop, walk) == 64 && offset_of!(Loop, a_stride) == 184 && offset_of!(Loop, a_half) == 192);
+    assert!(offset_of!(Loop, a_chunk) == 200);
     assert!(offset_of!(Loop, a_part) == 208 && offset_of!(Loop, b_half) == 216 && offset_of!(Loop, b_chunk) == 224);
     assert!(offset_of!(Loop, sums_row) == 232 && offset_of!(Loop, chunks) == 240 && offset_of!(Loop, rows) == 248);
 };
@@ -167,8 +164,8 @@ macro_rules! tile_ops {
             "mov {x1}, {a}\n",
             "mov {x2}, {b}\n",
             "mov {x3}, [{p} + 240]\n",
-            "mov {x4}, [{p} + 168]\n",
-            "mov {x7}, [{p} + 176]\n",
+            "mov {x4}, [{p} + 184]\n",
+            "mov {x7}, [{p} + 192]\n",
             "mov {x6}, 64\n",
             "4:\n",
             "tileloadd tmm6, [{x2} + {x6}*1]\n",
@@ -181,7 +178,7 @@ macro_rules! tile_ops {
             part!($two),
             "add {x5}, [{p} + 208]\n",
             part!($two),
-            "add {x1}, [{p} + 192]\n",
+            "add {x1}, [{p} + 200]\n",
             "add {x2}, [{p} + 224]\n",
             "dec {x3}\n",
             "jnz 4b\n",
@@ -231,9 +228,9 @@ walk_fn!(
     /// # Safety
     /// The CPU has AMX-TILE, AMX-BF16 and AVX-512F, and this process may use the tile data. Every pointer of `l` covers
     /// what the loop reads and writes: `walk.tiles` row tiles of `l.rows` rows of split A (`a_stride` apart, the next
-    /// tile `walk.a_tile` on, `entries · a_entry` bytes each), of Σa (if `zp`) and of f32 sums (4 KiB per tile);
-    /// `walk.entries` entries of unpacked codes (`b_entry` bytes each) and of scales and corrections (256 bytes each);
-    /// two 4 KiB buffers at `walk.cbuf` and `walk.cbuf ^ walk.state.cb_swap`.
+    /// tile `walk.a_tile` on, `entries · walk.a_entry` bytes each), of Σa (if `zp`) and of f32 sums (4 KiB per tile);
+    /// `walk.entries` entries of unpacked codes (`walk.b_entry` bytes each) and of scales and corrections (256 bytes
+    /// each); two 4 KiB buffers at `walk.cbuf` and `walk.cbuf ^ walk.state.cb_swap`.
     k_loop(Loop),
     tile_ops,
     epilogue,
@@ -456,13 +453,13 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
                                 tiles,
                                 entries: count,
                                 state: WalkState::new(cbuf),
+                                a_entry: 6 * entry,
+                                b_entry: 64 * entry,
                             },
                             a_stride: stride,
                             a_half: 16 * stride,
-                            a_entry: 6 * entry,
                             a_chunk: 6 * kt,
                             a_part: 2 * kt,
-                            b_entry: 64 * entry,
                             b_half: 32 * entry,
                             b_chunk: 32 * kt,
                             sums_row: 4 * n,
