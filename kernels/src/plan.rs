@@ -92,24 +92,27 @@ impl TilePlan {
 }
 
 /// The output of one call, handed out tile by tile to concurrent workers. Each tile can be claimed once, so
-/// two workers never write the same element; the borrow of the output lasts as long as this value.
-pub struct OutTiles<'a> {
-    pub(crate) ptr: *mut f32,
+/// two workers never write the same element; the borrow of the output lasts as long as this value. `T`: the
+/// output's element (the kernels write f32; an f16 output is filled tile by tile from an f32 one,
+/// [`OutTiles::narrow_tile`]).
+pub struct OutTiles<'a, T = f32> {
+    pub(crate) ptr: *mut T,
     pub(crate) plan: TilePlan,
     claimed: Vec<AtomicBool>,
-    _out: PhantomData<&'a mut [f32]>,
+    _out: PhantomData<&'a mut [T]>,
 }
 
 // SAFETY: the raw pointer is only dereferenced for tiles claimed through an atomic flag, so concurrent users
-// write disjoint elements; the PhantomData keeps the exclusive borrow of the buffer alive.
-unsafe impl Send for OutTiles<'_> {}
+// write disjoint elements; the PhantomData keeps the exclusive borrow of the buffer alive. T is plain data (f32,
+// f16): sending it between threads is sound.
+unsafe impl<T: Send> Send for OutTiles<'_, T> {}
 // SAFETY: as above: shared access only hands out disjoint, claimed tiles.
-unsafe impl Sync for OutTiles<'_> {}
+unsafe impl<T: Send> Sync for OutTiles<'_, T> {}
 
-impl<'a> OutTiles<'a> {
+impl<'a, T> OutTiles<'a, T> {
     /// # Panics
     /// If `out` is not M·N long.
-    pub fn new(out: &'a mut [f32], plan: TilePlan) -> Self {
+    pub fn new(out: &'a mut [T], plan: TilePlan) -> Self {
         assert_eq!(out.len(), plan.m * plan.n, "output holds {} values, plan needs {}x{}", out.len(), plan.m, plan.n);
         let claimed = (0..plan.count()).map(|_| AtomicBool::new(false)).collect();
         OutTiles { ptr: out.as_mut_ptr(), plan, claimed, _out: PhantomData }
@@ -122,6 +125,34 @@ impl<'a> OutTiles<'a> {
     /// Claims tile `t` for writing; false if it was claimed before.
     pub(crate) fn claim(&self, t: usize) -> bool {
         !self.claimed[t].swap(true, Ordering::AcqRel)
+    }
+}
+
+impl OutTiles<'_, f32> {
+    /// Rounds tile `t` of this output into the same tile of `dst` (f16, same plan), claiming it there. The
+    /// caller has just computed tile `t` through this output on this thread (`TileCall::run`): its claim is the
+    /// caller's, so no one else writes the values read here.
+    ///
+    /// # Panics
+    /// If the plans differ, tile `t` was not claimed here, or it was claimed in `dst` before.
+    pub(crate) fn narrow_tile(&self, t: usize, dst: &OutTiles<'_, half::f16>) {
+        assert_eq!(self.plan, dst.plan, "f16 output cut by another plan");
+        assert!(self.claimed[t].load(Ordering::Acquire), "tile {t} narrowed before it was computed");
+        assert!(dst.claim(t), "tile {t} narrowed twice into the same output");
+        let (m0, rows, n0, cols) = self.plan.tile(t);
+        for r in m0..m0 + rows {
+            let at = r * self.plan.n + n0;
+            // SAFETY: row r's columns n0..n0 + cols of tile t lie inside both M×N buffers (the plan's tile); tile
+            // t is this caller's in `self` (computed by it, per this function's contract) and was just claimed in
+            // `dst`, so nothing else reads or writes these elements meanwhile.
+            let (src, out) = unsafe {
+                (
+                    std::slice::from_raw_parts(self.ptr.add(at), cols),
+                    std::slice::from_raw_parts_mut(dst.ptr.add(at), cols),
+                )
+            };
+            crate::pack::narrow_f16(src, out);
+        }
     }
 }
 

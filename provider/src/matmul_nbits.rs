@@ -480,18 +480,10 @@ impl MatMulNBits {
                 LhsSource::F32(&a_f32)
             }
         };
-        let run = |y: &mut [f32]| -> Result<()> {
-            self.sel.matmul(rhs, src, m, bias, y, |tasks, f| ctx.parallel_for(tasks, f))
-        };
+        let par = |tasks: usize, f: &(dyn Fn(usize) + Sync)| ctx.parallel_for(tasks, f);
         match out {
-            Output::F32(y) => run(y),
-            Output::F16(y16) => {
-                let mut y = vec![0f32; y16.len()];
-                run(&mut y)?;
-                // F16C (x86) / FCVT (aarch64) when the CPU has them: not a per-element slow path.
-                half::slice::HalfFloatSliceExt::convert_from_f32_slice(y16, &y);
-                Ok(())
-            }
+            Output::F32(y) => self.sel.matmul(rhs, src, m, bias, y, par),
+            Output::F16(y16) => self.sel.matmul_f16(rhs, src, m, bias, y16, par),
         }
     }
 }

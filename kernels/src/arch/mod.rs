@@ -101,6 +101,20 @@ pub(crate) unsafe fn finish_row_tile(args: &RunArgs, row: &[RowQuant], col_sums:
     }
 }
 
+/// f16 → f32 and f32 → f16 slice conversions for `cpu` (the same values as `half`'s: IEEE 754, round to nearest
+/// even): F16C loops where it has AVX2 and F16C, else `half`'s (FCVT on aarch64, software elsewhere).
+pub(crate) fn convert_f16_for(cpu: &Cpu) -> (crate::pack::WidenF16, crate::pack::NarrowF16) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::cpu::Feature;
+        if cpu.has(Feature::Avx2) && cpu.has(Feature::F16c) {
+            return (x86_64::convert_f16_f16c::widen, x86_64::convert_f16_f16c::narrow);
+        }
+    }
+    let _ = cpu;
+    (crate::pack::widen_f16_portable, crate::pack::narrow_f16_portable)
+}
+
 /// The fastest row-numerics quantizer and range `cpu` runs (the same numbers as `pack::quantize_block_row` and
 /// `pack::min_max`).
 pub(crate) fn quantize_row_for(cpu: &Cpu) -> (crate::pack::QuantizeRow, crate::pack::MinMax) {

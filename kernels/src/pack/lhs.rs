@@ -56,15 +56,12 @@ impl LhsSource<'_> {
     }
 
     /// Copies row `m` (K values) into `out` through the packing's K map, as f32; positions without a source
-    /// become 0. f16 rows convert with the CPU's conversion instructions (F16C, FCVT) where it has them.
+    /// become 0. f16 rows convert with the CPU's fastest conversion ([`widen_f16`]).
     fn gather_row(&self, m: usize, k: usize, k_map: Option<&[u32]>, out: &mut [f32]) {
         if k_map.is_none() {
             match self {
                 LhsSource::F32(a) => out[..k].copy_from_slice(&a[m * k..][..k]),
-                LhsSource::F16(a) => {
-                    use half::slice::HalfFloatSliceExt;
-                    a[m * k..][..k].convert_to_f32_slice(&mut out[..k]);
-                }
+                LhsSource::F16(a) => widen_f16(&a[m * k..][..k], &mut out[..k]),
             }
             out[k..].fill(0.0);
             return;
@@ -425,6 +422,47 @@ pub type QuantizeRow = fn(&[f32], usize, &mut [u8], Runs, RowQuant, &mut [i32]);
 /// [`min_max`], bit for bit as far as [`row_quant`] sees it (arch versions are tested against it).
 pub type MinMax = fn(&[f32]) -> (f32, f32);
 
+/// An f16 → f32 slice conversion (equal lengths).
+pub type WidenF16 = fn(&[f16], &mut [f32]);
+/// An f32 → f16 slice conversion (equal lengths; to nearest, ties to even).
+pub type NarrowF16 = fn(&[f32], &mut [f16]);
+
+/// `half`'s f16 → f32 slice conversion (FCVT on aarch64, F16C on x86 when it has it, else software).
+pub fn widen_f16_portable(src: &[f16], dst: &mut [f32]) {
+    use half::slice::HalfFloatSliceExt;
+    src.convert_to_f32_slice(dst);
+}
+
+/// `half`'s f32 → f16 slice conversion.
+pub fn narrow_f16_portable(src: &[f32], dst: &mut [f16]) {
+    use half::slice::HalfFloatSliceExt;
+    dst.convert_from_f32_slice(src);
+}
+
+/// The CPU's fastest f16 → f32 and f32 → f16 slice conversions (`arch::convert_f16_for`), chosen once.
+fn f16_conversions() -> (WidenF16, NarrowF16) {
+    static CONVERT: std::sync::OnceLock<(WidenF16, NarrowF16)> = std::sync::OnceLock::new();
+    *CONVERT.get_or_init(|| crate::arch::convert_f16_for(crate::Cpu::get()))
+}
+
+/// `dst[i] = src[i]` as f32, with the CPU's fastest conversion (f16 activations of a MatMulNBits).
+///
+/// # Panics
+/// If the lengths differ.
+pub fn widen_f16(src: &[f16], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len(), "f16 → f32: {} values into {}", src.len(), dst.len());
+    (f16_conversions().0)(src, dst)
+}
+
+/// `dst[i] = src[i]` rounded to f16 (to nearest, ties to even), with the CPU's fastest conversion (f16 outputs).
+///
+/// # Panics
+/// If the lengths differ.
+pub fn narrow_f16(src: &[f32], dst: &mut [f16]) {
+    assert_eq!(src.len(), dst.len(), "f32 → f16: {} values into {}", src.len(), dst.len());
+    (f16_conversions().1)(src, dst)
+}
+
 /// One task's rows of an int8 pack: bytes, scales, sums, row quantizations (`Row` only, else empty).
 type Int8Chunk<'a> = (&'a mut [u8], &'a mut [f32], &'a mut [i32], &'a mut [RowQuant]);
 
@@ -558,10 +596,7 @@ impl Job<'_> {
                 let n = k.saturating_sub(k0).min(bl);
                 match self.a {
                     LhsSource::F32(a) => out[..n].copy_from_slice(&a[i * k + k0..][..n]),
-                    LhsSource::F16(a) => {
-                        use half::slice::HalfFloatSliceExt;
-                        a[i * k + k0..][..n].convert_to_f32_slice(&mut out[..n]);
-                    }
+                    LhsSource::F16(a) => widen_f16(&a[i * k + k0..][..n], &mut out[..n]),
                 }
             }
             Some(map) => {

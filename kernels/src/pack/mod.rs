@@ -12,8 +12,8 @@ pub(crate) use lhs::assert_quantizer_matches_scalar;
 #[cfg(all(test, target_arch = "aarch64"))]
 pub(crate) use lhs::assert_row_quantizer_matches_scalar;
 pub use lhs::{
-    ActQuant, LhsFormat, LhsSource, MinMax, PAIR_ROW_F32, PackedLhs, QuantizeBlocks, QuantizeRow, RowQuant, Runs,
-    f32_in_place, f32_row_stride, for_each_block, min_max, quantize_block, quantize_block_row, quantize_block_runs,
-    row_quant,
+    ActQuant, LhsFormat, LhsSource, MinMax, NarrowF16, PAIR_ROW_F32, PackedLhs, QuantizeBlocks, QuantizeRow, RowQuant,
+    Runs, WidenF16, f32_in_place, f32_row_stride, for_each_block, min_max, narrow_f16, narrow_f16_portable,
+    quantize_block, quantize_block_row, quantize_block_runs, row_quant, widen_f16, widen_f16_portable,
 };
 pub use rhs::{NO_SOURCE, PackedRhs, RhsBytes};

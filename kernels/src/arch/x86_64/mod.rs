@@ -1,6 +1,7 @@
 //! x86_64 kernels (std::arch intrinsics inside `#[target_feature]` functions; AMX, which stable Rust has no
 //! intrinsics for, in inline asm). Ladder: amx → avx512vnni → avx2 → portable.
 
+pub(crate) mod convert_f16_f16c;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_12x32_avx512vnni;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x32_avx2;
 mod matmul_f32_f32_qunbp64x4_sf32_zpc_1x64_avx512vnni;
