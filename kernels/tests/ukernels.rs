@@ -669,43 +669,21 @@ fn short_activations_are_refused() {
     sel.run_tile(&lhs, &rhs, None, &tiles, 0);
 }
 
-/// Tiles computed concurrently from several threads give the serial result, bit for bit, in every family. N is
-/// wide enough for several tiles in every geometry (the SME2 fp32 GEMM takes at least 512 columns per task).
-/// An f16 output (`matmul_f16`: each task rounds its own tiles, from the thread's f32 scratch) is the f32 output
-/// rounded to f16, every family, tiles spread over 4 threads; twice per family, so the second call reuses the
-/// scratch (with the first call's values in it) at another shape.
-#[test]
-fn f16_outputs_are_the_f32_outputs_rounded() {
-    let mut rng = Rng::new(21);
-    let (k, n) = (100, 2049);
-    let case = Case::random(&mut rng, k, n, 4, 32, ZpKind::Packed, GIdx::None, true);
-    let w = case.weights();
-    for f in registry::families() {
-        let Ok(l) = registry::build_ladder(Cpu::get(), None, Some(f.name())) else { continue };
-        let sel = l.select(&Problem::of(f.path(), &w)).unwrap();
-        let rhs = sel.pack_rhs(&w).unwrap();
-        for m in [37, 5] {
-            let a16: Vec<half::f16> = activations(&mut rng, m, k).into_iter().map(half::f16::from_f32).collect();
-            let mut y32 = vec![0f32; m * n];
-            matmul_serial(&sel, &rhs, LhsSource::F16(&a16), m, case.bias.as_deref(), &mut y32);
-            let want: Vec<half::f16> = y32.iter().map(|&x| half::f16::from_f32(x)).collect();
-            let mut y16 = vec![half::f16::NAN; m * n];
-            let r: Result<(), ()> =
-                sel.matmul_f16(&rhs, LhsSource::F16(&a16), m, case.bias.as_deref(), &mut y16, |tiles, job| {
-                    std::thread::scope(|s| {
-                        for i in 0..4 {
-                            s.spawn(move || (i..tiles).step_by(4).for_each(job));
-                        }
-                    });
-                    Ok(())
-                });
-            r.unwrap();
-            let bits = |v: &[half::f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&y16), bits(&want), "{} M={m}", f.name());
+/// A parallel-for that spreads `tiles` over 4 threads (tile t on thread t % 4).
+fn four_threads(tiles: usize, job: &(dyn Fn(usize) + Sync)) -> Result<(), ()> {
+    std::thread::scope(|s| {
+        for i in 0..4 {
+            s.spawn(move || (i..tiles).step_by(4).for_each(job));
         }
-    }
+    });
+    Ok(())
 }
 
+/// Tiles computed concurrently from several threads give the serial result, bit for bit, in every family. N is
+/// wide enough for several tiles in every geometry (the SME2 fp32 GEMM takes at least 512 columns per task).
+/// With f16 A and an f16 output (`matmul_f16`: each task rounds its own tiles from the thread's f32 scratch), the
+/// output is the serial f32 result rounded to f16, at two M, so the second call reuses the scratch with the first
+/// call's values in it.
 #[test]
 fn tiles_run_concurrently() {
     let mut rng = Rng::new(9);
@@ -721,17 +699,21 @@ fn tiles_run_concurrently() {
         let mut serial = vec![0f32; m * n];
         matmul_serial(&sel, &rhs, LhsSource::F32(&a), m, case.bias.as_deref(), &mut serial);
         let mut parallel = vec![f32::NAN; m * n];
-        let r: Result<(), ()> =
-            sel.matmul(&rhs, LhsSource::F32(&a), m, case.bias.as_deref(), &mut parallel, |tiles, job| {
-                assert!(tiles >= 4, "{}: want several tiles, got {tiles}", f.name());
-                std::thread::scope(|s| {
-                    for i in 0..4 {
-                        s.spawn(move || (i..tiles).step_by(4).for_each(job));
-                    }
-                });
-                Ok(())
-            });
-        r.unwrap();
+        sel.matmul(&rhs, LhsSource::F32(&a), m, case.bias.as_deref(), &mut parallel, |tiles, job| {
+            assert!(tiles >= 4, "{}: want several tiles, got {tiles}", f.name());
+            four_threads(tiles, job)
+        })
+        .unwrap();
         assert_eq!(serial, parallel, "{}", f.name());
+        for m in [37, 5] {
+            let a16: Vec<half::f16> = activations(&mut rng, m, k).into_iter().map(half::f16::from_f32).collect();
+            let mut y32 = vec![0f32; m * n];
+            matmul_serial(&sel, &rhs, LhsSource::F16(&a16), m, case.bias.as_deref(), &mut y32);
+            let want: Vec<u16> = y32.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect();
+            let mut y16 = vec![half::f16::NAN; m * n];
+            sel.matmul_f16(&rhs, LhsSource::F16(&a16), m, case.bias.as_deref(), &mut y16, four_threads).unwrap();
+            let got: Vec<u16> = y16.iter().map(|x| x.to_bits()).collect();
+            assert_eq!(got, want, "{} f16 output, M={m}", f.name());
+        }
     }
 }
