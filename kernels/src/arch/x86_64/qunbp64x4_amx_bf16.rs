@@ -27,8 +27,9 @@
 //! `tilestored` into a 4 KiB buffer and per row 2 `vfmadd213ps` into the row's f32 sums (2 more with unfolded
 //! zero points), software-pipelined by one entry as the int8 GEMM (`qunbp64x4_amx`). The sums of every unit
 //! stay in a per-thread buffer until the last piece; the bias is added when they are stored. The K tail's padding
-//! is skipped down to whole chunks, as in the FMA GEMM: entries past it are not computed and the last one runs only
-//! its chunks that hold values (K = 576 in blocks of 128: 576 of 640 values; 2–4% of the tiles' time there).
+//! is skipped down to whole chunks, as in the FMA GEMM: entries past it are not computed, and the last one is split,
+//! unpacked and multiplied only over its chunks that hold values (K = 576 in blocks of 128: 576 of 640 values;
+//! 2–4% of the tiles' time for the multiplies, 2–4% more for the split and unpack, `gemm_time` in turns).
 //!
 //! ```text
 //! for piece (entries e0 .. e1):
@@ -256,11 +257,14 @@ struct Piece {
     n: usize,
     entry: usize,
     kt: usize,
+    /// K values of the piece that hold values (a multiple of kt, ≤ n·entry): the K tail's padding past them is
+    /// neither split nor unpacked.
+    used: usize,
 }
 
-/// Splits rows `0..rows` of the tile's A, the K values of piece `p`, into `dst` (rows `stride` bytes apart; per
-/// chunk kt `hi`, kt `mid`, kt `lo` bf16), and with `sums` non-null writes each row's Σa over each entry (`p.n`
-/// per row, row-major).
+/// Splits rows `0..rows` of the tile's A, the K values of piece `p` that hold values (`p.used`), into `dst` (rows
+/// `stride` bytes apart; per chunk kt `hi`, kt `mid`, kt `lo` bf16), and with `sums` non-null writes each row's Σa
+/// over each entry (`p.n` per row, row-major; a cut last entry's over its chunks).
 ///
 /// # Safety
 /// The CPU has avx512f and avx512bw. `args` satisfies the `RunArgs` contract for an `f32` LHS; the piece's
@@ -268,7 +272,7 @@ struct Piece {
 /// null, `rows · n` f32; kt ∈ {16, 32} divides `entry`.
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn split(args: &RunArgs, p: Piece, dst: *mut u8, stride: usize, sums: *mut f32) {
-    let Piece { kt, entry, .. } = p;
+    let Piece { kt, entry, used, .. } = p;
     let (k0, len) = (p.first * entry, p.n * entry);
     let hi_mask = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
     let cut = |v: __m512| _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), hi_mask));
@@ -279,7 +283,7 @@ unsafe fn split(args: &RunArgs, p: Piece, dst: *mut u8, stride: usize, sums: *mu
         // SAFETY: row r of `dst` (the caller's size).
         let row = unsafe { dst.add(r * stride) };
         let mut total = _mm512_setzero_ps();
-        for c in 0..len / kt {
+        for c in 0..used / kt {
             // SAFETY: K values c·kt .. +kt of the piece (the second vector only for kt = 32, by the mask).
             let (x, y) =
                 unsafe { (_mm512_loadu_ps(src.add(c * kt)), _mm512_maskz_loadu_ps(m16, src.add(c * kt + 16))) };
@@ -297,9 +301,9 @@ unsafe fn split(args: &RunArgs, p: Piece, dst: *mut u8, stride: usize, sums: *mu
             }
             if !sums.is_null() {
                 total = _mm512_add_ps(total, _mm512_add_ps(x, y));
-                if ((c + 1) * kt).is_multiple_of(entry) {
-                    // SAFETY: entry ((c+1)·kt / entry − 1) of row r (the caller's size).
-                    unsafe { *sums.add(r * (len / entry) + (c + 1) * kt / entry - 1) = _mm512_reduce_add_ps(total) };
+                if ((c + 1) * kt).is_multiple_of(entry) || (c + 1) * kt == used {
+                    // SAFETY: entry c·kt / entry of row r (the caller's size).
+                    unsafe { *sums.add(r * (len / entry) + c * kt / entry) = _mm512_reduce_add_ps(total) };
                     total = _mm512_setzero_ps();
                 }
             }
@@ -307,7 +311,8 @@ unsafe fn split(args: &RunArgs, p: Piece, dst: *mut u8, stride: usize, sums: *mu
     }
 }
 
-/// Unpacks unit `half` (columns 32·half .. +32) of `panel` for the entries of piece `p`: scales and corrections
+/// Unpacks unit `half` (columns 32·half .. +32) of `panel` for the entries of piece `p` (their chunks that hold
+/// values, `p.used`): scales and corrections
 /// at `w` (per entry 32 + 32 f32), the codes as bf16 in AMX's B layout at `b` (per entry: column group 0's entry/2
 /// rows of 64 bytes, 2 K values × 16 columns each, then group 1's). Returns whether the zero points were folded
 /// into the codes.
@@ -326,7 +331,7 @@ unsafe fn unpack<const BITS: usize>(
     w: *mut f32,
 ) -> bool {
     let a = args;
-    let Piece { first, n, entry, .. } = p;
+    let Piece { first, n, entry, used, .. } = p;
     let (bl, chunk) = (a.bl, a.bl.min(32));
     let per = bl / entry;
     // SAFETY: panel < the tile's panels (RunArgs contract); `w` holds n entries.
@@ -352,7 +357,8 @@ unsafe fn unpack<const BITS: usize>(
             let sub = subtrahends::<BITS>(fold, w.add(j * 2 * UNIT));
             let eb = b.add(j * 64 * entry);
             let base = c0 * chunk / 4;
-            decode::<BITS>(a, prec.add(blk * a.rhs_record), half, c0, c0 + entry / chunk, sub, |g, row, q| {
+            let chunks = entry.min(used - j * entry) / chunk;
+            decode::<BITS>(a, prec.add(blk * a.rhs_record), half, c0, c0 + chunks, sub, |g, row, q| {
                 let t = _mm512_permutexvar_epi64(halves, _mm512_shuffle_epi8(q, pairs));
                 let (lo, hi) = (_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64::<1>(t));
                 let (r0, r1) = if BITS <= 4 {
@@ -416,7 +422,7 @@ pub(crate) unsafe fn tile(args: &RunArgs, s: &mut Scratch) {
         for piece in 0..pieces {
             let e0 = piece * per_piece;
             let n = per_piece.min(entries - e0);
-            let p = Piece { first: e0, n, entry, kt };
+            let p = Piece { first: e0, n, entry, kt, used: used.min((e0 + n) * entry) - e0 * entry };
             if pieces > 1 || u0 == 0 {
                 // SAFETY: the piece's K values are inside every row (n·entry ≤ blocks·bl − e0·entry); the buffers
                 // were sized above for per_piece entries.
