@@ -88,14 +88,17 @@ cpus=${AARCH64_CPUS:-"max max,sve=off max,sme=off neoverse-n1 cortex-a76 cortex-
 # into SVE.
 i8mm_fams="int8=i8mm_int8_qsnbp8x8_sf16_zpc,$fp32"
 sme2_int8=int8=sme2_int8_qsnbp64x4_sf16_zpc
-# The fp32 path takes the SME2 (FMOPA) family where the streaming vector is 256 bits and SVE's at least that (max, max
-# at 32 bytes); the SVE fp32 family at other streaming lengths (64, 128 bytes), NEON's without SVE (max,sve=off).
+# The fp32 path takes the SME2 (FMOPA) family where the streaming vector is 256 or 512 bits, with or without SVE (max,
+# max at 32 and 64 bytes, max,sve=off, and the Apple M4 shape: no SVE, a 512-bit streaming vector); the SVE fp32
+# family at other streaming lengths (128 bytes), NEON's at 16 bytes.
 sme2_fams="$sme2_int8,fp32=sme2_fp32_qsnbp8x4_sf32_zpc"
 q11_max_feats="neon+dotprod+i8mm+fp16+bf16+sve+sve2+svei8mm+sme+sme2"
 vl() { echo "max,sve-default-vector-length=$1,sme-default-vector-length=$1"; }
 # SME at 1024 bits (SVE stays at 512): the SME2 GEMM's single-vector epilogue, taken above 512-bit SVL; the kernel
 # unit test's PR_SME_SET_VL does not change the length under qemu-user.
 svl128="max,sme-default-vector-length=128"
+# SME2 at 512 bits without SVE: Apple M4's shape (its int8 and fp32 SME2 families, every SVE kernel refused).
+m4="max,sve=off,sme-default-vector-length=64"
 declare -A expect11=(
   [max]="portable,neon,dotprod,i8mm,sve,sme"
   [$(vl 16)]="portable,neon,dotprod,i8mm,sve,sme"
@@ -104,6 +107,7 @@ declare -A expect11=(
   [$svl128]="portable,neon,dotprod,i8mm,sve,sme"
   [max,sme=off]="portable,neon,dotprod,i8mm,sve"
   [max,sve=off]="portable,neon,dotprod,i8mm,sme"
+  [$m4]="portable,neon,dotprod,i8mm,sme"
   [neoverse-v1]="portable,neon,dotprod,i8mm,sve"
   [neoverse-n2]="portable,neon,dotprod,i8mm,sve"
   [cortex-a710]="portable,neon,dotprod,i8mm,sve"
@@ -117,18 +121,19 @@ declare -A features11=(
   [$svl128]="$q11_max_feats (sve vl 64 B) (sme svl 128 B)"
   [max,sme=off]="neon+dotprod+i8mm+fp16+bf16+sve+sve2+svei8mm (sve vl 64 B)"
   [max,sve=off]="neon+dotprod+i8mm+fp16+bf16+sme+sme2 (sme svl 32 B)"
+  [$m4]="neon+dotprod+i8mm+fp16+bf16+sme+sme2 (sme svl 64 B)"
   [neoverse-v1]="neon+dotprod+i8mm+fp16+sve+svei8mm (sve vl 32 B)"
   [neoverse-n2]="neon+dotprod+i8mm+fp16+bf16+sve+sve2+svei8mm (sve vl 16 B)"
   [cortex-a710]="neon+dotprod+i8mm+fp16+bf16+sve+sve2+svei8mm (sve vl 16 B)"
   [a64fx]="neon+fp16+sve (sve vl 64 B)"
 )
 declare -A families11=(
-  [max]=$sme2_fams [$(vl 16)]=$i8mm_fams [$(vl 32)]=$sme2_fams [$(vl 64)]="$sme2_int8,$sve_fp32" [$svl128]=$sve_fams
+  [max]=$sme2_fams [$(vl 16)]=$i8mm_fams [$(vl 32)]=$sme2_fams [$(vl 64)]=$sme2_fams [$svl128]=$sve_fams
   [max,sme=off]=$sve_fams
-  [max,sve=off]="$sme2_int8,$fp32" [neoverse-v1]=$sve_fams [neoverse-n2]=$i8mm_fams [cortex-a710]=$i8mm_fams
+  [max,sve=off]=$sme2_fams [$m4]=$sme2_fams [neoverse-v1]=$sve_fams [neoverse-n2]=$i8mm_fams [cortex-a710]=$i8mm_fams
   [a64fx]="int8=neon_int8_qsnbp8x4_sf16_zpc,$sve_fp32"
 )
-cpus11=${AARCH64_CPUS_QEMU11:-"max $(vl 16) $(vl 32) $(vl 64) $svl128 max,sme=off max,sve=off neoverse-v1 neoverse-n2 cortex-a710 a64fx"}
+cpus11=${AARCH64_CPUS_QEMU11:-"max $(vl 16) $(vl 32) $(vl 64) $svl128 max,sme=off max,sve=off $m4 neoverse-v1 neoverse-n2 cortex-a710 a64fx"}
 [ "$cpus11" = none ] && cpus11=""
 # The qemu 11 models that run the whole kernel suite; the others run QUICK_KERNEL_TESTS (below). Measured on this
 # 2-core machine (qemu 11.1.2, CPU seconds, which the load of other jobs does not change): a model with the whole

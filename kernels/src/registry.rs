@@ -256,11 +256,11 @@ static ARCH_FAMILIES: &[&Family] = &[
         gemm: &aarch64::INT8_GEMM_NEON,
         layout: |_| aarch64::QSNBP8X4_SF16_ZPC,
     },
-    // The NEON fp32 GEMV with the SME2 (FMOPA) GEMM, at a 256-bit streaming vector with 256-bit SVE.
+    // The NEON fp32 GEMV with the SME2 (FMOPA) GEMM, at a 256- or 512-bit streaming vector (with or without SVE).
     &Family {
         name: "sme2_fp32_qsnbp8x4_sf32_zpc",
         rank: 50,
-        ranked_for: everywhere,
+        ranked_for: sme2_fp32_ranked_for,
         path: ComputePath::Fp32,
         gemv: &aarch64::FP32_GEMV_NEON,
         gemm: &aarch64::FP32_GEMM_SME2,
@@ -292,6 +292,13 @@ static ARCH_FAMILIES: &[&Family] = &[];
 /// A family ranked wherever it runs.
 fn everywhere(_: &Cpu, _: &Problem) -> bool {
     true
+}
+
+/// The SME2 fp32 family's ranking: at the streaming lengths its FMOPA tiles are written for (256 and 512 bits; at
+/// others its GEMM runs the SVE or NEON kernel, so the families below it are the same work without the detour).
+#[cfg(target_arch = "aarch64")]
+fn sme2_fp32_ranked_for(cpu: &Cpu, _: &Problem) -> bool {
+    matches!(cpu.sme_svl(), Some(32 | 64))
 }
 
 /// Whether the SME2 int8 family (`sme2_int8_qsnbp64x4_sf16_zpc`) is ranked on `cpu`: SME2 with a streaming vector
@@ -555,6 +562,36 @@ mod tests {
                 let want = if ranked && bits == 4 && bl % 32 == 0 { sme2 } else { sve };
                 assert_eq!(l.select(&p).unwrap().name(), want, "SVL {svl} bytes, {p}");
                 assert_eq!(named.select(&p).unwrap().name(), sme2, "SVL {svl} bytes, {p}");
+            }
+        }
+    }
+
+    /// The SME2 fp32 family is first for the fp32 path where its FMOPA tiles are written for the streaming vector
+    /// (256 and 512 bits), with SVE of any length or none (Apple M4: SME2 at 512 bits without SVE); at 128 and 1024
+    /// bits the SVE fp32 family (SVE vectors of 256 bits or more) or the NEON one, yet it runs anywhere when named.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn sme2_fp32_ranked_at_its_streaming_lengths() {
+        use crate::cpu::Feature;
+        let (sme2, sve, neon) =
+            ("sme2_fp32_qsnbp8x4_sf32_zpc", "sve_fp32_qsnbp8x4_sf32_zpc", "neon_fp32_qsnbp8x4_sf32_zpc");
+        let base = [Feature::Neon, Feature::Dotprod, Feature::I8mm, Feature::Fp16, Feature::Sme, Feature::Sme2];
+        let with_sve = [&base[..], &[Feature::Sve, Feature::Sve2, Feature::SveI8mm]].concat();
+        for (feats, vl) in [(&base[..], 0), (&with_sve[..], 16), (&with_sve[..], 32)] {
+            for svl in [16, 32, 64, 128] {
+                let cpu = Cpu::with(Features::of(feats)).with_vector_lengths(vl, svl);
+                let want = if svl == 32 || svl == 64 {
+                    sme2
+                } else if vl >= 32 {
+                    sve
+                } else {
+                    neon
+                };
+                let p = Problem::new(ComputePath::Fp32, 4, 32, true);
+                let l = build_ladder(&cpu, None, None).unwrap();
+                assert_eq!(l.select(&p).unwrap().name(), want, "SVE {vl} bytes, SVL {svl} bytes");
+                let named = build_ladder(&cpu, None, Some(sme2)).unwrap();
+                assert_eq!(named.select(&p).unwrap().name(), sme2, "SVE {vl} bytes, SVL {svl} bytes");
             }
         }
     }

@@ -15,7 +15,7 @@ cd "$root"
 export A64ENV=${A64ENV:-$root/.cache/a64env}
 # The model's MatMulNBits nodes run the fp32 path (accuracy_level 1), whose family is neon_fp32_qsnbp8x4_sf32_zpc
 # on every model below 256-bit SVE, sve_fp32_qsnbp8x4_sf32_zpc at 256 bits and more (neoverse-v1 here) and
-# sme2_fp32_qsnbp8x4_sf32_zpc at a 256-bit streaming vector (qemu 11's max): their GEMM sums are the NEON GEMM's bit
+# sme2_fp32_qsnbp8x4_sf32_zpc at a 256- or 512-bit streaming vector (qemu 11's max: 256): their GEMM sums are the NEON GEMM's bit
 # for bit (unit tests check it), so the tokens are x86 ORT's; the kernel suites test
 # both on each model that runs them. One qemu 7.2 model (NEON i8mm) and the two
 # qemu 11 models whose features differ most (SME2, SVE 256) run the whole driver.

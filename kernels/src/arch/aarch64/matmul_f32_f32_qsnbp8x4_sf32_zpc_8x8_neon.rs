@@ -77,6 +77,12 @@ pub(crate) trait Piece {
         (a.lhs.cast(), a.lhs_stride)
     }
 
+    /// Where panel p's piece of `pk` K values starts in the walk's buffer (f32 from its start): by default the
+    /// pieces side by side, 8·pk·p.
+    fn piece_at(p: usize, pk: usize) -> usize {
+        8 * pk * p
+    }
+
     /// Blocks `b0 .. b0 + nb` of `panel`, dequantized (`s·2^−(8−bits)·code + c`), into `w` in this layout.
     ///
     /// # Safety
@@ -177,9 +183,10 @@ pub(crate) unsafe fn panels<P: Piece, const BITS: usize>(a: &RunArgs) {
             let nb = piece_blocks.min(a.blocks - b0);
             let pk = nb * a.bl;
             for p in 0..pp {
-                // SAFETY: blocks b0..b0 + nb of the tile's panel panel + p (RunArgs contract); `w` holds 8·pk values
-                // from 8·pk·p; the CPU has P's features (the caller's guarantee).
-                unsafe { P::dequantize::<BITS>(a, panel + p, b0, nb, w.as_mut_ptr().add(8 * pk * p)) };
+                // SAFETY: blocks b0..b0 + nb of the tile's panel panel + p (RunArgs contract); `w` holds the
+                // PANELS pieces of 8·pk values, this one's from `piece_at`; the CPU has P's features (the caller's
+                // guarantee).
+                unsafe { P::dequantize::<BITS>(a, panel + p, b0, nb, w.as_mut_ptr().add(P::piece_at(p, pk))) };
             }
             // SAFETY: the tile's rows: their LHS values b0·bl .. + pk in P's LHS layout (inside the packed length:
             // RunArgs contract, or inside `lhs_buf`, which P::lhs sized for every row and K value)

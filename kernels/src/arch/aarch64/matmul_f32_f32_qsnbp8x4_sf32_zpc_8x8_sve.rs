@@ -15,7 +15,7 @@
 //! Instruction budget per 4 K × 16 columns × 8 rows (per FMLA: / 64): 64 FMLA; 8 LD1W of the K-rows, 8 LD1RQW
 //! of the rows' activations (0.25); the pointer and offset steps and the loop 5 (0.08): 85 = 1.33 per FMLA, 0.17
 //! per multiply-add (the NEON 8 × 8 tile: 1.19 per FMLA by element of 4 columns, 0.30; the one-panel tile here:
-//! 48 per 32 FMLA, 1.5). Dequantizing (`dequantize_block`, one asm block per block of weights) per group of 32
+//! 48 per 32 FMLA, 1.5). Dequantizing (`dequantize_blocks`, one asm block per panel and piece) per group of 32
 //! code bytes (8 columns × 4 K, one word per column): one load; per field and K (8 values) LSL + ASR (or ASR
 //! alone), SCVTF, FMUL (FMAD with zero points), ST1W: 0.72 instructions per value at 4 bits (the NEON
 //! dequantizer's quad-major pieces take 1.25, its rows of 8 by ZIP + ST4 took 1.5).
@@ -34,7 +34,7 @@
 use super::matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon::{self as neon, Piece, panels};
 use super::ops::sve_vl_bytes;
 use super::qsnbp8x4_int8::NR;
-use super::sve_asm::sve_asm;
+use super::sve_asm::{enter_streaming, streaming_asm, sve_asm};
 use crate::ukernel::RunArgs;
 
 /// # Safety
@@ -61,25 +61,9 @@ impl Piece for Rows8 {
 
     #[target_feature(enable = "neon,sve")]
     unsafe fn dequantize<const BITS: usize>(a: &RunArgs, panel: usize, b0: usize, nb: usize, w: *mut f32) {
-        let cpb = 8 / BITS;
-        let chunk = a.bl.min(32);
-        let lane_len = chunk / cpb;
-        let prec = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
-        for b in 0..nb {
-            let rec = prec.wrapping_add((b0 + b) * a.rhs_record);
-            // SAFETY: the block's record (codes, 8 scales, 8 corrections) is the panel's (the caller's guarantee);
-            // its K values b·bl .. (b + 1)·bl are inside `w`; the vector has at least 256 bits (`run`).
-            unsafe {
-                dequantize_block::<BITS>(
-                    rec,
-                    rec.add(a.rhs_scales).cast(),
-                    (a.has_zp != 0).then(|| rec.add(a.rhs_zp).cast()),
-                    a.bl / chunk,
-                    lane_len,
-                    w.add(8 * b * a.bl),
-                )
-            }
-        }
+        // SAFETY: the blocks are the panel's, `w` holds their 8·nb·bl values (the caller's guarantee); K-rows of 8
+        // f32; the vector has at least 256 bits (`run`).
+        unsafe { dequantize_blocks::<BITS>(&Dq::new(a, panel, b0, nb, w, 8)) }
     }
 
     #[target_feature(enable = "neon,sve")]
@@ -149,48 +133,58 @@ macro_rules! dq_row {
     };
 }
 
-/// The 4 K-rows of one field: `[lsl asr]` (or `[- asr]`) of K 0, 1, 2, 3 of the group, stored at `$base` + 32·i bytes.
+/// The 4 K-rows of one field: `[lsl asr]` (or `[- asr]`) of K 0, 1, 2, 3 of the group, stored at `$base` + i K-rows
+/// (`{k1}`, `{k2}`, `{k3}`: 1, 2, 3 K-rows in f32).
 #[rustfmt::skip]
 macro_rules! dq_field {
     ($mode:ident $base:literal $s0:tt $s1:tt $s2:tt $s3:tt) => {
         concat!(
             dq_row!($mode "1" $s0 $base ""),
-            dq_row!($mode "2" $s1 $base ", {e8}, lsl #2"),
-            dq_row!($mode "3" $s2 $base ", {e16}, lsl #2"),
-            dq_row!($mode "4" $s3 $base ", {e24}, lsl #2"),
+            dq_row!($mode "2" $s1 $base ", {k1}, lsl #2"),
+            dq_row!($mode "3" $s2 $base ", {k2}, lsl #2"),
+            dq_row!($mode "4" $s3 $base ", {k3}, lsl #2"),
         )
     };
 }
 
-/// The text of [`dequantize_block`] for `BITS`-bit codes (the fields of each byte, low first: field l of K i has
-/// its top at bit 8·i + bits·(l + 1) of the column's word) in mode `nozp` | `zp`.
+/// The text of [`dequantize_blocks`] for `BITS`-bit codes (the fields of each byte, low first: field l of K i has
+/// its top at bit 8·i + bits·(l + 1) of the column's word) in mode `nozp` | `zp`: `{nb}` blocks, each its scales
+/// (and corrections) loaded, its chunks (`{chunks}` of `{groups}` groups), then every pointer stepped to the next
+/// block's record (`{skip}` past the codes, `{record}` for the scales and corrections).
 #[rustfmt::skip]
 macro_rules! dq_text {
     ($mode:ident; $($fields:expr),+ $(,)?) => {
         concat!(
             "ptrue p1.s, vl8\n",
+            "5:\n",
             "ld1w {{z30.s}}, p1/z, [{s}]\n",
             dq_text!(@zp $mode),
+            "mov {nch}, {chunks}\n",
             "4:\n",
             "mov {g}, {groups}\n",
             "3:\n",
             "ld1w {{z0.s}}, p1/z, [{src}]\n",
             "add {src}, {src}, #32\n",
             $($fields,)+
-            "add {dst}, {dst}, #128\n",
+            "add {dst}, {dst}, {gstep}\n",
             "subs {g}, {g}, #1\n",
             "b.ne 3b\n",
             "add {dst}, {dst}, {cstep}\n",
             "subs {nch}, {nch}, #1\n",
             "b.ne 4b\n",
+            "add {src}, {src}, {skip}\n",
+            "add {s}, {s}, {record}\n",
+            "add {c}, {c}, {record}\n",
+            "subs {nb}, {nb}, #1\n",
+            "b.ne 5b\n",
         )
     };
     (@zp nozp) => { "// {c}\n" };
     (@zp zp) => { "ld1w {{z31.s}}, p1/z, [{c}]\n" };
 }
 
-/// The fields of a group for each width (field l's K-rows at `{dst}` + l·lane_len·32 bytes: `{t}` from `{f1}`,
-/// `{f2}`, `{f3}`).
+/// The fields of a group for each width (field l's K-rows at `{dst}` + l·lane_len K-rows: `{t}` from `{f1}`, `{f2}`,
+/// `{f3}`).
 #[rustfmt::skip]
 macro_rules! dq_fields {
     ($mode:ident 4) => {
@@ -220,62 +214,139 @@ macro_rules! dq_fields {
     };
 }
 
-/// One block of a panel dequantized into rows of 8: K value k of the block (its chunks of min(bl, 32) K, each
-/// `lane_len` K per field) at `w + 8·k`, each value `s·q + c` (`c` only with zero points) from the signed code q
-/// of its field (the SVE equivalent of the NEON dequantizer's `s·2^−(8−bits)·(q·2^(8−bits)) + c`, equal to it
-/// wherever `s·2^−(8−bits)` is a normal f32). Per group of 32 code bytes (8 columns × 4 K: one word per
-/// column) one load, then per field and K one LSL and ASR (or one ASR), SCVTF, FMUL or FMAD and ST1W.
+/// What [`dequantize_blocks`] (and the SME2 GEMM's streaming copy of it) needs: blocks `b0 .. b0 + nb` of a panel,
+/// dequantized into K-rows of `row` f32 (8: rows of 8, a panel's K value k at `w + 8·k`; 16: two panels side by side,
+/// the caller's `w` at the panel's half), each value `s·q + c` (`c` only with zero points) from the signed code q of
+/// its field (the SVE equivalent of the NEON dequantizer's `s·2^−(8−bits)·(q·2^(8−bits)) + c`, equal to it wherever
+/// `s·2^−(8−bits)` is a normal f32). Per group of 32 code bytes (8 columns × 4 K: one word per column) one load, then
+/// per field and K one LSL and ASR (or one ASR), SCVTF, FMUL or FMAD and ST1W. The fields are the asm's operands.
+pub(crate) struct Dq {
+    pub(crate) codes: *const u8,
+    pub(crate) s: *const f32,
+    /// The corrections (zero points), or the scales again (`zp` false: never read).
+    pub(crate) c: *const f32,
+    pub(crate) zp: bool,
+    pub(crate) nb: usize,
+    pub(crate) chunks: usize,
+    pub(crate) groups: usize,
+    /// Bytes: the other fields' K-rows of a chunk, one field's l·lane_len K-rows (l = 1, 2, 3), a group's 4 K-rows,
+    /// the rest of a record after its codes, a record.
+    pub(crate) cstep: usize,
+    pub(crate) f: [usize; 3],
+    pub(crate) gstep: usize,
+    pub(crate) skip: usize,
+    pub(crate) record: usize,
+    /// f32: K-rows 1, 2, 3 of a group.
+    pub(crate) e: [usize; 3],
+    pub(crate) w: *mut f32,
+}
+
+impl Dq {
+    /// Blocks `b0 .. b0 + nb` (nb ≥ 1) of `panel` (`a`'s RHS, `bits` bits) into `w` in K-rows of `row` f32.
+    pub(crate) fn new(a: &RunArgs, panel: usize, b0: usize, nb: usize, w: *mut f32, row: usize) -> Dq {
+        let cpb = 8 / a.bits;
+        let chunk = a.bl.min(32);
+        let lane_len = chunk / cpb;
+        let chunks = a.bl / chunk;
+        let groups = lane_len / 4;
+        let codes = a.rhs.wrapping_add(panel * a.rhs_panel_stride + b0 * a.rhs_record);
+        let kbytes = 4 * row;
+        let s = codes.wrapping_add(a.rhs_scales).cast();
+        debug_assert!(nb > 0 && lane_len >= 4 && lane_len.is_multiple_of(4) && matches!(row, 8 | 16));
+        Dq {
+            codes,
+            s,
+            c: if a.has_zp != 0 { codes.wrapping_add(a.rhs_zp).cast() } else { s },
+            zp: a.has_zp != 0,
+            nb,
+            chunks,
+            groups,
+            cstep: (cpb - 1) * lane_len * kbytes,
+            f: [1, 2, 3].map(|l| l * lane_len * kbytes),
+            gstep: 4 * kbytes,
+            skip: a.rhs_record - chunks * groups * 32,
+            record: a.rhs_record,
+            e: [row, 2 * row, 3 * row],
+            w,
+        }
+    }
+}
+
+/// [`dq_text!`] for the width and zero points of `$d` (a [`Dq`]) in the asm wrapper `$asm` (`sve_asm`, or
+/// `streaming_asm` for [`dequantize_blocks_streaming`]) between `$pre` and `$post`.
+macro_rules! dq_asm {
+    ($asm:ident, $pre:expr, $post:expr, $d:expr, $bits:expr) => {{
+        let d: &Dq = $d;
+        macro_rules! call {
+            ($mode:ident $b:tt) => {
+                $asm!(
+                    concat!($pre, dq_fields!($mode $b), $post),
+                    src = inout(reg) d.codes => _,
+                    dst = inout(reg) d.w => _,
+                    s = inout(reg) d.s => _,
+                    c = inout(reg) d.c => _,
+                    nb = inout(reg) d.nb => _,
+                    g = out(reg) _,
+                    groups = in(reg) d.groups,
+                    nch = out(reg) _,
+                    chunks = in(reg) d.chunks,
+                    cstep = in(reg) d.cstep,
+                    gstep = in(reg) d.gstep,
+                    skip = in(reg) d.skip,
+                    record = in(reg) d.record,
+                    t = out(reg) _,
+                    f1 = in(reg) d.f[0],
+                    f2 = in(reg) d.f[1],
+                    f3 = in(reg) d.f[2],
+                    k1 = in(reg) d.e[0],
+                    k2 = in(reg) d.e[1],
+                    k3 = in(reg) d.e[2],
+                )
+            };
+        }
+        match ($bits, d.zp) {
+            (4, false) => call!(nozp 4),
+            (4, true) => call!(zp 4),
+            (2, false) => call!(nozp 2),
+            (2, true) => call!(zp 2),
+            (_, false) => call!(nozp 8),
+            (_, true) => call!(zp 8),
+        }
+    }};
+}
+
+/// The blocks of `d` dequantized ([`Dq`]): one asm block for all of them.
 ///
 /// # Safety
-/// The CPU has SVE with a vector length of at least 32 bytes; `codes` holds the block's `chunks` chunks of codes
-/// (`lane_len / 4` groups of 32 bytes each), `s` and `c` (if given) 8 f32 each; `w` holds 8·chunks·cpb·lane_len f32.
+/// The CPU has SVE with a vector length of at least 32 bytes; `d` was made by [`Dq::new`] from a `RunArgs` whose
+/// RHS holds the blocks, and `d.w` holds their K-rows (nb·bl of them, `row` f32 apart, 8 written per K-row).
 #[target_feature(enable = "neon,sve")]
-unsafe fn dequantize_block<const BITS: usize>(
-    codes: *const u8,
-    s: *const f32,
-    c: Option<*const f32>,
-    chunks: usize,
-    lane_len: usize,
-    w: *mut f32,
-) {
-    let cpb = 8 / BITS;
-    let f = |l: usize| l * lane_len * 32;
-    macro_rules! call {
-        ($mode:ident $bits:tt) => {
-            // SAFETY: reads the block's codes (chunks · lane_len/4 groups of 32 bytes), 8 scales at `s` and 8
-            // corrections at `c` (zp mode only), the first 256 bits only (predicate p1); writes 8·chunks·cpb·
-            // lane_len f32 from `w` (the caller's guarantee). Every vector and predicate register is declared
-            // (sve_asm!); the flags are clobbered; no stack use.
-            unsafe {
-                sve_asm!(
-                    dq_fields!($mode $bits),
-                    src = inout(reg) codes => _,
-                    dst = inout(reg) w => _,
-                    s = in(reg) s,
-                    c = in(reg) c.unwrap_or(s),
-                    g = out(reg) _,
-                    groups = in(reg) lane_len / 4,
-                    nch = inout(reg) chunks => _,
-                    cstep = in(reg) (cpb - 1) * lane_len * 32,
-                    t = out(reg) _,
-                    f1 = in(reg) f(1),
-                    f2 = in(reg) f(2),
-                    f3 = in(reg) f(3),
-                    e8 = in(reg) 8usize,
-                    e16 = in(reg) 16usize,
-                    e24 = in(reg) 24usize,
-                )
-            }
-        };
-    }
-    debug_assert!(chunks > 0 && lane_len >= 4 && lane_len.is_multiple_of(4));
-    match (BITS, c.is_some()) {
-        (4, false) => call!(nozp 4),
-        (4, true) => call!(zp 4),
-        (2, false) => call!(nozp 2),
-        (2, true) => call!(zp 2),
-        (_, false) => call!(nozp 8),
-        (_, true) => call!(zp 8),
+unsafe fn dequantize_blocks<const BITS: usize>(d: &Dq) {
+    // SAFETY: reads the blocks' codes (chunks · groups groups of 32 bytes each), their 8 scales and 8 corrections
+    // (zp mode only), the first 256 bits only (predicate p1); writes 8 f32 per K-row from `w` (the caller's
+    // guarantee). Every vector and predicate register is declared (sve_asm!); the flags are clobbered; no stack use.
+    unsafe { dq_asm!(sve_asm, "", "", d, BITS) }
+}
+
+/// [`dequantize_blocks`] in streaming mode, for the SME2 fp32 GEMM (`super::matmul_f32_f32_qsnbp8x4_sf32_zpc_1vlx4vl_sme_mopa`),
+/// which needs no SVE outside it: the same text between [`enter_streaming!`] and SMSTOP (every instruction of it
+/// legal in streaming mode without FEAT_SME_FA64).
+///
+/// # Safety
+/// The CPU has SME with a streaming vector of at least 32 bytes; `d` as for [`dequantize_blocks`].
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn dequantize_blocks_streaming<const BITS: usize>(d: &Dq) {
+    // SAFETY: as in `dequantize_blocks` (predicate p1: the first 256 bits of each load and store). Streaming mode
+    // entered with ZA's lazy save honoured and left with SMSTOP; every vector and predicate register, ffr, x12 and
+    // x14–x17 declared clobbered (`streaming_asm!`).
+    unsafe {
+        dq_asm!(
+            streaming_asm,
+            concat!(".arch_extension sme\n", ".arch_extension sve\n", enter_streaming!()),
+            "smstop\n",
+            d,
+            BITS
+        )
     }
 }
 

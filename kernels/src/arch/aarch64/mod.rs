@@ -9,8 +9,8 @@
 //! - `qsnbp8x8`: each column's 8 consecutive K in one 64-bit half: the 2×8 operand of SMMLA (i8mm), read by
 //!   the same family's GEMV with vector SDOT against 8 activations duplicated in both halves.
 
+mod matmul_f32_f32_qsnbp8x4_sf32_zpc_1vlx4vl_sme_mopa;
 mod matmul_f32_f32_qsnbp8x4_sf32_zpc_1x8_neon;
-mod matmul_f32_f32_qsnbp8x4_sf32_zpc_8x32_sme_mopa;
 mod matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon;
 mod matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_sve;
 mod matmul_f32_qsi8db_qsnbp64x4_sf16_zpc_1x64_sme_dot;
@@ -70,7 +70,7 @@ const I8MM: Features = Features::of(&[Feature::Neon, Feature::I8mm]);
 const SVE: Features = Features::of(&[Feature::Neon, Feature::Sve]);
 const SVE_DOTPROD: Features = Features::of(&[Feature::Neon, Feature::Dotprod, Feature::Sve]);
 const SME2: Features = Features::of(&[Feature::Sme, Feature::Sme2]);
-const SVE_SME2: Features = Features::of(&[Feature::Neon, Feature::Sve, Feature::Sme, Feature::Sme2]);
+const NEON_SME2: Features = Features::of(&[Feature::Neon, Feature::Sme, Feature::Sme2]);
 const SVE_I8MM: Features = Features::of(&[Feature::Neon, Feature::I8mm, Feature::Sve, Feature::SveI8mm]);
 
 fn supports_all(bits: u32, bl: usize) -> bool {
@@ -261,23 +261,25 @@ pub static FP32_GEMM_SVE: UKernel = UKernel {
     ..FP32_GEMM_NEON
 };
 
-/// fp32-path GEMM, SME2 at a 256-bit streaming vector: the dequantizing walk with the SVE kernel's pieces, four
-/// panels per pass, 8 × 32 tiles in the four ZA tiles by FMOPA (each 64 multiply-adds) over activations laid out
-/// K-major once per call.
+/// fp32-path GEMM, SME2 at a 256- or 512-bit streaming vector: the dequantizing walk with pieces in K-rows of one
+/// streaming vector (dequantized in streaming mode: no SVE needed outside it), s × 4s tiles (s = SVL/4: 8 × 32 at
+/// 256 bits, 16 × 64 at 512) in the four ZA tiles by FMOPA over activations laid out K-major once per call. Other
+/// lengths run the SVE or NEON kernel (the family is ranked only at 256 and 512 bits).
 pub static FP32_GEMM_SME2: UKernel = UKernel {
-    name: "matmul_f32_f32_qsnbp8x4_sf32_zpc_8x32_sme_mopa",
+    name: "matmul_f32_f32_qsnbp8x4_sf32_zpc_1vlx4vl_sme_mopa",
     isa: Isa::Sme,
-    requires: SVE_SME2,
-    sme_svl: 32,
-    // Whole 4-panel passes; tasks of 128 rows (as the NEON GEMM) and at least 512 columns, over which each task's
-    // K-major copy of its activations (about 2 instructions per value) is shared: 32 tasks of 64 columns took 40%
-    // of a 32 × 2048 × 2048 Run in it.
-    geometry: |_, _| Geometry {
+    requires: NEON_SME2,
+    min_sve_vl: 0,
+    sme_svl: 0,
+    // Whole passes (4 panels at SVL 256, 8 at 512); tasks of 128 rows (as the NEON GEMM) and at least 512 columns,
+    // over which each task's K-major copy of its activations (about 2 instructions per value) is shared: 32 tasks of
+    // 64 columns took 40% of a 32 × 2048 × 2048 Run in it.
+    geometry: |cpu, _| Geometry {
         max_task_rows: 128,
         min_task_cols: 512,
-        ..Geometry::new(4, 4 * qsnbp8x4_fp32::NR, usize::MAX)
+        ..Geometry::new(4, if cpu.sme_svl() == Some(64) { 8 } else { 4 } * qsnbp8x4_fp32::NR, usize::MAX)
     },
-    run: matmul_f32_f32_qsnbp8x4_sf32_zpc_8x32_sme_mopa::run,
+    run: matmul_f32_f32_qsnbp8x4_sf32_zpc_1vlx4vl_sme_mopa::run,
     ..FP32_GEMM_SVE
 };
 
