@@ -74,7 +74,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     let asm = a.bits == 4 && a.bl.is_multiple_of(32);
     // SAFETY: the caller's guarantee; the asm tiles need only neon and i8mm.
     // The row numerics' tiles read the laid-out Abel weights (`ColumnScales`); the per-block ones the records.
-    unsafe { run_tiles(a, asm, a.row != 0, tile_4x8, tile_8x8, Some(tile_12x8)) }
+    unsafe { run_tiles(a, asm, a.row != 0, tile_4x8, tile_8x8, Some(tile_12x8), false) }
 }
 
 /// The asm text of one tile of G row groups (`$g`: the group's activation operand `{a$g}`, its 4 int32

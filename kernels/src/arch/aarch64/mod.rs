@@ -25,7 +25,7 @@ pub(crate) use matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_16x64_sme_mopa::asm_tak
 mod matmul_f32_qsi8dbp16x4_qsnbp64x4_sf16_zpc_4x64_sme_dot;
 mod matmul_f32_qsi8dbp4x16_qsnbp8x4_sf16_zpc_8x4_neon_dotprod;
 mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_12x4_neon_i8mm;
-mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x8_sve_i8mm;
+mod matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_12x8_sve_i8mm;
 mod ops;
 mod qsnbp8x4_fp32;
 mod qsnbp8x4_int8;
@@ -173,12 +173,12 @@ pub static INT8_GEMV_SVE_P8X8: UKernel = UKernel {
 /// int8 GEMM, SVE i8mm at 256 bits: 8 rows × 8 columns per register tile (each SVE SMMLA two NEON ones' work),
 /// the whole block loop in one asm block; on `qsnbp8x8` weights, so it pairs with the i8mm family's GEMV.
 pub static INT8_GEMM_SVE_I8MM: UKernel = UKernel {
-    name: "matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x8_sve_i8mm",
+    name: "matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_12x8_sve_i8mm",
     isa: Isa::Sve,
     requires: SVE_I8MM,
     min_sve_vl: 32,
     sme_svl: 0,
-    run: matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_8x8_sve_i8mm::run,
+    run: matmul_f32_qsi8dbp4x8_qsnbp8x8_sf16_zpc_12x8_sve_i8mm::run,
     ..INT8_GEMM_I8MM
 };
 
