@@ -121,17 +121,50 @@ macro_rules! smmla_8x8 {
 /// (`{cc}`, `{chunks}` named in a comment only), longer ones counting `{chunks}` down with the codes' pointer stepped.
 macro_rules! sve_chunks {
     (head one) => {
-        "// {cc} {chunks}"
+        "// {cc} {chunks}\n"
     };
     (tail one) => {
         ""
     };
     (head many) => {
-        "mov {cc}, {chunks}\n3:"
+        "mov {cc}, {chunks}\n3:\n"
     };
     (tail many) => {
-        "add {xc}, {xc}, #128\nsubs {cc}, {cc}, #1\nb.ne 3b"
+        "add {xc}, {xc}, #128\nsubs {cc}, {cc}, #1\nb.ne 3b\n"
     };
+}
+
+/// Runs an SVE tile's asm (`$text!(head, tail, numerics, zero points)`: its text for one mode) in the call's mode
+/// (`asm_modes!`: numerics, zero points, chunk loop), with the operands every tile has (the record, block and chunk
+/// counts, column scales, row-pair stride, destination, bias, the K-row offsets, scratch, `ZEROS`) after the tile's
+/// own `$own` (its activation and row-pair pointers).
+macro_rules! sve_tile {
+    ($a:ident, $text:ident, $rec:ident, $cols:ident, $dest:ident; $($own:tt)*) => {{
+        macro_rules! call {
+            ($num:ident $zp:ident $one:ident) => {
+                sve_asm!(
+                    $text!(sve_chunks!(head $one), sve_chunks!(tail $one), $num, $zp),
+                    $($own)*
+                    rec = inout(reg) $rec => _,
+                    rstride = in(reg) $a.rhs_record,
+                    chunks = in(reg) $a.bl / 32,
+                    nb = inout(reg) $a.blocks => _,
+                    col = inout(reg) $cols.as_ptr() => _,
+                    rbytes = in(reg) $a.lhs_pairs_stride,
+                    dst = inout(reg) $dest.ptr => _,
+                    dstride = in(reg) $dest.stride,
+                    bias = in(reg) $dest.bias,
+                    e8 = in(reg) 8usize,
+                    e16 = in(reg) 16usize,
+                    e24 = in(reg) 24usize,
+                    xc = out(reg) _,
+                    cc = out(reg) _,
+                    zeros = in(reg) super::sve_asm::ZEROS.0.as_ptr(),
+                )
+            };
+        }
+        asm_modes!(call; $a.row != 0, $a.has_zp != 0, $a.bl == 32)
+    }};
 }
 
 /// [`tile_8x8`]'s block epilogue for the call's numerics (`block` | `row`: y += f32(acc)·(s·sa), or y += f32(S)·w
@@ -261,93 +294,75 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, des
     let act1 = a.lhs.wrapping_add((g + 1) * MR * a.lhs_stride);
     // `$head` / `$tail`: the chunk loop's head and tail, or (blocks of one chunk: 4 instructions fewer per block)
     // straight-line code.
-    macro_rules! tile_asm {
+    macro_rules! text {
         ($head:expr, $tail:expr, $num:ident, $zp:ident) => {
-            sve_asm!(
-                ".arch_extension sve",
-                ".arch_extension i8mm",
-                "ptrue p0.b, vl32",
-                "ptrue p1.s, vl8",
-                "dup z24.b, #-16",
+            concat!(
+                ".arch_extension sve\n",
+                ".arch_extension i8mm\n",
+                "ptrue p0.b, vl32\n",
+                "ptrue p1.s, vl8\n",
+                "dup z24.b, #-16\n",
                 zero_all!(),
                 // Block loop.
-                "2:",
-                "mov {xc}, {rec}",
-                "add {rec}, {rec}, {rstride}",
+                "2:\n",
+                "mov {xc}, {rec}\n",
+                "add {rec}, {rec}, {rstride}\n",
                 // Chunk loop: 32 K, two 64-byte groups of 8 columns × 8 K × 2 fields; field l of group g is run
                 // 2l + g of the chunk (32 bytes apart in each row group).
                 $head,
-                "ld1w {{z16.s}}, p1/z, [{xc}]",
-                "ld1w {{z17.s}}, p1/z, [{xc}, {e8}, lsl #2]",
-                "lsl z18.b, z16.b, #4",
-                "lsl z19.b, z17.b, #4",
-                "ld1rqb {{z20.b}}, p0/z, [{a0}]",
-                "ld1rqb {{z21.b}}, p0/z, [{a0}, #16]",
-                "ld1rqb {{z22.b}}, p0/z, [{a1}]",
-                "ld1rqb {{z23.b}}, p0/z, [{a1}, #16]",
+                "ld1w {{z16.s}}, p1/z, [{xc}]\n",
+                "ld1w {{z17.s}}, p1/z, [{xc}, {e8}, lsl #2]\n",
+                "lsl z18.b, z16.b, #4\n",
+                "lsl z19.b, z17.b, #4\n",
+                "ld1rqb {{z20.b}}, p0/z, [{a0}]\n",
+                "ld1rqb {{z21.b}}, p0/z, [{a0}, #16]\n",
+                "ld1rqb {{z22.b}}, p0/z, [{a1}]\n",
+                "ld1rqb {{z23.b}}, p0/z, [{a1}, #16]\n",
                 smmla_8x8!(),
-                "and z18.d, z16.d, z24.d",
-                "and z19.d, z17.d, z24.d",
-                "ld1rqb {{z20.b}}, p0/z, [{a0}, #64]",
-                "ld1rqb {{z21.b}}, p0/z, [{a0}, #80]",
-                "ld1rqb {{z22.b}}, p0/z, [{a1}, #64]",
-                "ld1rqb {{z23.b}}, p0/z, [{a1}, #80]",
+                "and z18.d, z16.d, z24.d\n",
+                "and z19.d, z17.d, z24.d\n",
+                "ld1rqb {{z20.b}}, p0/z, [{a0}, #64]\n",
+                "ld1rqb {{z21.b}}, p0/z, [{a0}, #80]\n",
+                "ld1rqb {{z22.b}}, p0/z, [{a1}, #64]\n",
+                "ld1rqb {{z23.b}}, p0/z, [{a1}, #80]\n",
                 smmla_8x8!(),
-                "ld1w {{z16.s}}, p1/z, [{xc}, {e16}, lsl #2]",
-                "ld1w {{z17.s}}, p1/z, [{xc}, {e24}, lsl #2]",
-                "lsl z18.b, z16.b, #4",
-                "lsl z19.b, z17.b, #4",
-                "ld1rqb {{z20.b}}, p0/z, [{a0}, #32]",
-                "ld1rqb {{z21.b}}, p0/z, [{a0}, #48]",
-                "ld1rqb {{z22.b}}, p0/z, [{a1}, #32]",
-                "ld1rqb {{z23.b}}, p0/z, [{a1}, #48]",
+                "ld1w {{z16.s}}, p1/z, [{xc}, {e16}, lsl #2]\n",
+                "ld1w {{z17.s}}, p1/z, [{xc}, {e24}, lsl #2]\n",
+                "lsl z18.b, z16.b, #4\n",
+                "lsl z19.b, z17.b, #4\n",
+                "ld1rqb {{z20.b}}, p0/z, [{a0}, #32]\n",
+                "ld1rqb {{z21.b}}, p0/z, [{a0}, #48]\n",
+                "ld1rqb {{z22.b}}, p0/z, [{a1}, #32]\n",
+                "ld1rqb {{z23.b}}, p0/z, [{a1}, #48]\n",
                 smmla_8x8!(),
-                "and z18.d, z16.d, z24.d",
-                "and z19.d, z17.d, z24.d",
-                "ld1rqb {{z20.b}}, p0/z, [{a0}, #96]",
-                "ld1rqb {{z21.b}}, p0/z, [{a0}, #112]",
-                "ld1rqb {{z22.b}}, p0/z, [{a1}, #96]",
-                "ld1rqb {{z23.b}}, p0/z, [{a1}, #112]",
+                "and z18.d, z16.d, z24.d\n",
+                "and z19.d, z17.d, z24.d\n",
+                "ld1rqb {{z20.b}}, p0/z, [{a0}, #96]\n",
+                "ld1rqb {{z21.b}}, p0/z, [{a0}, #112]\n",
+                "ld1rqb {{z22.b}}, p0/z, [{a1}, #96]\n",
+                "ld1rqb {{z23.b}}, p0/z, [{a1}, #112]\n",
                 smmla_8x8!(),
-                "add {a0}, {a0}, #128",
-                "add {a1}, {a1}, #128",
+                "add {a0}, {a0}, #128\n",
+                "add {a1}, {a1}, #128\n",
                 $tail,
                 // Block epilogue: y += f32(acc)·(s·sa) [+ c·sq] (the row numerics: y += f32(S)·w [+ c·sq]).
-                "ld1w {{z25.s}}, p1/z, [{col}]",
-                "ld1w {{z26.s}}, p1/z, [{col}, {e8}, lsl #2]",
+                "ld1w {{z25.s}}, p1/z, [{col}]\n",
+                "ld1w {{z26.s}}, p1/z, [{col}, {e8}, lsl #2]\n",
                 ep8!($num),
                 ep8!(zp $zp),
                 // The row numerics keep running sums (the Abel weights of `ColumnScales`).
                 ep8!(restart $num),
-                "add {col}, {col}, #128",
-                "add {rowp}, {rowp}, {rbytes}",
-                "subs {nb}, {nb}, #1",
-                "b.ne 2b",
+                "add {col}, {col}, #128\n",
+                "add {rowp}, {rowp}, {rbytes}\n",
+                "subs {nb}, {nb}, #1\n",
+                "b.ne 2b\n",
                 // The sums by rows: row 2p + h's 8 columns (its 64-bit halves of the four 2 × 2 tiles of row pair p:
                 // UZP1 / UZP2 of each column half's 64-bit elements) plus the bias, into `dest` by rows.
-                "ldp q30, q31, [{bias}]",
+                "ldp q30, q31, [{bias}]\n",
                 store_rows!(8, 9),
                 store_rows!(10, 11),
                 store_rows!(12, 13),
                 store_rows!(14, 15),
-                rec = inout(reg) rec => _,
-                rstride = in(reg) a.rhs_record,
-                chunks = in(reg) a.bl / 32,
-                nb = inout(reg) a.blocks => _,
-                a0 = inout(reg) act0 => _,
-                a1 = inout(reg) act1 => _,
-                col = inout(reg) cols.as_ptr() => _,
-                rowp = inout(reg) row_pairs(a, g) => _,
-                rbytes = in(reg) a.lhs_pairs_stride,
-                dst = inout(reg) dest.ptr => _,
-                dstride = in(reg) dest.stride,
-                bias = in(reg) dest.bias,
-                e8 = in(reg) 8usize,
-                e16 = in(reg) 16usize,
-                e24 = in(reg) 24usize,
-                xc = out(reg) _,
-                cc = out(reg) _,
-                zeros = in(reg) super::sve_asm::ZEROS.0.as_ptr(),
             )
         };
     }
@@ -360,12 +375,11 @@ unsafe fn tile_8x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, des
     // compiler; the flags are clobbered (no preserves_flags).
     // The accumulators restart from the 64 bytes of `sve_asm::ZEROS` (a static).
     unsafe {
-        macro_rules! call {
-            ($num:ident $zp:ident $one:ident) => {
-                tile_asm!(sve_chunks!(head $one), sve_chunks!(tail $one), $num, $zp)
-            };
-        }
-        asm_modes!(call; a.row != 0, a.has_zp != 0, a.bl == 32)
+        sve_tile!(a, text, rec, cols, dest;
+            a0 = inout(reg) act0 => _,
+            a1 = inout(reg) act1 => _,
+            rowp = inout(reg) row_pairs(a, g) => _,
+        )
     }
 }
 
@@ -450,81 +464,61 @@ unsafe fn tile_12x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, de
     let rec = a.rhs.wrapping_add(panel * a.rhs_panel_stride);
     let act = |i: usize| a.lhs.wrapping_add((g + i) * MR * a.lhs_stride);
     let rowp = row_pairs(a, g);
-    macro_rules! tile_asm {
+    macro_rules! text {
         ($head:expr, $tail:expr, $num:ident, $zp:ident) => {
-            sve_asm!(
-                ".arch_extension sve",
-                ".arch_extension i8mm",
-                "ptrue p0.b, vl32",
-                "ptrue p1.s, vl8",
-                "dup z30.b, #-16",
+            concat!(
+                ".arch_extension sve\n",
+                ".arch_extension i8mm\n",
+                "ptrue p0.b, vl32\n",
+                "ptrue p1.s, vl8\n",
+                "dup z30.b, #-16\n",
                 ld1_zero!(["0" "1" "2" "3"] ["4" "5" "6" "7"] ["8" "9" "10" "11"] ["12" "13" "14" "15"]
                     ["16" "17" "18" "19"] ["20" "21" "22" "23"]),
                 // Block loop.
-                "2:",
-                "mov {xc}, {rec}",
-                "add {rec}, {rec}, {rstride}",
+                "2:\n",
+                "mov {xc}, {rec}\n",
+                "add {rec}, {rec}, {rstride}\n",
                 // Chunk loop (as tile_8x8's: field l of code group h is run 2l + h of the chunk).
                 $head,
-                "ld1w {{z24.s}}, p1/z, [{xc}]",
-                "ld1w {{z25.s}}, p1/z, [{xc}, {e8}, lsl #2]",
-                "lsl z26.b, z24.b, #4",
-                "lsl z27.b, z25.b, #4",
+                "ld1w {{z24.s}}, p1/z, [{xc}]\n",
+                "ld1w {{z25.s}}, p1/z, [{xc}, {e8}, lsl #2]\n",
+                "lsl z26.b, z24.b, #4\n",
+                "lsl z27.b, z25.b, #4\n",
                 smmla_12x8!("0", "16"),
-                "and z26.d, z24.d, z30.d",
-                "and z27.d, z25.d, z30.d",
+                "and z26.d, z24.d, z30.d\n",
+                "and z27.d, z25.d, z30.d\n",
                 smmla_12x8!("64", "80"),
-                "ld1w {{z24.s}}, p1/z, [{xc}, {e16}, lsl #2]",
-                "ld1w {{z25.s}}, p1/z, [{xc}, {e24}, lsl #2]",
-                "lsl z26.b, z24.b, #4",
-                "lsl z27.b, z25.b, #4",
+                "ld1w {{z24.s}}, p1/z, [{xc}, {e16}, lsl #2]\n",
+                "ld1w {{z25.s}}, p1/z, [{xc}, {e24}, lsl #2]\n",
+                "lsl z26.b, z24.b, #4\n",
+                "lsl z27.b, z25.b, #4\n",
                 smmla_12x8!("32", "48"),
-                "and z26.d, z24.d, z30.d",
-                "and z27.d, z25.d, z30.d",
+                "and z26.d, z24.d, z30.d\n",
+                "and z27.d, z25.d, z30.d\n",
                 smmla_12x8!("96", "112"),
-                "add {a0}, {a0}, #128",
-                "add {a1}, {a1}, #128",
-                "add {a2}, {a2}, #128",
+                "add {a0}, {a0}, #128\n",
+                "add {a1}, {a1}, #128\n",
+                "add {a2}, {a2}, #128\n",
                 $tail,
                 // Block epilogue, as tile_8x8's; group g + 2's row factors through {rowq} (128 bytes on: beyond
                 // LD1RQW's immediate).
-                "ld1w {{z24.s}}, p1/z, [{col}]",
-                "ld1w {{z25.s}}, p1/z, [{col}, {e8}, lsl #2]",
+                "ld1w {{z24.s}}, p1/z, [{col}]\n",
+                "ld1w {{z25.s}}, p1/z, [{col}, {e8}, lsl #2]\n",
                 ep12!($num),
                 ep12!(zp $zp),
                 ep12!(restart $num),
-                "add {col}, {col}, #128",
-                "add {rowp}, {rowp}, {rbytes}",
-                "add {rowq}, {rowq}, {rbytes}",
-                "subs {nb}, {nb}, #1",
-                "b.ne 2b",
-                "ldp q30, q31, [{bias}]",
+                "add {col}, {col}, #128\n",
+                "add {rowp}, {rowp}, {rbytes}\n",
+                "add {rowq}, {rowq}, {rbytes}\n",
+                "subs {nb}, {nb}, #1\n",
+                "b.ne 2b\n",
+                "ldp q30, q31, [{bias}]\n",
                 store_rows!(12, 13),
                 store_rows!(14, 15),
                 store_rows!(16, 17),
                 store_rows!(18, 19),
                 store_rows!(20, 21),
                 store_rows!(22, 23),
-                rec = inout(reg) rec => _,
-                rstride = in(reg) a.rhs_record,
-                chunks = in(reg) a.bl / 32,
-                nb = inout(reg) a.blocks => _,
-                a0 = inout(reg) act(0) => _,
-                a1 = inout(reg) act(1) => _,
-                a2 = inout(reg) act(2) => _,
-                col = inout(reg) cols.as_ptr() => _,
-                rowp = inout(reg) rowp => _,
-                rowq = inout(reg) rowp.wrapping_byte_add(128) => _,
-                rbytes = in(reg) a.lhs_pairs_stride,
-                dst = inout(reg) dest.ptr => _,
-                dstride = in(reg) dest.stride,
-                bias = in(reg) dest.bias,
-                e8 = in(reg) 8usize,
-                e16 = in(reg) 16usize,
-                e24 = in(reg) 24usize,
-                xc = out(reg) _,
-                cc = out(reg) _,
-                zeros = in(reg) super::sve_asm::ZEROS.0.as_ptr(),
             )
         };
     }
@@ -535,12 +529,13 @@ unsafe fn tile_12x8(a: &RunArgs, panel: usize, g: usize, cols: &ColumnScales, de
     // the block touches is declared; d8–d15 (callee-saved) are clobbered and saved by the compiler; the flags are
     // clobbered.
     unsafe {
-        macro_rules! call {
-            ($num:ident $zp:ident $one:ident) => {
-                tile_asm!(sve_chunks!(head $one), sve_chunks!(tail $one), $num, $zp)
-            };
-        }
-        asm_modes!(call; a.row != 0, a.has_zp != 0, a.bl == 32)
+        sve_tile!(a, text, rec, cols, dest;
+            a0 = inout(reg) act(0) => _,
+            a1 = inout(reg) act(1) => _,
+            a2 = inout(reg) act(2) => _,
+            rowp = inout(reg) rowp => _,
+            rowq = inout(reg) rowp.wrapping_byte_add(128) => _,
+        )
     }
 }
 
