@@ -1,6 +1,6 @@
 //! int8-activation GEMM for few rows on the SME2 family (the SMOPA GEMM's last, partial row group: 1–15 rows, so
 //! every M from 2 to 15): four rows × one stripe of V columns per pass (V = the streaming vector
-//! length in bytes; at SVL 512 also passes of 8 rows, the ZA array's 16 vector groups), every code vector decoded
+//! length in bytes; at SVL 512 also passes of 5–8 rows, the ZA array's 16 vector groups), every code vector decoded
 //! once and multiplied into the rows by SME2's multi-vector SDOT (indexed), the int32
 //! sums and the per-block epilogue's f32 sums in ZA. Each pass over the tile's panels is one streaming `asm!` block
 //! from `smstart` to `smstop`.
@@ -242,11 +242,29 @@ macro_rules! quad_asm {
             [("0" "1" "2" "3", "0", [("0" "1" "0" A)], [("1" "0")]) ("4" "5" "6" "7", "4", [("2" "3" "0" B)], [("3" "0")])],
             [("0", ["1"]) ("4", ["3"])])
     };
-    // SVL 512, 5–8 rows (the 8 rows of two quadwords; the stored ones {nst}): ZA's 16 vector groups, row r < 4's
-    // int32 sums group 2r (`za.s[w8, 2r, vgx4]`), row 4 + r's group 8 + 2r (`za.s[w9, 2r, vgx4]`, w9 = 8), f32
-    // sums the next. Per group of a chunk its 4 quadwords (low and high run × rows 0–3 and 4–7) just before its
-    // SDOTs, so that 4 registers (z8–z11) serve 8 rows.
+    // SVL 512, 5–8 rows (two quadwords: rows 0–3 and 4 … R − 1): ZA's 16 vector groups, row r < 4's int32 sums
+    // group 2r (`za.s[w8, 2r, vgx4]`), row 4 + r's group 8 + 2r (`za.s[w9, 2r, vgx4]`, w9 = 8), f32 sums the next.
+    // Per group of a chunk its 4 quadwords (low and high run × rows 0–3 and 4–7) just before its SDOTs, so that 4
+    // registers (z8–z11) serve 8 rows. Only the R real rows are computed: the second quadword's rows are listed.
+    (@panel v64 r5 $zp:ident $ch:ident) => {
+        quad_asm!(@octo $zp $ch, [("0" "0")], [("0" "1" "0" "16" "19")], [("1" "0")])
+    };
+    (@panel v64 r6 $zp:ident $ch:ident) => {
+        quad_asm!(@octo $zp $ch, [("0" "0") ("2" "1")], [("0" "1" "0" "16" "19") ("2" "3" "1" "12" "15")],
+            [("1" "0") ("3" "1")])
+    };
+    (@panel v64 r7 $zp:ident $ch:ident) => {
+        quad_asm!(@octo $zp $ch, [("0" "0") ("2" "1") ("4" "2")],
+            [("0" "1" "0" "16" "19") ("2" "3" "1" "12" "15") ("4" "5" "2" "16" "19")], [("1" "0") ("3" "1") ("5" "2")])
+    };
     (@panel v64 r8 $zp:ident $ch:ident) => {
+        quad_asm!(@octo $zp $ch, [("0" "0") ("2" "1") ("4" "2") ("6" "3")],
+            [("0" "1" "0" "16" "19") ("2" "3" "1" "12" "15") ("4" "5" "2" "16" "19") ("6" "7" "3" "12" "15")],
+            [("1" "0") ("3" "1") ("5" "2") ("7" "3")])
+    };
+    // The pass of 4 + n rows: the second quadword's rows as (int32 group, lane) `$hs`, their epilogues (int32
+    // group, f32 group, lane, sums registers) `$hr`, their zero-point terms (f32 group, lane) `$hz`.
+    (@octo $zp:ident $ch:ident, $hs:tt, [$(($hi:literal $hf:literal $hl:literal $h0:literal $h3:literal))*], $hz:tt) => {
         concat!(
             "mov {xrec}, {xp}\n",
             "mov {xr}, {rowtab}\n",
@@ -255,7 +273,7 @@ macro_rules! quad_asm {
             "mov {nb}, {blocks}\n",
             "2:\n",
             "mov {xc}, {xrec}\n",
-            quad_asm!(@chunks $ch (octo)),
+            quad_asm!(@chunks $ch (octo $hs)),
             quad_asm!(@factors8 $zp),
             "add {xt}, {xrec}, {sc}\n",
             "ld1h {{z20.s}}, p1/z, [{xt}, #0, mul vl]\n",
@@ -270,17 +288,14 @@ macro_rules! quad_asm {
             quad_asm!(@row8 "w8" "2" "3" "1" "12" "15" "2"),
             quad_asm!(@row8 "w8" "4" "5" "2" "16" "19" "2"),
             quad_asm!(@row8 "w8" "6" "7" "3" "12" "15" "2"),
-            quad_asm!(@row8 "w9" "0" "1" "0" "16" "19" "4"),
-            quad_asm!(@row8 "w9" "2" "3" "1" "12" "15" "4"),
-            quad_asm!(@row8 "w9" "4" "5" "2" "16" "19" "4"),
-            quad_asm!(@row8 "w9" "6" "7" "3" "12" "15" "4"),
-            quad_asm!(@zp8 $zp),
+            $(quad_asm!(@row8 "w9" $hi $hf $hl $h0 $h3 "4"),)*
+            quad_asm!(@zp8 $zp $hz),
             "zero {{za0.d, za2.d, za4.d, za6.d}}\n",
             "add {xrec}, {xrec}, {rec}\n",
             "add {xr}, {xr}, #64\n",
             "subs {nb}, {nb}, #1\n",
             "b.ne 2b\n",
-            // The stored rows' f32 sums (groups 1, 3, …, 15: w10 + 1) out, row after row.
+            // The stored rows' f32 sums (groups 1, 3, …: w10 + 1) out, row after row.
             "mov {xt}, {xo}\n",
             "mov w10, #0\n",
             "mov {nb}, {nst}\n",
@@ -294,12 +309,12 @@ macro_rules! quad_asm {
             "zero {{za}}\n",
         )
     };
-    (@chunk (octo)) => {
+    (@chunk (octo $hs:tt)) => {
         concat!(
-            quad_asm!(@group8 "0", "-128", "-112"),
-            quad_asm!(@group8 "4", "-64", "-48"),
-            quad_asm!(@group8 "8", "0", "16"),
-            quad_asm!(@group8 "12", "64", "80"),
+            quad_asm!(@group8 "0", "-128", "-112", $hs),
+            quad_asm!(@group8 "4", "-64", "-48", $hs),
+            quad_asm!(@group8 "8", "0", "16", $hs),
+            quad_asm!(@group8 "12", "64", "80", $hs),
             "add {xa}, {xa}, #512\n",
             "add {xb}, {xb}, #512\n",
             "add {xc}, {xc}, #1024\n",
@@ -307,27 +322,24 @@ macro_rules! quad_asm {
     };
     // Group g of an 8-row chunk: codes at `[{xc}, #$imm, mul vl]`; the low run's quadwords of rows 0–3 and 4–7 at
     // `[{xa}, #$q0]`, `[{xa}, #$q1]` (z8, z9), the high run's at the same offsets from {xb} (z10, z11).
-    (@group8 $imm:literal, $q0:literal, $q1:literal) => {
+    (@group8 $imm:literal, $q0:literal, $q1:literal, $hs:tt) => {
         concat!(
             "ld1rqb {{z8.b}}, p0/z, [{xa}, #", $q0, "]\n",
             "ld1rqb {{z9.b}}, p0/z, [{xa}, #", $q1, "]\n",
             "ld1rqb {{z10.b}}, p0/z, [{xb}, #", $q0, "]\n",
             "ld1rqb {{z11.b}}, p0/z, [{xb}, #", $q1, "]\n",
             quad_asm!(@decode $imm),
-            quad_asm!(@sdot8 "w8", "8", "10"),
-            quad_asm!(@sdot8 "w9", "9", "11"),
+            quad_asm!(@sdot8 "w8", "8", "10", [("0" "0") ("2" "1") ("4" "2") ("6" "3")]),
+            quad_asm!(@sdot8 "w9", "9", "11", $hs),
         )
     };
-    (@sdot8 $w:literal, $lo:literal, $hi:literal) => {
+    // Per row (int32 group `$o` from ZA base `$w`, lane `$i` of the quadwords) one SDOT per field.
+    (@sdot8 $w:literal, $lo:literal, $hi:literal, [$(($o:literal $i:literal))*]) => {
         concat!(
-            "sdot za.s[", $w, ", 0, vgx4], {{z16.b-z19.b}}, z", $lo, ".b[0]\n",
-            "sdot za.s[", $w, ", 0, vgx4], {{z20.b-z23.b}}, z", $hi, ".b[0]\n",
-            "sdot za.s[", $w, ", 2, vgx4], {{z16.b-z19.b}}, z", $lo, ".b[1]\n",
-            "sdot za.s[", $w, ", 2, vgx4], {{z20.b-z23.b}}, z", $hi, ".b[1]\n",
-            "sdot za.s[", $w, ", 4, vgx4], {{z16.b-z19.b}}, z", $lo, ".b[2]\n",
-            "sdot za.s[", $w, ", 4, vgx4], {{z20.b-z23.b}}, z", $hi, ".b[2]\n",
-            "sdot za.s[", $w, ", 6, vgx4], {{z16.b-z19.b}}, z", $lo, ".b[3]\n",
-            "sdot za.s[", $w, ", 6, vgx4], {{z20.b-z23.b}}, z", $hi, ".b[3]\n",
+            $(
+                "sdot za.s[", $w, ", ", $o, ", vgx4], {{z16.b-z19.b}}, z", $lo, ".b[", $i, "]\n",
+                "sdot za.s[", $w, ", ", $o, ", vgx4], {{z20.b-z23.b}}, z", $hi, ".b[", $i, "]\n",
+            )*
         )
     };
     // One row of 8 (ZA base `$w`, groups `$oi`/`$of`, lane `$r` of the factors in z`$fr`; sums in z`$s0`–z`$s3`).
@@ -367,7 +379,7 @@ macro_rules! quad_asm {
             "// {zo} {xqo}\n",
         )
     };
-    (@zp8 zp) => {
+    (@zp8 zp [$(($hf:literal $hl:literal))*]) => {
         concat!(
             "add {xt}, {xrec}, {zo}\n",
             "ld1w {{z8.s-z11.s}}, pn8/z, [{xt}]\n",
@@ -375,13 +387,10 @@ macro_rules! quad_asm {
             "fmla za.s[w8, 3, vgx4], {{z8.s-z11.s}}, z3.s[1]\n",
             "fmla za.s[w8, 5, vgx4], {{z8.s-z11.s}}, z3.s[2]\n",
             "fmla za.s[w8, 7, vgx4], {{z8.s-z11.s}}, z3.s[3]\n",
-            "fmla za.s[w9, 1, vgx4], {{z8.s-z11.s}}, z5.s[0]\n",
-            "fmla za.s[w9, 3, vgx4], {{z8.s-z11.s}}, z5.s[1]\n",
-            "fmla za.s[w9, 5, vgx4], {{z8.s-z11.s}}, z5.s[2]\n",
-            "fmla za.s[w9, 7, vgx4], {{z8.s-z11.s}}, z5.s[3]\n",
+            $("fmla za.s[w9, ", $hf, ", vgx4], {{z8.s-z11.s}}, z5.s[", $hl, "]\n",)*
         )
     };
-    (@zp8 nozp) => {
+    (@zp8 nozp $hz:tt) => {
         ""
     };
     // One-stripe passes over the panel: two at SVL 256, one at 512.
@@ -471,13 +480,13 @@ macro_rules! quad_modes {
                 ($rn, true, true) => quad_call!($v $rr zp one; $p),
                 ($rn, true, false) => quad_call!($v $rr zp many; $p),
             )*
-            _ => unreachable!("SME2 few-row GEMM: 1–4 rows per pass"),
+            _ => unreachable!("SME2 few-row GEMM: a pass of 1–4 rows, or 5–8 at SVL 512"),
         }
     };
 }
 
-/// What one asm call walks: `panels` panels from the record pointer `rec`, its rows (1–4, or at SVL 512 the first
-/// `stored` of 8) of 64 f32 per panel at `out` (rows `out_stride` bytes apart).
+/// What one asm call walks: `panels` panels from the record pointer `rec`, its `stored` rows (1–4, at SVL 512 also
+/// 5–8) of 64 f32 per panel at `out` (rows `out_stride` bytes apart).
 #[derive(Clone, Copy)]
 struct Pass {
     rec: *const u8,
@@ -511,14 +520,14 @@ pub(crate) unsafe fn run(a: &RunArgs, v: usize) {
     let tail = a.cols - whole * NR;
     // Σq from the scales, in f32 elements (both arrays of 4-byte values; only the asm adds it back).
     let to_sums = (a.lhs_sum as usize).wrapping_sub(a.lhs_scale as usize) / 4;
-    // Passes of up to 4 rows (one quadword of the runs); at SVL 512 of 8 (two) while 6 or more are left. 5 rows
-    // run as 3 + 2, which counted the same as 4 + 1 at SVL 256 and as one 8-row pass at 512 (2048², qemu 11:
-    // 0.82 M and 0.49 M instructions, 0.93x and 0.99x ORT's).
+    // Passes of up to 4 rows (one quadword of the runs); at SVL 512 of 5–8 (two quadwords, only the real rows
+    // computed) while 5 or more are left. At SVL 256 (8 vector groups of ZA) 5 rows run as 3 + 2, which counted the
+    // same as 4 + 1 (2048², qemu 11: 0.82 M instructions, 0.93x ORT's).
     let mut row = 0;
     while row < a.rows {
         let left = a.rows - row;
         let (rows, r) = match left {
-            6.. if v == 64 => (left.min(2 * ROWS), 2 * ROWS),
+            5.. if v == 64 => (left.min(2 * ROWS), left.min(2 * ROWS)),
             5 => (3, 3),
             _ => (left.min(ROWS), left.min(ROWS)),
         };
@@ -546,8 +555,8 @@ pub(crate) unsafe fn run(a: &RunArgs, v: usize) {
                 return;
             }
             // SAFETY: the CPU has SME2 at this SVL (`v32`: 32 bytes, `v64`: 64; the code, scale and store offsets
-            // are in vectors of v bytes); the pass computes rows `row` .. `row` + r of the group (r8: 8, the real ones stored, the
-            // others are the packed group's zero rows; r1..r4: all real). Reads per panel
+            // are in vectors of v bytes); the pass computes rows `row` .. `row` + r of the group, all real (r5..r8 at SVL 512 only:
+            // ZA's 16 vector groups). Reads per panel
             // and block: chunks × 4 groups × 64 columns × 4 bytes of codes, 64 f16 scales and (zero points) 64 f32
             // corrections inside the record (RunArgs contract: the pass's panels are the tile's); per chunk 8
             // quadwords of the group's 512 bytes (from lhs − 128); per block 4 f32 of the group's scales and
@@ -557,10 +566,7 @@ pub(crate) unsafe fn run(a: &RunArgs, v: usize) {
             // x8–x10, x12 and x14–x17 are declared clobbered; ZA is left off (SMSTOP), TPIDR2_EL0 0 or untouched.
             unsafe {
                 match (r, zp, one) {
-                    (8, false, true) => quad_call!(v64 r8 nozp one; p),
-                    (8, false, false) => quad_call!(v64 r8 nozp many; p),
-                    (8, true, true) => quad_call!(v64 r8 zp one; p),
-                    (8, true, false) => quad_call!(v64 r8 zp many; p),
+                    (5.., _, _) => quad_modes!(mode, p; (v64 64); [(r5 5) (r6 6) (r7 7) (r8 8)]),
                     _ => quad_modes!(mode, p; (v32 32) (v64 64); [(r1 1) (r2 2) (r3 3) (r4 4)]),
                 }
             }
