@@ -150,9 +150,10 @@ unsafe fn widen_scales(src: *const u8, dst: *mut f32) {
 /// blocks of 64 or more (blocks of 64, 7 rows: few-row 805 k, the wide pass 776 k); the tall pass (16 rows, a partial
 /// one stored through `sums`) from 13 rows in blocks of 64 or more (blocks of 128: 12 rows few-row 1126 k, passes
 /// 1176 k; 13 rows 1305 k, 1197 k; blocks of 64: 13 rows few-row 1475 k, passes 1431 k), never in blocks of 32 (13
-/// and 15 rows few-row 1763 k and 1948 k, a whole 16-row group 1790 k). SVL 512, the wide pass (16 rows × 32
-/// columns) from 13 rows in blocks of 32, 11 in blocks of 64 and 9 in blocks of 128 or more (blocks of 64, few-row
-/// 10 rows 590 k against the passes' 591 k at 11; blocks of 128, few-row 8 rows 385 k, the passes 455 k at 9).
+/// and 15 rows few-row 1763 k and 1948 k, a whole 16-row group 1790 k). SVL 512 (the few-row kernel's passes of
+/// 5–10 rows), the wide pass (16 rows × 32 columns) from 13 rows in blocks of 32, 11 in blocks of 64 and 10 in
+/// blocks of 128 or more (blocks of 64: few-row 10 rows 543 k, 11 rows 626 k, the passes 591 k at 11; blocks of
+/// 128: few-row 9 rows 443 k against the passes' 455 k, 10 rows 477 k against 465 k).
 fn passes_win(v: usize, rows: usize, bl: usize, alone: bool) -> bool {
     match v {
         32 => match rows {
@@ -162,7 +163,7 @@ fn passes_win(v: usize, rows: usize, bl: usize, alone: bool) -> bool {
         },
         64 => {
             rows >= if bl >= 128 {
-                9
+                10
             } else if bl >= 64 {
                 11
             } else {

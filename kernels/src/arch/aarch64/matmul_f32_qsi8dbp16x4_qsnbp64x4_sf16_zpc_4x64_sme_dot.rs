@@ -1,6 +1,6 @@
 //! int8-activation GEMM for few rows on the SME2 family (the SMOPA GEMM's last, partial row group: 1–15 rows, so
 //! every M from 2 to 15): four rows × one stripe of V columns per pass (V = the streaming vector
-//! length in bytes; at SVL 512 also passes of 5–8 rows, the ZA array's 16 vector groups), every code vector decoded
+//! length in bytes; at SVL 512 also passes of 5–10 rows, the ZA array's 16 vector groups), every code vector decoded
 //! once and multiplied into the rows by SME2's multi-vector SDOT (indexed), the int32
 //! sums and the per-block epilogue's f32 sums in ZA. Each pass over the tile's panels is one streaming `asm!` block
 //! from `smstart` to `smstop`.
@@ -27,7 +27,10 @@
 //! int32 sums are group 2r (tile za(2r).d, zeroed per block by one `zero`), its f32 sums group 2r + 1. That is all
 //! of ZA at SVL 256, so a pass of 3–4 rows is one stripe: at SVL 256 a panel's two stripes run one after the other
 //! (the panel's codes read twice, the second time from cache); a pass of 1–2 rows takes both stripes at once (row
-//! r, stripe s: groups 4r + 2s, 4r + 2s + 1). At SVL 512 a stripe is the whole panel.
+//! r, stripe s: groups 4r + 2s, 4r + 2s + 1). At SVL 512 a stripe is the whole panel, and ZA's 16 groups hold
+//! passes of up to 8 rows (two quadwords), or 9–10 (three) with four rows' f32 sums in their output rows instead
+//! (loaded and stored per block): 9 and 10 rows in blocks of 64 counted 1.04x ORT's instructions as 8 + 1 and
+//! 8 + 2 passes, 0.94 and 0.96x in one (2048², qemu 11).
 //!
 //! Per chunk: 8 `ld1rqb`; per group the code vectors loaded twice (multi-vector), 1 SRSHL by 4 (16·lo, in place),
 //! 1 SQDMULH by 8 and 1 SRSHL by 4 (16·hi: the one-row kernel's decode, no single-vector AND),
@@ -52,6 +55,9 @@ use crate::ukernel::RunArgs;
 
 /// Rows per pass (one quadword of a `qsi8dbp16x4` run).
 const ROWS: usize = 4;
+
+/// Most rows of a pass (at SVL 512).
+const MAX_PASS_ROWS: usize = 10;
 
 /// K per chunk (the asm's unit; a block is whole chunks).
 const CHUNK: usize = 32;
@@ -261,6 +267,201 @@ macro_rules! quad_asm {
         quad_asm!(@octo $zp $ch, [("0" "0") ("2" "1") ("4" "2") ("6" "3")],
             [("0" "1" "0" "16" "19") ("2" "3" "1" "12" "15") ("4" "5" "2" "16" "19") ("6" "7" "3" "12" "15")],
             [("1" "0") ("3" "1") ("5" "2") ("7" "3")])
+    };
+    // SVL 512, 9–10 rows (three quadwords) in one pass: their int32 sums need 10 vector groups and ZA has 16, so
+    // six rows keep their f32 sums in ZA and the others (3, 7, 8, 9) in their output rows (64 f32 per panel, loaded
+    // and stored per block by the epilogue, zeroed when the panel starts). The int32 groups are ZA tiles za0.d,
+    // za1.d, za2.d, za4.d, za6.d (groups 0, 2, 4, 6, 8, 10, 12, 14: rows 0–7 as in the 8-row pass; 1 and 9: rows 8
+    // and 9), zeroed per block by one `zero`; the f32 sums of rows 0–2 and 4–6 the groups 3, 5, 7 from w8 and w9.
+    // Every row's sums take the same roundings in the same order as in the other passes. `$sd` the third
+    // quadword's rows (ZA base, int32 group, lane), `$mem` the rows with sums in memory (ZA base, int32 group,
+    // lane, factor registers, the step from the previous such row in output rows).
+    (@panel v64 r9 $zp:ident $ch:ident) => {
+        quad_asm!(@deca $zp $ch, [("w8" "1" "0")],
+            [("w8" "6" "3" "2" "3" "3") ("w9" "6" "3" "4" "5" "4") ("w8" "1" "0" "6" "7" "1")])
+    };
+    (@panel v64 r10 $zp:ident $ch:ident) => {
+        quad_asm!(@deca $zp $ch, [("w8" "1" "0") ("w9" "1" "1")],
+            [("w8" "6" "3" "2" "3" "3") ("w9" "6" "3" "4" "5" "4") ("w8" "1" "0" "6" "7" "1") ("w9" "1" "1" "6" "7" "1")])
+    };
+    (@deca $zp:ident $ch:ident, $sd:tt, [$(($mw:literal $mo:literal $ml:literal $mf:literal $mz:literal $step:tt))*]) => {
+        concat!(
+            "mov {xrec}, {xp}\n",
+            "mov {xr}, {rowtab}\n",
+            "mov {xa}, {lhs}\n",
+            "add {xb}, {xa}, #256\n",
+            "mov {nb}, {blocks}\n",
+            "mov z12.s, #0\n",
+            "mov z13.s, #0\n",
+            "mov z14.s, #0\n",
+            "mov z15.s, #0\n",
+            "mov {xt}, {xo}\n",
+            $(quad_asm!(@step $step), "st1w {{z12.s-z15.s}}, pn8, [{xt}]\n",)*
+            "2:\n",
+            "mov {xc}, {xrec}\n",
+            quad_asm!(@chunks $ch (deca $sd)),
+            quad_asm!(@factors12 $zp),
+            "add {xt}, {xrec}, {sc}\n",
+            "ld1h {{z20.s}}, p1/z, [{xt}, #0, mul vl]\n",
+            "ld1h {{z21.s}}, p1/z, [{xt}, #1, mul vl]\n",
+            "ld1h {{z22.s}}, p1/z, [{xt}, #2, mul vl]\n",
+            "ld1h {{z23.s}}, p1/z, [{xt}, #3, mul vl]\n",
+            "fcvt z20.s, p1/m, z20.h\n",
+            "fcvt z21.s, p1/m, z21.h\n",
+            "fcvt z22.s, p1/m, z22.h\n",
+            "fcvt z23.s, p1/m, z23.h\n",
+            quad_asm!(@corr $zp),
+            quad_asm!(@row8 "w8" "0" "3" "0" "16" "19" "2"),
+            quad_asm!(@row8 "w8" "2" "5" "1" "12" "15" "2"),
+            quad_asm!(@row8 "w8" "4" "7" "2" "16" "19" "2"),
+            quad_asm!(@row8 "w9" "0" "3" "0" "12" "15" "4"),
+            quad_asm!(@row8 "w9" "2" "5" "1" "16" "19" "4"),
+            quad_asm!(@row8 "w9" "4" "7" "2" "12" "15" "4"),
+            quad_asm!(@zpza $zp),
+            "mov {xt}, {xo}\n",
+            $(quad_asm!(@rowm $zp $mw $mo $ml $mf $mz $step),)*
+            "zero {{za0.d, za1.d, za2.d, za4.d, za6.d}}\n",
+            "add {xrec}, {xrec}, {rec}\n",
+            "add {xr}, {xr}, #64\n",
+            "subs {nb}, {nb}, #1\n",
+            "b.ne 2b\n",
+            // The f32 sums in ZA (rows 0–2, 4–6) out.
+            "mov {xt}, {xo}\n",
+            quad_asm!(@st "w8" "3"), "add {xt}, {xt}, {ostride}\n",
+            quad_asm!(@st "w8" "5"), "add {xt}, {xt}, {ostride}\n",
+            quad_asm!(@st "w8" "7"), "add {xt}, {xt}, {ostride}, lsl #1\n",
+            quad_asm!(@st "w9" "3"), "add {xt}, {xt}, {ostride}\n",
+            quad_asm!(@st "w9" "5"), "add {xt}, {xt}, {ostride}\n",
+            quad_asm!(@st "w9" "7"),
+            "// {nst}\n",
+            "zero {{za}}\n",
+        )
+    };
+    (@st $w:literal $o:literal) => {
+        concat!(
+            "mova {{z16.d-z19.d}}, za.d[", $w, ", ", $o, ", vgx4]\n",
+            "st1w {{z16.s-z19.s}}, pn8, [{xt}]\n",
+        )
+    };
+    // {xt} forward by `$step` output rows.
+    (@step "1") => { "add {xt}, {xt}, {ostride}\n" };
+    (@step "3") => { concat!("add {xt}, {xt}, {ostride}, lsl #1\n", "add {xt}, {xt}, {ostride}\n") };
+    (@step "4") => { "add {xt}, {xt}, {ostride}, lsl #2\n" };
+    // A row whose f32 sums are in memory: its int32 sums (ZA base `$w`, group `$o`) out and converted, × (column
+    // scale · the row's sa/16: lane `$l` of z`$f`), added to its sums at {xt} (`$step` rows on) by FMLA; with zero
+    // points + c · sa·Σq (lane `$l` of z`$z`, the corrections in z8–z11).
+    (@rowm $zp:ident $w:literal $o:literal $l:literal $f:literal $z:literal $step:tt) => {
+        concat!(
+            "mova {{z16.d-z19.d}}, za.d[", $w, ", ", $o, ", vgx4]\n",
+            "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
+            quad_asm!(@step $step),
+            "fmul z24.s, z20.s, z", $f, ".s[", $l, "]\n",
+            "fmul z25.s, z21.s, z", $f, ".s[", $l, "]\n",
+            "fmul z26.s, z22.s, z", $f, ".s[", $l, "]\n",
+            "fmul z27.s, z23.s, z", $f, ".s[", $l, "]\n",
+            "ld1w {{z12.s-z15.s}}, pn8/z, [{xt}]\n",
+            "fmla z12.s, p1/m, z16.s, z24.s\n",
+            "fmla z13.s, p1/m, z17.s, z25.s\n",
+            "fmla z14.s, p1/m, z18.s, z26.s\n",
+            "fmla z15.s, p1/m, z19.s, z27.s\n",
+            quad_asm!(@rowmzp $zp $z $l),
+            "st1w {{z12.s-z15.s}}, pn8, [{xt}]\n",
+        )
+    };
+    (@rowmzp zp $z:literal $l:literal) => {
+        concat!(
+            "fmla z12.s, z8.s, z", $z, ".s[", $l, "]\n",
+            "fmla z13.s, z9.s, z", $z, ".s[", $l, "]\n",
+            "fmla z14.s, z10.s, z", $z, ".s[", $l, "]\n",
+            "fmla z15.s, z11.s, z", $z, ".s[", $l, "]\n",
+        )
+    };
+    (@rowmzp nozp $z:literal $l:literal) => {
+        ""
+    };
+    // The block's corrections (zero points) into z8–z11, before any row's epilogue.
+    (@corr zp) => {
+        concat!("add {xt}, {xrec}, {zo}\n", "ld1w {{z8.s-z11.s}}, pn8/z, [{xt}]\n")
+    };
+    (@corr nozp) => {
+        ""
+    };
+    // The zero-point terms of the rows with f32 sums in ZA (rows 0–2, 4–6).
+    (@zpza zp) => {
+        concat!(
+            "fmla za.s[w8, 3, vgx4], {{z8.s-z11.s}}, z3.s[0]\n",
+            "fmla za.s[w8, 5, vgx4], {{z8.s-z11.s}}, z3.s[1]\n",
+            "fmla za.s[w8, 7, vgx4], {{z8.s-z11.s}}, z3.s[2]\n",
+            "fmla za.s[w9, 3, vgx4], {{z8.s-z11.s}}, z5.s[0]\n",
+            "fmla za.s[w9, 5, vgx4], {{z8.s-z11.s}}, z5.s[1]\n",
+            "fmla za.s[w9, 7, vgx4], {{z8.s-z11.s}}, z5.s[2]\n",
+        )
+    };
+    (@zpza nozp) => {
+        ""
+    };
+    (@chunk (deca $sd:tt)) => {
+        concat!(
+            quad_asm!(@group10 "0", "-128", "-112", "-96", $sd),
+            quad_asm!(@group10 "4", "-64", "-48", "-32", $sd),
+            quad_asm!(@group10 "8", "0", "16", "32", $sd),
+            quad_asm!(@group10 "12", "64", "80", "96", $sd),
+            "add {xa}, {xa}, #512\n",
+            "add {xb}, {xb}, #512\n",
+            "add {xc}, {xc}, #1024\n",
+        )
+    };
+    // Group g of a 9–10-row chunk: as `@group8`, and the third quadwords (rows 8–11) of the low and high runs at
+    // `$q2` (z12, z13) for the rows `$sd`.
+    (@group10 $imm:literal, $q0:literal, $q1:literal, $q2:literal, [$(($w:literal $o:literal $i:literal))*]) => {
+        concat!(
+            "ld1rqb {{z8.b}}, p0/z, [{xa}, #", $q0, "]\n",
+            "ld1rqb {{z9.b}}, p0/z, [{xa}, #", $q1, "]\n",
+            "ld1rqb {{z10.b}}, p0/z, [{xb}, #", $q0, "]\n",
+            "ld1rqb {{z11.b}}, p0/z, [{xb}, #", $q1, "]\n",
+            "ld1rqb {{z12.b}}, p0/z, [{xa}, #", $q2, "]\n",
+            "ld1rqb {{z13.b}}, p0/z, [{xb}, #", $q2, "]\n",
+            quad_asm!(@decode $imm),
+            quad_asm!(@sdot8 "w8", "8", "10", [("0" "0") ("2" "1") ("4" "2") ("6" "3")]),
+            quad_asm!(@sdot8 "w9", "9", "11", [("0" "0") ("2" "1") ("4" "2") ("6" "3")]),
+            $(
+                "sdot za.s[", $w, ", ", $o, ", vgx4], {{z16.b-z19.b}}, z12.b[", $i, "]\n",
+                "sdot za.s[", $w, ", ", $o, ", vgx4], {{z20.b-z23.b}}, z13.b[", $i, "]\n",
+            )*
+        )
+    };
+    // The 12 rows' factors: z2, z4, z6 = sa × 2^−4 of rows 0–3, 4–7, 8–11; z3, z5, z7 = their sa·Σq.
+    (@factors12 zp) => {
+        concat!(
+            "ld1rqw {{z2.s}}, p1/z, [{xr}]\n",
+            "ld1rqw {{z4.s}}, p1/z, [{xr}, #16]\n",
+            "ld1rqw {{z6.s}}, p1/z, [{xr}, #32]\n",
+            "ld1rqw {{z3.s}}, p1/z, [{xr}, {xqo}, lsl #2]\n",
+            "add {xt}, {xr}, #16\n",
+            "ld1rqw {{z5.s}}, p1/z, [{xt}, {xqo}, lsl #2]\n",
+            "add {xt}, {xr}, #32\n",
+            "ld1rqw {{z7.s}}, p1/z, [{xt}, {xqo}, lsl #2]\n",
+            "scvtf z3.s, p1/m, z3.s\n",
+            "scvtf z5.s, p1/m, z5.s\n",
+            "scvtf z7.s, p1/m, z7.s\n",
+            "fmul z3.s, z3.s, z2.s\n",
+            "fmul z5.s, z5.s, z4.s\n",
+            "fmul z7.s, z7.s, z6.s\n",
+            "fmul z2.s, z2.s, z28.s\n",
+            "fmul z4.s, z4.s, z28.s\n",
+            "fmul z6.s, z6.s, z28.s\n",
+        )
+    };
+    (@factors12 nozp) => {
+        concat!(
+            "ld1rqw {{z2.s}}, p1/z, [{xr}]\n",
+            "ld1rqw {{z4.s}}, p1/z, [{xr}, #16]\n",
+            "ld1rqw {{z6.s}}, p1/z, [{xr}, #32]\n",
+            "fmul z2.s, z2.s, z28.s\n",
+            "fmul z4.s, z4.s, z28.s\n",
+            "fmul z6.s, z6.s, z28.s\n",
+            "// {zo} {xqo}\n",
+        )
     };
     // The pass of 4 + n rows: the second quadword's rows as (int32 group, lane) `$hs`, their epilogues (int32
     // group, f32 group, lane, sums registers) `$hr`, their zero-point terms (f32 group, lane) `$hz`.
@@ -480,7 +681,7 @@ macro_rules! quad_modes {
                 ($rn, true, true) => quad_call!($v $rr zp one; $p),
                 ($rn, true, false) => quad_call!($v $rr zp many; $p),
             )*
-            _ => unreachable!("SME2 few-row GEMM: a pass of 1–4 rows, or 5–8 at SVL 512"),
+            _ => unreachable!("SME2 few-row GEMM: a pass of 1–4 rows, or 5–10 at SVL 512"),
         }
     };
 }
@@ -527,6 +728,7 @@ pub(crate) unsafe fn run(a: &RunArgs, v: usize) {
     while row < a.rows {
         let left = a.rows - row;
         let (rows, r) = match left {
+            9..=10 if v == 64 => (left, left),
             5.. if v == 64 => (left.min(2 * ROWS), left.min(2 * ROWS)),
             5 => (3, 3),
             _ => (left.min(ROWS), left.min(ROWS)),
@@ -562,20 +764,20 @@ pub(crate) unsafe fn run(a: &RunArgs, v: usize) {
             // quadwords of the group's 512 bytes (from lhs − 128); per block 4 f32 of the group's scales and
             // (zero points) of its Σq (group-major, 16 per block). Writes 64 f32 per panel to each of its rows,
             // `out_stride` bytes apart from `out`: the rows of dst for whole panels (inside dst, which nothing else
-            // references during the call), else `last` (8 rows of 64). Every vector and predicate register, ffr,
+            // references during the call), else `last` (10 rows of 64). Every vector and predicate register, ffr,
             // x8–x10, x12 and x14–x17 are declared clobbered; ZA is left off (SMSTOP), TPIDR2_EL0 0 or untouched.
             unsafe {
                 match (r, zp, one) {
-                    (5.., _, _) => quad_modes!(mode, p; (v64 64); [(r5 5) (r6 6) (r7 7) (r8 8)]),
+                    (5.., _, _) => quad_modes!(mode, p; (v64 64); [(r5 5) (r6 6) (r7 7) (r8 8) (r9 9) (r10 10)]),
                     _ => quad_modes!(mode, p; (v32 32) (v64 64); [(r1 1) (r2 2) (r3 3) (r4 4)]),
                 }
             }
         };
         pass(at(0, whole, dst, a.dst_stride));
-        // A last, partial panel into a buffer (8 rows of 64, zeroed only when there is one).
+        // A last, partial panel into a buffer (10 rows of 64, zeroed only when there is one).
         let mut last;
         let partial = if tail > 0 {
-            last = [0f32; 2 * ROWS * NR];
+            last = [0f32; MAX_PASS_ROWS * NR];
             pass(at(whole, 1, last.as_mut_ptr(), NR));
             Some((&last[..], NR))
         } else {
@@ -585,5 +787,36 @@ pub(crate) unsafe fn run(a: &RunArgs, v: usize) {
         // bias null or `cols` values (RunArgs contract).
         unsafe { super::ops::finish_rows(a, dst, rows, whole * NR, partial) };
         row += rows;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::arch::aarch64::{INT8_GEMM_SME2, QSNBP64X4_SF16_ZPC};
+    use crate::testing::{Case, GIdx, Rng, ZpKind, check};
+    use crate::{ActQuant, ComputePath, Cpu, Problem, Selected};
+
+    /// Every row count of a row group (1–16: each pass shape of this kernel at the thread's SVL, 1–4 and 3 + 2 at
+    /// SVL 256; 1–10 rows in one pass at 512, 11–12 as 8 + 3, 8 + 4, and the SMOPA GEMM's passes where they win)
+    /// against the reference: blocks of 32, 64 and 128, with and without zero points, both numerics, a K tail and
+    /// a last, partial panel (N = 2 · 64 + 5).
+    #[test]
+    fn every_row_count_matches_the_reference() {
+        if !INT8_GEMM_SME2.runs_on(Cpu::get()) {
+            return;
+        }
+        let mut rng = Rng::new(0x51ED_2705);
+        for bl in [32usize, 64, 128] {
+            for zp in [ZpKind::None, ZpKind::Packed] {
+                let case = Case::random(&mut rng, 3 * bl - 7, 2 * 64 + 5, 4, bl, zp, GIdx::None, true);
+                let p = Problem::of(ComputePath::Int8, &case.weights());
+                let sel = Selected::single(&INT8_GEMM_SME2, QSNBP64X4_SF16_ZPC, &p).unwrap();
+                for act in [ActQuant::Block, ActQuant::Row] {
+                    for m in 1..=16 {
+                        check(&sel.with_activation_quant(act), &case, m, &mut rng);
+                    }
+                }
+            }
+        }
     }
 }
