@@ -223,8 +223,10 @@ second_families=portable_int8_qsnbp8x8_sf16_zpc_bsum,portable_fp32_qsnbp8x8_sf32
 # The quick kernel subset (models outside AARCH64_FULL and QEMU11_FULL): the dispatch test (detection, the vector lengths,
 # the families, a matmul through the selected family) and, of the kernel suite, the edge-case taxonomy (every kernel
 # the model can run, on every layout it reads: what depends on the model is which kernels run) and the property
-# test: ~21 s of the suite's ~250 s, test by test, under qemu 11.1 -cpu max on this 2-core machine (loaded).
-QUICK_KERNEL_TESTS="every_kernel_edge_taxonomy random_shapes_match_reference"
+# test: ~21 s of the suite's ~250 s, test by test, under qemu 11.1 -cpu max on this 2-core machine (loaded); and the
+# SME GEMMs' row tails, M = 1..16 (sme_gemms_every_row_count: ~20 s at SVL 512, nothing where no SME kernel runs),
+# whose pass shapes follow the streaming vector length of each model.
+QUICK_KERNEL_TESTS="every_kernel_edge_taxonomy random_shapes_match_reference sme_gemms_every_row_count"
 # a64fx (both qemus) runs the property test alone: its kernels (base NEON, SVE without i8mm, 512-bit vectors) are a
 # subset of what qemu 11's max runs the whole suite on at the same vector length, and qemu emulates the a64fx model
 # ~6x slower than max per unit of work (measured under qemu 11.1, CPU seconds: the taxonomy 114 s on a64fx against

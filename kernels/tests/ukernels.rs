@@ -92,6 +92,29 @@ fn every_kernel_edge_taxonomy() {
 /// chunks), then a tail of 1–3; the taxonomy's widths (up to 3 panels) seldom meet M = 1 there. Every int8
 /// kernel, each layout, N = 4 panels + 1 column on 8-column layouts (2 panels + 1 on wider ones), blocks of
 /// one and of two chunks, with and without zero points, both numerics, with a bias.
+/// The SME GEMMs' row tails: every row count of a 16-row group (their passes differ by it: the few-row SDOT passes
+/// of 1–4 rows, 5–10 at SVL 512, the SMOPA passes where they count fewer, the FMOPA GEMM's fallback under 4 rows)
+/// against the reference, with a K tail and a last, partial panel: blocks of 32 (one chunk per block), 64 with zero
+/// points and 128, the row numerics at every fourth row count. Nothing runs where no SME kernel does.
+#[test]
+fn sme_gemms_every_row_count() {
+    let mut rng = Rng::new(0x51ED_2705);
+    for uk in kernels().into_iter().filter(|uk| uk.name().ends_with("_sme_mopa")) {
+        for layout in layouts_of(uk) {
+            for (bl, zp) in [(32usize, ZpKind::None), (64, ZpKind::Packed), (128, ZpKind::None)] {
+                let case = Case::random(&mut rng, 2 * bl - 7, 64 + 5, 4, bl, zp, GIdx::None, true);
+                let case = case_for(uk, &layout, case);
+                let p = Problem::of(uk.path(), &case.weights());
+                let Ok(sel) = Selected::single(uk, layout, &p) else { continue };
+                for m in 1..=16 {
+                    let act = if m % 4 == 1 { ActQuant::Row } else { ActQuant::Block };
+                    check(&sel.with_activation_quant(act), &case, m, &mut rng);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn one_row_over_many_panels() {
     for uk in kernels().into_iter().filter(|uk| uk.path() == ComputePath::Int8) {

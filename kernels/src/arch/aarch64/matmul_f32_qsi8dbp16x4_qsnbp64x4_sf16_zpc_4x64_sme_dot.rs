@@ -789,34 +789,3 @@ pub(crate) unsafe fn run(a: &RunArgs, v: usize) {
         row += rows;
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use crate::arch::aarch64::{INT8_GEMM_SME2, QSNBP64X4_SF16_ZPC};
-    use crate::testing::{Case, GIdx, Rng, ZpKind, check};
-    use crate::{ActQuant, ComputePath, Cpu, Problem, Selected};
-
-    /// Every row count of a row group (1–16: each pass shape of this kernel at the thread's SVL, 1–4 and 3 + 2 at
-    /// SVL 256; 1–10 rows in one pass at 512, 11–12 as 8 + 3, 8 + 4, and the SMOPA GEMM's passes where they win)
-    /// against the reference: blocks of 32, 64 and 128, with and without zero points, both numerics, a K tail and
-    /// a last, partial panel (N = 2 · 64 + 5).
-    #[test]
-    fn every_row_count_matches_the_reference() {
-        if !INT8_GEMM_SME2.runs_on(Cpu::get()) {
-            return;
-        }
-        let mut rng = Rng::new(0x51ED_2705);
-        for bl in [32usize, 64, 128] {
-            for zp in [ZpKind::None, ZpKind::Packed] {
-                let case = Case::random(&mut rng, 3 * bl - 7, 2 * 64 + 5, 4, bl, zp, GIdx::None, true);
-                let p = Problem::of(ComputePath::Int8, &case.weights());
-                let sel = Selected::single(&INT8_GEMM_SME2, QSNBP64X4_SF16_ZPC, &p).unwrap();
-                for act in [ActQuant::Block, ActQuant::Row] {
-                    for m in 1..=16 {
-                        check(&sel.with_activation_quant(act), &case, m, &mut rng);
-                    }
-                }
-            }
-        }
-    }
-}
