@@ -409,14 +409,6 @@ mod tests {
         if !Cpu::get().has(crate::cpu::Feature::Sve) {
             return;
         }
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                // SAFETY: PR_SVE_SET_VL (50) changes only this thread's SVE vector length; nothing of this thread
-                // holds SVE state across it.
-                let r = unsafe { libc::prctl(50, 16 as libc::c_ulong) };
-                assert!(r >= 0, "prctl(PR_SVE_SET_VL, 16) failed");
-                check("SVE vector shortened to 128 bits");
-            });
-        });
+        crate::arch::aarch64::ops::with_sve_vl(16, || check("SVE vector shortened to 128 bits"));
     }
 }

@@ -526,20 +526,7 @@ mod tests {
                         run(&FP32_GEMM_SVE, m) == want,
                         "bits {bits}, zero points {zp:?}, M = {m}: SVE sums differ from NEON's"
                     );
-                    let short = std::thread::scope(|s| {
-                        s.spawn(|| {
-                            // SAFETY: PR_SVE_SET_VL (50) takes the new length in bytes and changes only this
-                            // thread's vector length (Linux, qemu-user alike); nothing of this thread holds SVE
-                            // state across it.
-                            let r = unsafe { libc::prctl(50, 16 as libc::c_ulong) };
-                            assert!(r >= 0, "prctl(PR_SVE_SET_VL, 16) failed");
-                            // SAFETY: the CPU has SVE (the kernel runs here: checked above).
-                            assert_eq!(unsafe { super::sve_vl_bytes() }, 16);
-                            run(&FP32_GEMM_SVE, m)
-                        })
-                        .join()
-                        .unwrap()
-                    });
+                    let short = crate::arch::aarch64::ops::with_sve_vl(16, || run(&FP32_GEMM_SVE, m));
                     assert!(
                         short == want,
                         "bits {bits}, zero points {zp:?}, M = {m}: at 128 bits it must run the NEON kernel"

@@ -583,19 +583,7 @@ mod tests {
             [(&INT8_GEMM_SVE_I8MM, &INT8_GEMM_I8MM, 16), (&INT8_GEMV_SVE_P8X8, &INT8_GEMV_DOTPROD_P8X8, 1)]
         {
             let want = run(neon, m);
-            let got = std::thread::scope(|s| {
-                s.spawn(|| {
-                    // SAFETY: PR_SVE_SET_VL (50) takes the new length in bytes and changes only this thread's
-                    // vector length (Linux, qemu-user alike); nothing of this thread holds SVE state across it.
-                    let r = unsafe { libc::prctl(50, 16 as libc::c_ulong) };
-                    assert!(r >= 0, "prctl(PR_SVE_SET_VL, 16) failed");
-                    // SAFETY: the CPU has SVE (the SVE kernels run here: checked above).
-                    assert_eq!(unsafe { super::sve_vl_bytes() }, 16);
-                    run(sve, m)
-                })
-                .join()
-                .unwrap()
-            });
+            let got = crate::arch::aarch64::ops::with_sve_vl(16, || run(sve, m));
             assert!(got == want, "{}: at 128 bits it must run the NEON body", sve.name());
         }
     }

@@ -79,6 +79,25 @@ pub(crate) fn sve_vl_bytes() -> usize {
     vl
 }
 
+/// Runs `f` on a new thread whose SVE vector length has been set to `bytes` (prctl PR_SVE_SET_VL: per thread, as
+/// a process may change it after selection), checked by RDVL; its result. The CPU has SVE (the caller checks).
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+pub(crate) fn with_sve_vl<R: Send>(bytes: usize, f: impl FnOnce() -> R + Send) -> R {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: PR_SVE_SET_VL (50) takes the new length in bytes and changes only this thread's vector length
+            // (Linux, qemu-user alike); nothing of this thread holds SVE state across it.
+            let r = unsafe { libc::prctl(50, bytes as libc::c_ulong) };
+            assert!(r >= 0, "prctl(PR_SVE_SET_VL, {bytes}) failed");
+            // SAFETY: the CPU has SVE (the caller's check).
+            assert_eq!(unsafe { sve_vl_bytes() }, bytes, "PR_SVE_SET_VL did not take");
+            f()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
 /// Four IEEE half-precision values (as bits) to f32: FCVTL, in every aarch64 CPU's base NEON. Not
 /// `preserves_flags`: a signalling NaN sets FPSR's invalid-operation flag (also for FCVTL2 below).
 #[target_feature(enable = "neon")]
