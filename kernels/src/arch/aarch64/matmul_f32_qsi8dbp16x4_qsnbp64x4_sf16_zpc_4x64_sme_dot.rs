@@ -286,11 +286,7 @@ macro_rules! quad_asm {
     };
     (@deca $zp:ident $ch:ident, $sd:tt, [$(($mw:literal $mo:literal $ml:literal $mf:literal $mz:literal $step:tt))*]) => {
         concat!(
-            "mov {xrec}, {xp}\n",
-            "mov {xr}, {rowtab}\n",
-            "mov {xa}, {lhs}\n",
-            "add {xb}, {xa}, #256\n",
-            "mov {nb}, {blocks}\n",
+            quad_asm!(@head2),
             "mov z12.s, #0\n",
             "mov z13.s, #0\n",
             "mov z14.s, #0\n",
@@ -301,15 +297,7 @@ macro_rules! quad_asm {
             "mov {xc}, {xrec}\n",
             quad_asm!(@chunks $ch (deca $sd)),
             quad_asm!(@factors12 $zp),
-            "add {xt}, {xrec}, {sc}\n",
-            "ld1h {{z20.s}}, p1/z, [{xt}, #0, mul vl]\n",
-            "ld1h {{z21.s}}, p1/z, [{xt}, #1, mul vl]\n",
-            "ld1h {{z22.s}}, p1/z, [{xt}, #2, mul vl]\n",
-            "ld1h {{z23.s}}, p1/z, [{xt}, #3, mul vl]\n",
-            "fcvt z20.s, p1/m, z20.h\n",
-            "fcvt z21.s, p1/m, z21.h\n",
-            "fcvt z22.s, p1/m, z22.h\n",
-            "fcvt z23.s, p1/m, z23.h\n",
+            quad_asm!(@colscales),
             quad_asm!(@corr $zp),
             quad_asm!(@row8 "w8" "0" "3" "0" "16" "19" "2"),
             quad_asm!(@row8 "w8" "2" "5" "1" "12" "15" "2"),
@@ -335,6 +323,31 @@ macro_rules! quad_asm {
             quad_asm!(@st "w9" "7"),
             "// {nst}\n",
             "zero {{za}}\n",
+        )
+    };
+    // The start of a pass of two or three quadwords: the panel's records and row factors, the low runs at {xa}
+    // (128 bytes into the chunk, plus 16 per quad of rows) and the high runs 256 bytes on at {xb}, the block count.
+    (@head2) => {
+        concat!(
+            "mov {xrec}, {xp}\n",
+            "mov {xr}, {rowtab}\n",
+            "mov {xa}, {lhs}\n",
+            "add {xb}, {xa}, #256\n",
+            "mov {nb}, {blocks}\n",
+        )
+    };
+    // A panel's 64 f16 column scales of the block as f32 in z20–z23 (SVL 512: the whole panel, shared by the rows).
+    (@colscales) => {
+        concat!(
+            "add {xt}, {xrec}, {sc}\n",
+            "ld1h {{z20.s}}, p1/z, [{xt}, #0, mul vl]\n",
+            "ld1h {{z21.s}}, p1/z, [{xt}, #1, mul vl]\n",
+            "ld1h {{z22.s}}, p1/z, [{xt}, #2, mul vl]\n",
+            "ld1h {{z23.s}}, p1/z, [{xt}, #3, mul vl]\n",
+            "fcvt z20.s, p1/m, z20.h\n",
+            "fcvt z21.s, p1/m, z21.h\n",
+            "fcvt z22.s, p1/m, z22.h\n",
+            "fcvt z23.s, p1/m, z23.h\n",
         )
     };
     (@st $w:literal $o:literal) => {
@@ -411,19 +424,13 @@ macro_rules! quad_asm {
             "add {xc}, {xc}, #1024\n",
         )
     };
-    // Group g of a 9–10-row chunk: as `@group8`, and the third quadwords (rows 8–11) of the low and high runs at
-    // `$q2` (z12, z13) for the rows `$sd`.
+    // Group g of a 9–10-row chunk: the third quadwords (rows 8–11) of the low and high runs at `$q2` (z12, z13),
+    // then `@group8` for rows 0–7, then the SDOTs of the rows `$sd`.
     (@group10 $imm:literal, $q0:literal, $q1:literal, $q2:literal, [$(($w:literal $o:literal $i:literal))*]) => {
         concat!(
-            "ld1rqb {{z8.b}}, p0/z, [{xa}, #", $q0, "]\n",
-            "ld1rqb {{z9.b}}, p0/z, [{xa}, #", $q1, "]\n",
-            "ld1rqb {{z10.b}}, p0/z, [{xb}, #", $q0, "]\n",
-            "ld1rqb {{z11.b}}, p0/z, [{xb}, #", $q1, "]\n",
             "ld1rqb {{z12.b}}, p0/z, [{xa}, #", $q2, "]\n",
             "ld1rqb {{z13.b}}, p0/z, [{xb}, #", $q2, "]\n",
-            quad_asm!(@decode $imm),
-            quad_asm!(@sdot8 "w8", "8", "10", [("0" "0") ("2" "1") ("4" "2") ("6" "3")]),
-            quad_asm!(@sdot8 "w9", "9", "11", [("0" "0") ("2" "1") ("4" "2") ("6" "3")]),
+            quad_asm!(@group8 $imm, $q0, $q1, [("0" "0") ("2" "1") ("4" "2") ("6" "3")]),
             $(
                 "sdot za.s[", $w, ", ", $o, ", vgx4], {{z16.b-z19.b}}, z12.b[", $i, "]\n",
                 "sdot za.s[", $w, ", ", $o, ", vgx4], {{z20.b-z23.b}}, z13.b[", $i, "]\n",
@@ -467,24 +474,12 @@ macro_rules! quad_asm {
     // group, f32 group, lane, sums registers) `$hr`, their zero-point terms (f32 group, lane) `$hz`.
     (@octo $zp:ident $ch:ident, $hs:tt, [$(($hi:literal $hf:literal $hl:literal $h0:literal $h3:literal))*], $hz:tt) => {
         concat!(
-            "mov {xrec}, {xp}\n",
-            "mov {xr}, {rowtab}\n",
-            "mov {xa}, {lhs}\n",
-            "add {xb}, {xa}, #256\n",
-            "mov {nb}, {blocks}\n",
+            quad_asm!(@head2),
             "2:\n",
             "mov {xc}, {xrec}\n",
             quad_asm!(@chunks $ch (octo $hs)),
             quad_asm!(@factors8 $zp),
-            "add {xt}, {xrec}, {sc}\n",
-            "ld1h {{z20.s}}, p1/z, [{xt}, #0, mul vl]\n",
-            "ld1h {{z21.s}}, p1/z, [{xt}, #1, mul vl]\n",
-            "ld1h {{z22.s}}, p1/z, [{xt}, #2, mul vl]\n",
-            "ld1h {{z23.s}}, p1/z, [{xt}, #3, mul vl]\n",
-            "fcvt z20.s, p1/m, z20.h\n",
-            "fcvt z21.s, p1/m, z21.h\n",
-            "fcvt z22.s, p1/m, z22.h\n",
-            "fcvt z23.s, p1/m, z23.h\n",
+            quad_asm!(@colscales),
             quad_asm!(@row8 "w8" "0" "1" "0" "16" "19" "2"),
             quad_asm!(@row8 "w8" "2" "3" "1" "12" "15" "2"),
             quad_asm!(@row8 "w8" "4" "5" "2" "16" "19" "2"),
