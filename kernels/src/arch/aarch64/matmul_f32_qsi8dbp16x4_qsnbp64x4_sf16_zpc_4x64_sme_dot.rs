@@ -752,15 +752,17 @@ pub(crate) unsafe fn run(a: &RunArgs, v: usize) {
                 return;
             }
             // SAFETY: the CPU has SME2 at this SVL (`v32`: 32 bytes, `v64`: 64; the code, scale and store offsets
-            // are in vectors of v bytes); the pass computes rows `row` .. `row` + r of the group, all real (r5..r8 at SVL 512 only:
-            // ZA's 16 vector groups). Reads per panel
-            // and block: chunks × 4 groups × 64 columns × 4 bytes of codes, 64 f16 scales and (zero points) 64 f32
-            // corrections inside the record (RunArgs contract: the pass's panels are the tile's); per chunk 8
-            // quadwords of the group's 512 bytes (from lhs − 128); per block 4 f32 of the group's scales and
-            // (zero points) of its Σq (group-major, 16 per block). Writes 64 f32 per panel to each of its rows,
-            // `out_stride` bytes apart from `out`: the rows of dst for whole panels (inside dst, which nothing else
-            // references during the call), else `last` (10 rows of 64). Every vector and predicate register, ffr,
-            // x8–x10, x12 and x14–x17 are declared clobbered; ZA is left off (SMSTOP), TPIDR2_EL0 0 or untouched.
+            // are in vectors of v bytes); the pass computes rows `row` .. `row` + r of the group, all real (r5..r10
+            // at SVL 512 only: ZA's 16 vector groups; r9..r10 from the group's first row, whose 16 rows of runs,
+            // scales and Σq the packed LHS holds). Reads per panel and block: chunks × 4 groups × 64 columns × 4
+            // bytes of codes, 64 f16 scales and (zero points) 64 f32 corrections inside the record (RunArgs
+            // contract: the pass's panels are the tile's); per chunk 8 quadwords of the group's 512 bytes (from
+            // lhs − 128; 12 for r9..r10); per block 4–12 f32 of the group's scales and (zero points) of its Σq
+            // (group-major, 16 per block). Writes 64 f32 per panel to each of its rows, `out_stride` bytes apart
+            // from `out` (r9..r10 also read back rows 3, 7, 8, 9 there per block, zeroed when the panel starts):
+            // the rows of dst for whole panels (inside dst, which nothing else references during the call), else
+            // `last` (10 rows of 64). Every vector and predicate register, ffr, x8–x10, x12 and x14–x17 are
+            // declared clobbered; ZA is left off (SMSTOP), TPIDR2_EL0 0 or untouched.
             unsafe {
                 match (r, zp, one) {
                     (5.., _, _) => quad_modes!(mode, p; (v64 64); [(r5 5) (r6 6) (r7 7) (r8 8) (r9 9) (r10 10)]),
