@@ -88,10 +88,6 @@ fn every_kernel_edge_taxonomy() {
     eprintln!("{} cases over {} (kernel, layout) pairs", coverage.values().sum::<usize>(), coverage.len());
 }
 
-/// One row over many panels: the aarch64 GEMVs walk 2 or 4 panels per asm pass (4-bit codes in whole 32-K
-/// chunks), then a tail of 1–3; the taxonomy's widths (up to 3 panels) seldom meet M = 1 there. Every int8
-/// kernel, each layout, N = 4 panels + 1 column on 8-column layouts (2 panels + 1 on wider ones), blocks of
-/// one and of two chunks, with and without zero points, both numerics, with a bias.
 /// The SME GEMMs' row tails: every row count of a 16-row group (their passes differ by it: the few-row SDOT passes
 /// of 1–4 rows, 5–10 at SVL 512, the SMOPA passes where they count fewer, the FMOPA GEMM's fallback under 4 rows)
 /// against the reference, with a K tail and a last, partial panel: blocks of 32 (one chunk per block), 64 with zero
@@ -115,6 +111,10 @@ fn sme_gemms_every_row_count() {
     }
 }
 
+/// One row over many panels: the aarch64 GEMVs walk 2 or 4 panels per asm pass (4-bit codes in whole 32-K
+/// chunks), then a tail of 1–3; the taxonomy's widths (up to 3 panels) seldom meet M = 1 there. Every int8
+/// kernel, each layout, N = 4 panels + 1 column on 8-column layouts (2 panels + 1 on wider ones), blocks of
+/// one and of two chunks, with and without zero points, both numerics, with a bias.
 #[test]
 fn one_row_over_many_panels() {
     for uk in kernels().into_iter().filter(|uk| uk.path() == ComputePath::Int8) {
