@@ -189,8 +189,8 @@ bins=${CARGO_TARGET_DIR:-$root/target}/$target/release
 
 # Two lanes from here, each mostly one emulated thread: the model checks below (qemu 7.2, then qemu 11) and, beside
 # them, the whole-program tests (the Python parity tests, then the Llama driver), with the log of the second lane
-# printed when both are done. In scripts/test.sh this script runs at nice 19 beside the x86 steps, which leave it
-# one core at times and both once they are done: one lane at a time left a core idle for that last stretch (the
+# printed when both are done. In scripts/test.sh this script runs at nice 19 with both cores nearly to itself (only
+# the onnxruntime-genai model's build beside it): one lane at a time left a core idle for a last stretch (the
 # Python phase 163 s and the Llama phase 166 s of the 2026-11-28 run came after the models, one after the other).
 # Shared state is safe: the sysroots are made atomically (qemu-a64-run.sh), the builds above are the only ones
 # (the lanes' cargo calls find them fresh), and the Python and Llama tests write only under their own directories.

@@ -144,9 +144,17 @@ step() {
     printf '\n%s==> %s%s\n    $ %s\n' "$B" "$name" "$N" "$*"
     local t0=$SECONDS rc=0 log
     log=$STEP_LOGS/$(printf '%02d' ${#SUMMARY[@]}).log
-    # the command runs in this shell (a function may set variables); tee is waited for before the log is read
-    "$@" > >(tee "$log") 2>&1 || rc=$?
-    wait $! 2>/dev/null || true
+    # The command runs in this shell (a function may set variables), its output through tee on a descriptor of this
+    # shell, so that tee's pid is known: `"$@" > >(tee ...)` does not set $! when "$@" is an external command, and a
+    # `wait $!` after it waited for whatever was started last (the aarch64 lane: its first step after the lane's
+    # start showed the lane's time). tee ends when the command's output closes; a process the command left running
+    # with that output open (a server) would keep it, so the wait for tee is bounded (5 s).
+    local out tee_pid
+    exec {out}> >(exec tee "$log")
+    tee_pid=$!
+    "$@" >&"$out" 2>&1 || rc=$?
+    exec {out}>&-
+    for _ in $(seq 50); do kill -0 "$tee_pid" 2>/dev/null || break; sleep 0.1; done
     local dt=$((SECONDS - t0))
     if [ $rc = 0 ]; then
         SUMMARY+=("$(printf 'PASS  %4ds  %s' "$dt" "$name")")
@@ -208,12 +216,12 @@ if [ $quick = 0 ]; then
         bash -c 'bash scripts/build-wheel.sh --arch x86_64 && bash scripts/build-wheel.sh --arch aarch64'
 fi
 # The aarch64 step (cross-builds, qemu 7.2 and 11 models, the aarch64 Python and Llama tests: ~29 min alone, mostly
-# one emulated thread) runs in the background from here, beside the x86 steps, at the lowest CPU priority (nice 19,
-# in this session: the x86 steps, timing-sensitive ones such as the Ray health checks included, keep the CPU they
-# ask for; the emulation takes what they leave). It shares no lock with them for long: its cargo builds use
+# one emulated thread) runs in the background from here, beside the onnxruntime-genai model's build, at the lowest
+# CPU priority (nice 19, in this session: what runs beside it keeps the CPU it asks for); the x86 steps after that
+# wait for it (`a64_join`). It shares no lock with them for long: its cargo builds use
 # target/aarch64-unknown-linux-gnu (and target/release only for build scripts, whose artifacts the release build
 # above made), the x86 test builds target/debug. Its output goes to target/test-aarch64.log, printed (and counted
-# in the summary) when the x86 steps are done; stopping test.sh stops it.
+# in the summary) by `a64_join`; stopping test.sh stops it.
 A64_PID=""
 A64_LOG=$TARGET/test-aarch64.log
 if [ $quick = 0 ]; then
@@ -239,6 +247,28 @@ fi
 # test, fuzz and server builds have not filled yet (a CI run failed in pip with ENOSPC when it was built later).
 step "onnxruntime-genai model (scripts/genai-model.sh: its builder, then the builder's venv deleted)" \
     bash -c 'bash scripts/genai-model.sh > /dev/null'
+# The x86 steps wait for the aarch64 lane here, then run with both cores to themselves. Every measured run of this
+# command ran in that order (until 2026-12-06 by accident: `step` waited on `$!`, the lane, in the first step after
+# its start): 2223-2382 s for fresh clones on the 2-core machine. The lane beside the x86 steps has not been timed;
+# change the order only with such a measurement. The lane's log, then its result in the summary (its time counted
+# from its start; the wait is what it added to the x86 steps' time).
+a64_join() {
+    local t_wait=$SECONDS a64_rc=0 a64_name
+    wait "$A64_PID" || a64_rc=$?
+    A64_PID=""
+    printf '\n%s==> aarch64 kernel tests under qemu (scripts/test-aarch64.sh), run in the background: its log (%s)%s\n' \
+        "$B" "${A64_LOG#"$ROOT"/}" "$N"
+    cat "$A64_LOG"
+    a64_name="aarch64 kernel tests under qemu (scripts/test-aarch64.sh; in the background, $((SECONDS - t_wait)) s waited for)"
+    if [ $a64_rc = 0 ]; then
+        SUMMARY+=("$(printf 'PASS  %4ds  %s' $((SECONDS - A64_T0)) "$a64_name")")
+    else
+        SUMMARY+=("$(printf 'FAIL  %4ds  %s (exit %d)' $((SECONDS - A64_T0)) "$a64_name" "$a64_rc")")
+        FAILED_LOGS+=("$a64_name"$'\t'"$A64_LOG")
+        failed=1
+    fi
+}
+if [ -n "$A64_PID" ]; then a64_join; fi
 step "lint (cargo fmt --check, cargo clippy -D warnings)" \
     bash -c 'cargo fmt --all -- --check && cargo fmt --manifest-path fuzz/Cargo.toml -- --check &&
         cargo clippy -q "$@" --workspace --all-targets -- -D warnings' _ "${LOCKED[@]}"
@@ -324,23 +354,6 @@ if [ $quick = 0 ]; then
         env NIBBLE_LIB="$TARGET/wheel-build/x86_64-unknown-linux-gnu/release/libnibble_ort.so" \
         NIBBLE_ORT_DYLIB="$(ort_dylib $ORT_NEW)" NIBBLE_ORT_VERSION=$ORT_NEW \
         cargo test "${LOCKED[@]}" --workspace --test session
-    # The aarch64 step, started in the background after the wheels: its log, then its result in the summary (its
-    # time counted from its start; the wait is what it added to the x86 steps' time).
-    t_wait=$SECONDS
-    a64_rc=0
-    wait "$A64_PID" || a64_rc=$?
-    A64_PID=""
-    printf '\n%s==> aarch64 kernel tests under qemu (scripts/test-aarch64.sh), run in the background: its log (%s)%s\n' \
-        "$B" "${A64_LOG#"$ROOT"/}" "$N"
-    cat "$A64_LOG"
-    a64_name="aarch64 kernel tests under qemu (scripts/test-aarch64.sh; in the background, $((SECONDS - t_wait)) s waited for at the end)"
-    if [ $a64_rc = 0 ]; then
-        SUMMARY+=("$(printf 'PASS  %4ds  %s' $((SECONDS - A64_T0)) "$a64_name")")
-    else
-        SUMMARY+=("$(printf 'FAIL  %4ds  %s (exit %d)' $((SECONDS - A64_T0)) "$a64_name" "$a64_rc")")
-        FAILED_LOGS+=("$a64_name"$'\t'"$A64_LOG")
-        failed=1
-    fi
 else
     for v in "${ORT_EXTRA[@]}"; do skip "ORT integration test on $v (--quick)"; done
     skip "pytest tests/python (--quick)"

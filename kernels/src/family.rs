@@ -496,7 +496,8 @@ impl Selected {
             k_used: if rhs.k_map.is_some() { kp } else { p.k },
         };
         let scale_rows = if lhs.format.is_f32() { 0 } else { rhs.blocks };
-        TileCall { uk, lhs, _rhs: rhs, bias, out, col_sums, args, scale_rows }
+        let finish_row = crate::arch::finish_row_for(uk);
+        TileCall { uk, lhs, _rhs: rhs, bias, out, col_sums, args, scale_rows, finish_row }
     }
 }
 
@@ -518,6 +519,8 @@ struct TileCall<'c> {
     args: RunArgs,
     /// Per-row entries of the LHS scales and Σq (the blocks; 0 for f32 activations, which have none).
     scale_rows: usize,
+    /// The row numerics' epilogue for `uk`'s tiles.
+    finish_row: crate::arch::FinishRow,
 }
 
 // SAFETY: the raw pointers in `args` point into buffers that the borrowed `lhs`, `rhs`, `bias` and `out` keep
@@ -561,15 +564,9 @@ impl TileCall<'_> {
         unsafe { (self.uk.run)(&args) }
         if a.row != 0 {
             // SAFETY: the kernel has written the tile's rows × cols through `args.dst`, which this call claimed;
-            // `lhs.row` holds the plan's M rows (from m0: the tile's), the sums and bias N columns (from n0).
-            unsafe {
-                crate::arch::finish_row_tile(
-                    &args,
-                    &self.lhs.row[m0..],
-                    &self.col_sums[n0..],
-                    self.bias.map(|b| &b[n0..]),
-                )
-            }
+            // `lhs.row` holds the plan's M rows (from m0: the tile's), the sums and bias N columns (from n0);
+            // `finish_row` is `uk`'s, whose features this CPU has (as for `uk.run`).
+            unsafe { (self.finish_row)(&args, &self.lhs.row[m0..], &self.col_sums[n0..], self.bias.map(|b| &b[n0..])) }
         }
     }
 }

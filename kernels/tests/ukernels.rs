@@ -91,7 +91,8 @@ fn every_kernel_edge_taxonomy() {
 /// The SME GEMMs' row tails: every row count of a 16-row group (their passes differ by it: the few-row SDOT passes
 /// of 1–4 rows, 5–10 at SVL 512, the SMOPA passes where they count fewer, the FMOPA GEMM's fallback under 4 rows)
 /// against the reference, with a K tail and a last, partial panel: blocks of 32 (one chunk per block), 64 with zero
-/// points and 128, the row numerics at every fourth row count. Nothing runs where no SME kernel does.
+/// points and 128, the row numerics at every fourth row count and at 10 (at SVL 512 their choice between the passes
+/// changes at 9 and 10 rows). Nothing runs where no SME kernel does.
 #[test]
 fn sme_gemms_every_row_count() {
     let mut rng = Rng::new(0x51ED_2705);
@@ -103,7 +104,7 @@ fn sme_gemms_every_row_count() {
                 let p = Problem::of(uk.path(), &case.weights());
                 let Ok(sel) = Selected::single(uk, layout, &p) else { continue };
                 for m in 1..=16 {
-                    let act = if m % 4 == 1 { ActQuant::Row } else { ActQuant::Block };
+                    let act = if m % 4 == 1 || m == 10 { ActQuant::Row } else { ActQuant::Block };
                     check(&sel.with_activation_quant(act), &case, m, &mut rng);
                 }
             }

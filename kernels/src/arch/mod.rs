@@ -101,6 +101,23 @@ pub(crate) unsafe fn finish_row_tile(args: &RunArgs, row: &[RowQuant], col_sums:
     }
 }
 
+/// A tile's row epilogue: [`finish_row_tile`]'s arguments, safety contract and results.
+pub(crate) type FinishRow = unsafe fn(&RunArgs, &[RowQuant], &[f32], Option<&[f32]>);
+
+/// The row epilogue for kernel `uk`'s tiles: the SME2 kernels' in streaming SVE (the same results bit for bit,
+/// ~8x fewer instructions at SVL 512), every other kernel's [`finish_row_tile`].
+pub(crate) fn finish_row_for(uk: &crate::ukernel::UKernel) -> FinishRow {
+    #[cfg(target_arch = "aarch64")]
+    {
+        use crate::cpu::Feature;
+        if uk.requires.has(Feature::Sme2) {
+            return aarch64::finish_row_tile_sme::finish_row_tile;
+        }
+    }
+    let _ = uk;
+    finish_row_tile
+}
+
 /// f16 → f32 and f32 → f16 slice conversions for `cpu` (the same values as `half`'s: IEEE 754, round to nearest
 /// even): F16C loops where it has AVX2 and F16C, else `half`'s (FCVT on aarch64, software elsewhere).
 pub(crate) fn convert_f16_for(cpu: &Cpu) -> (crate::pack::WidenF16, crate::pack::NarrowF16) {

@@ -190,7 +190,9 @@ impl std::fmt::Display for ActQuant {
 
 /// One row's asymmetric quantization (`ActQuant::Row`): `a ≈ scale·(q − zero)`, q = clamp(round_half_even(a ·
 /// inv) + zero, −128, 127).
+/// `repr(C)`: the SME2 row epilogue reads it at fixed offsets (`arch::aarch64::finish_row_tile_sme`).
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
 pub struct RowQuant {
     pub scale: f32,
     /// 1/scale, or 0 for a zero or non-finite row.

@@ -153,8 +153,10 @@ unsafe fn widen_scales(src: *const u8, dst: *mut f32) {
 /// and 15 rows few-row 1763 k and 1948 k, a whole 16-row group 1790 k). SVL 512 (the few-row kernel's passes of
 /// 5–10 rows), the wide pass (16 rows × 32 columns) from 13 rows in blocks of 32, 11 in blocks of 64 and 10 in
 /// blocks of 128 or more (blocks of 64: few-row 10 rows 543 k, 11 rows 626 k, the passes 591 k at 11; blocks of
-/// 128: few-row 9 rows 443 k against the passes' 455 k, 10 rows 477 k against 465 k).
-fn passes_win(v: usize, rows: usize, bl: usize, alone: bool) -> bool {
+/// 128: few-row 9 rows 443 k against the passes' 455 k, 10 rows 477 k against 465 k). `row`: the row numerics, whose
+/// passes skip the LHS scale, so that at SVL 512 they take over sooner: from 10 rows in blocks of 32 (few-row 10 rows
+/// 704 k, the passes 695 k), from 9 in blocks of 64 (521 k, 509 k) and of 128 (476 k, 454 k).
+fn passes_win(v: usize, rows: usize, bl: usize, alone: bool, row: bool) -> bool {
     match v {
         32 => match rows {
             7..=8 => bl >= 64 && alone,
@@ -162,12 +164,12 @@ fn passes_win(v: usize, rows: usize, bl: usize, alone: bool) -> bool {
             _ => false,
         },
         64 => {
-            rows >= if bl >= 128 {
-                10
-            } else if bl >= 64 {
-                11
-            } else {
-                13
+            rows >= match (bl, row) {
+                (128.., false) => 10,
+                (64.., false) => 11,
+                (_, false) => 13,
+                (64.., true) => 9,
+                (_, true) => 10,
             }
         }
         _ => true,
@@ -199,7 +201,7 @@ pub(crate) unsafe fn run(args: &RunArgs) {
     // costs in proportion to the rows, and which is fewer depends on the rows and the block size (counted).
     let full = a.rows / MR * MR;
     let head;
-    if full < a.rows && (v == 32 || v == 64) && !passes_win(v, a.rows - full, a.bl, full == 0) {
+    if full < a.rows && (v == 32 || v == 64) && !passes_win(v, a.rows - full, a.bl, full == 0, a.row != 0) {
         let tail = RunArgs {
             rows: a.rows - full,
             lhs: a.lhs.wrapping_add(full * a.lhs_stride),

@@ -9,6 +9,7 @@
 //! - `qsnbp8x8`: each column's 8 consecutive K in one 64-bit half: the 2×8 operand of SMMLA (i8mm), read by
 //!   the same family's GEMV with vector SDOT against 8 activations duplicated in both halves.
 
+pub(crate) mod finish_row_tile_sme;
 mod matmul_f32_f32_qsnbp8x4_sf32_zpc_1vlx4vl_sme_mopa;
 mod matmul_f32_f32_qsnbp8x4_sf32_zpc_1x8_neon;
 mod matmul_f32_f32_qsnbp8x4_sf32_zpc_8x8_neon;
