@@ -24,9 +24,11 @@
 //!
 //! Instruction budget per panel × block of 32 at SVL 256 (`pair`: both stripes, 64 columns × 32 K = 2048
 //! multiply-adds in 16 multi-vector SDOT), 4-bit codes, symmetric: 2 activation loads; per group and stripe 2 code
-//! loads, 1 SQDMULH, 2 SRSHL, 2 SDOT (56; with 4 single-vector AND for the high fields, as before, 64); 2 pointer
-//! steps; the epilogue per stripe 1 MOVA, 1 SCVTF, 4 LD1H, 4 FCVT, 4 FMUL, 1 FMLA (30), once 1 LD1RW, 1 ADD,
-//! 1 ZERO, and the block loop 5 (38): 98 (106 with the AND), 0.048 per multiply-add (ORT
+//! loads, 1 SQDMULH, 2 SRSHL, 2 SDOT (56; with 4 single-vector AND for the high fields, as before, 64); 1 pointer
+//! step (the activations; a block of several chunks also steps the codes, from a copy of the record pointer);
+//! the epilogue per stripe 1 MOVA, 1 SCVTF, 4 LD1H, 4 FCVT, 4 FMUL, 1 FMLA (30), once 1 LD1RW, 1 ADD, 1 ZERO,
+//! and the block loop 4 (36): 95 (103 with the AND; 98 while the codes were stepped in blocks of one chunk too,
+//! SVL 512 2048² blocks of 32: 145.4 k instructions per Run then, 142.4 k now), 0.046 per multiply-add (ORT
 //! 1.31.1's KleidiAI SME2 GEMV, `…_1x4vl_sme2_dot`: 316945 instructions per 2048 × 2048 Run, ~28 k of them the
 //! Run's fixed cost, 0.069 per multiply-add). Zero points add 6 (LD1RW, ADD, per stripe a multi-vector load and an
 //! FMLA). At SVL 512 (`pair64`: two panels of one stripe) the same text covers twice the columns, plus 3 pointer
@@ -59,14 +61,14 @@ macro_rules! gemv_asm {
     // `[{xc}, #$imm, mul vl]` into register set A (z0–z3, high fields z4–z7) or B (z16–z19, z20–z23), high fields
     // loaded again and decoded in place (SQDMULH by 8, z10: hi; SRSHL by 4, z11: 16·hi), low fields in place (SRSHL
     // by 4: 16·lo), one SDOT per field against element `$g` of the low (z8) and high (z9) activations.
-    (@group A, $o:literal, $imm:literal, $g:literal) => {
-        gemv_asm!(@group "0" "1" "2" "3", "4" "5" "6" "7", $o, "{xc}", $imm, $g)
+    (@group A $b:literal, $o:literal, $imm:literal, $g:literal) => {
+        gemv_asm!(@group "0" "1" "2" "3", "4" "5" "6" "7", $o, $b, $imm, $g)
     };
-    (@group B, $o:literal, $imm:literal, $g:literal) => {
-        gemv_asm!(@group "16" "17" "18" "19", "20" "21" "22" "23", $o, "{xc}", $imm, $g)
+    (@group B $b:literal, $o:literal, $imm:literal, $g:literal) => {
+        gemv_asm!(@group "16" "17" "18" "19", "20" "21" "22" "23", $o, $b, $imm, $g)
     };
     // The second panel of a `pair64` pass (codes at {xc2}).
-    (@group B2, $o:literal, $imm:literal, $g:literal) => {
+    (@group B2 $b:literal, $o:literal, $imm:literal, $g:literal) => {
         gemv_asm!(@group "16" "17" "18" "19", "20" "21" "22" "23", $o, "{xc2}", $imm, $g)
     };
     (@group $c0:literal $c1:literal $c2:literal $c3:literal, $h0:literal $h1:literal $h2:literal $h3:literal, $o:literal, $base:literal, $imm:literal, $g:literal) => {
@@ -80,64 +82,71 @@ macro_rules! gemv_asm {
             "sdot za.s[w8, ", $o, ", vgx4], {{z", $h0, ".b-z", $h3, ".b}}, z9.b[", $g, "]\n",
         )
     };
-    (@groups single $i1:literal $i2:literal $i3:literal) => {
+    (@groups single $b:literal $i1:literal $i2:literal $i3:literal) => {
         concat!(
-            gemv_asm!(@group A, "0", "0", "0"),
-            gemv_asm!(@group B, "0", $i1, "1"),
-            gemv_asm!(@group A, "0", $i2, "2"),
-            gemv_asm!(@group B, "0", $i3, "3"),
+            gemv_asm!(@group A $b, "0", "0", "0"),
+            gemv_asm!(@group B $b, "0", $i1, "1"),
+            gemv_asm!(@group A $b, "0", $i2, "2"),
+            gemv_asm!(@group B $b, "0", $i3, "3"),
         )
     };
     // SVL 256: a group is 8 vectors, stripe 0's 4 then stripe 1's (int32 sums: vector group 2).
-    (@groups pair $i1:literal $i2:literal $i3:literal) => {
+    (@groups pair $b:literal $i1:literal $i2:literal $i3:literal) => {
         concat!(
-            gemv_asm!(@group A, "0", "0", "0"),
-            gemv_asm!(@group B, "2", "4", "0"),
-            gemv_asm!(@group A, "0", "8", "1"),
-            gemv_asm!(@group B, "2", "12", "1"),
-            gemv_asm!(@group A, "0", "16", "2"),
-            gemv_asm!(@group B, "2", "20", "2"),
-            gemv_asm!(@group A, "0", "24", "3"),
-            gemv_asm!(@group B, "2", "28", "3"),
+            gemv_asm!(@group A $b, "0", "0", "0"),
+            gemv_asm!(@group B $b, "2", "4", "0"),
+            gemv_asm!(@group A $b, "0", "8", "1"),
+            gemv_asm!(@group B $b, "2", "12", "1"),
+            gemv_asm!(@group A $b, "0", "16", "2"),
+            gemv_asm!(@group B $b, "2", "20", "2"),
+            gemv_asm!(@group A $b, "0", "24", "3"),
+            gemv_asm!(@group B $b, "2", "28", "3"),
         )
     };
     // SVL 512: two panels per pass, one stripe each (the second's int32 sums: vector group 2).
-    (@groups pair64 $i1:literal $i2:literal $i3:literal) => {
+    (@groups pair64 $b:literal $i1:literal $i2:literal $i3:literal) => {
         concat!(
-            gemv_asm!(@group A, "0", "0", "0"),
-            gemv_asm!(@group B2, "2", "0", "0"),
-            gemv_asm!(@group A, "0", "4", "1"),
-            gemv_asm!(@group B2, "2", "4", "1"),
-            gemv_asm!(@group A, "0", "8", "2"),
-            gemv_asm!(@group B2, "2", "8", "2"),
-            gemv_asm!(@group A, "0", "12", "3"),
-            gemv_asm!(@group B2, "2", "12", "3"),
+            gemv_asm!(@group A $b, "0", "0", "0"),
+            gemv_asm!(@group B2 $b, "2", "0", "0"),
+            gemv_asm!(@group A $b, "0", "4", "1"),
+            gemv_asm!(@group B2 $b, "2", "4", "1"),
+            gemv_asm!(@group A $b, "0", "8", "2"),
+            gemv_asm!(@group B2 $b, "2", "8", "2"),
+            gemv_asm!(@group A $b, "0", "12", "3"),
+            gemv_asm!(@group B2 $b, "2", "12", "3"),
         )
     };
-    (@step pair64) => {
-        "add {xc2}, {xc2}, #1024\n"
+    // The code pointers to the next chunk: only between the chunks of a block (`many`); a block of one chunk
+    // (`one`) starts its codes again from {xrec}, so stepping them would be lost work (2 of ~101 instructions per
+    // pass and block of 32 at SVL 512).
+    (@step many pair64) => {
+        concat!("add {xc}, {xc}, #1024\n", "add {xc2}, {xc2}, #1024\n")
     };
-    (@step $lay:ident) => {
+    (@step many $lay:ident) => {
+        "add {xc}, {xc}, #1024\n"
+    };
+    (@step one $lay:ident) => {
         ""
     };
-    (@chunk $lay:ident $i1:literal $i2:literal $i3:literal) => {
+    // One chunk, its first panel's codes from `$b`: {xrec} itself in a block of one chunk, else {xc}.
+    (@chunk $ch:ident $b:literal $lay:ident $i1:literal $i2:literal $i3:literal) => {
         concat!(
             "ld1rqb {{z8.b}}, p0/z, [{xa}]\n",
             "ld1rqb {{z9.b}}, p0/z, [{xa}, #16]\n",
-            gemv_asm!(@groups $lay $i1 $i2 $i3),
-            "add {xc}, {xc}, #1024\n",
-            gemv_asm!(@step $lay),
+            gemv_asm!(@groups $lay $b $i1 $i2 $i3),
+            gemv_asm!(@step $ch $lay),
             "add {xa}, {xa}, #32\n",
         )
     };
     (@chunks one $lay:ident $i1:literal $i2:literal $i3:literal) => {
-        concat!("// {nch} {chunks}\n", gemv_asm!(@chunk $lay $i1 $i2 $i3))
+        concat!("// {nch} {chunks} {xc}\n", gemv_asm!(@chunk one "{xrec}" $lay $i1 $i2 $i3))
     };
     (@chunks many $lay:ident $i1:literal $i2:literal $i3:literal) => {
         concat!(
+            "mov {xc}, {xrec}\n",
             "mov {nch}, {chunks}\n",
             "3:\n",
-            gemv_asm!(@chunk $lay $i1 $i2 $i3),
+            gemv_asm!(@chunk many "{xc}" $lay $i1 $i2 $i3),
             "subs {nch}, {nch}, #1\n",
             "b.ne 3b\n",
         )
@@ -262,7 +271,6 @@ macro_rules! gemv_asm {
             "mov {nb}, {blocks}\n",
             // Block loop.
             "2:\n",
-            "mov {xc}, {xrec}\n",
             gemv_asm!(@start $lay),
             gemv_asm!(@chunks $ch $lay $i1 $i2 $i3),
             // Block epilogue: f32 sums += f32(int32 sums) · (s · sa/16) [+ c · sa·Σq].
