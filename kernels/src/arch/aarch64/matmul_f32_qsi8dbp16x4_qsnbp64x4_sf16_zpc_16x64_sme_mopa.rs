@@ -155,7 +155,9 @@ unsafe fn widen_scales(src: *const u8, dst: *mut f32) {
 /// blocks of 128 or more (blocks of 64: few-row 10 rows 543 k, 11 rows 626 k, the passes 591 k at 11; blocks of
 /// 128: few-row 9 rows 443 k against the passes' 455 k, 10 rows 477 k against 465 k). `row`: the row numerics, whose
 /// passes skip the LHS scale, so that at SVL 512 they take over sooner: from 10 rows in blocks of 32 (few-row 10 rows
-/// 704 k, the passes 695 k), from 9 in blocks of 64 (521 k, 509 k) and of 128 (476 k, 454 k).
+/// 704 k, the passes 695 k; 9 rows 646 k, 680 k), from 9 in blocks of 64 (521 k, 509 k; 8 rows few-row 447 k) and
+/// of 128 (476 k, 454 k). Blocks of 32 and 128 were counted in a build that read an environment variable per call to
+/// switch (~13 k more on both sides).
 fn passes_win(v: usize, rows: usize, bl: usize, alone: bool, row: bool) -> bool {
     match v {
         32 => match rows {
