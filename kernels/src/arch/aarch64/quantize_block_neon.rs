@@ -371,6 +371,19 @@ unsafe fn write_codes<const CLAMP: bool>(
         }
         return vaddvq_s32(sum);
     }
+    if run >= n && n.is_multiple_of(16) {
+        // The values in one run (contiguous rows, the GEMVs' `qsi8db`): their places are 0 .. n, one 16-byte store
+        // per step and no run bookkeeping (~3 instructions fewer per step than the loop below).
+        let flip = vdupq_n_u8(runs.flip);
+        for i in (0..n).step_by(16) {
+            let q = quant16(i);
+            sum = vpadalq_s16(sum, vpaddlq_s8(q));
+            // SAFETY: values i .. i + 16 of one run (run ≥ n) go to places i .. i + 16 from the block's first
+            // place, inside `dst` (the caller's guarantee).
+            unsafe { vst1q_u8(d.add(i), veorq_u8(vreinterpretq_u8_s8(q), flip)) };
+        }
+        return vaddvq_s32(sum);
+    }
     if run.is_multiple_of(16) && n.is_multiple_of(16) {
         // Runs of 16·k (the GEMMs' `qsi8dbp4x16`, contiguous rows): one 16-byte store per step.
         let flip = vdupq_n_u8(runs.flip);
