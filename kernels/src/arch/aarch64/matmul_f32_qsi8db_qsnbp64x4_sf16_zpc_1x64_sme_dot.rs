@@ -35,7 +35,12 @@
 //! steps. A pass per stripe (before the pairs) took 0.93x ORT at 2048²; tasks of one panel (before
 //! `min_task_cols`) 1.05x.
 //!
-//! Measured (qemu 11 `-cpu max`, the whole Run, 1 thread, `bench/results/aarch64-icount-sme2.md`): SVL 256
+//! The row numerics (sa = 1) run a variant without the per-block FMUL of the scales by sa/16: their sums are 16 times
+//! the block variant's (exact; the corrections' row factor 16·Σq likewise), multiplied by 1/16 when stored.
+//!
+//! Measured (qemu 11 `-cpu max`, the whole Run, 1 thread, `bench/results/aarch64-icount-sme2.md`), blocks of 32,
+//! 2048² / 4096²: SVL 256 0.76 / 0.74x ORT's instructions, SVL 512 0.79 / 0.76x (blocks of 32–128, zero points and
+//! the row numerics at 2048²: 0.71–0.79x). Before the straight-line blocks of one and two chunks: SVL 256
 //! 0.77x ORT's instructions at 2048², 0.75x at 4096²; SVL 512 0.81x / 0.78x (with the AND decode: 0.83 / 0.81 /
 //! 0.86 / 0.85; before the per-thread row-factor buffer, which took a heap allocation per task out: 0.85 / 0.83 /
 //! 0.91).
