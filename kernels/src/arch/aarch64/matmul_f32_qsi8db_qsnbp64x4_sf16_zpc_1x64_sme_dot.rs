@@ -173,7 +173,7 @@ macro_rules! gemv_asm {
     (@epi $num:ident $oi:literal $of:literal $s0:literal $s1:literal $s2:literal $s3:literal) => {
         gemv_asm!(@epi $num $oi $of "{xt}" $s0 $s1 $s2 $s3)
     };
-    (@epi row $oi:literal $of:literal $base:literal $s0:literal $s1:literal $s2:literal $s3:literal) => {
+    (@epi $num:ident $oi:literal $of:literal $base:literal $s0:literal $s1:literal $s2:literal $s3:literal) => {
         concat!(
             "mova {{z16.d-z19.d}}, za.d[w8, ", $oi, ", vgx4]\n",
             "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
@@ -185,27 +185,21 @@ macro_rules! gemv_asm {
             "fcvt z21.s, p1/m, z21.h\n",
             "fcvt z22.s, p1/m, z22.h\n",
             "fcvt z23.s, p1/m, z23.h\n",
+            gemv_asm!(@rowscale $num),
             "fmla za.s[w8, ", $of, ", vgx4], {{z16.s-z19.s}}, {{z20.s-z23.s}}\n",
         )
     };
-    (@epi block $oi:literal $of:literal $base:literal $s0:literal $s1:literal $s2:literal $s3:literal) => {
+    // The column scales × sa/16 (block numerics only).
+    (@rowscale block) => {
         concat!(
-            "mova {{z16.d-z19.d}}, za.d[w8, ", $oi, ", vgx4]\n",
-            "scvtf {{z16.s-z19.s}}, {{z16.s-z19.s}}\n",
-            "ld1h {{z20.s}}, p1/z, [", $base, ", #", $s0, ", mul vl]\n",
-            "ld1h {{z21.s}}, p1/z, [", $base, ", #", $s1, ", mul vl]\n",
-            "ld1h {{z22.s}}, p1/z, [", $base, ", #", $s2, ", mul vl]\n",
-            "ld1h {{z23.s}}, p1/z, [", $base, ", #", $s3, ", mul vl]\n",
-            "fcvt z20.s, p1/m, z20.h\n",
-            "fcvt z21.s, p1/m, z21.h\n",
-            "fcvt z22.s, p1/m, z22.h\n",
-            "fcvt z23.s, p1/m, z23.h\n",
             "fmul z20.s, z20.s, z12.s\n",
             "fmul z21.s, z21.s, z12.s\n",
             "fmul z22.s, z22.s, z12.s\n",
             "fmul z23.s, z23.s, z12.s\n",
-            "fmla za.s[w8, ", $of, ", vgx4], {{z16.s-z19.s}}, {{z20.s-z23.s}}\n",
         )
+    };
+    (@rowscale row) => {
+        ""
     };
     // + c · sa·Σq (the f32 corrections at `[{xt}, #$c, mul vl]`, sa·Σq in z13) into f32 sums `$of`.
     (@corr $of:literal $c:literal) => {
