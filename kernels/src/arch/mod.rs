@@ -86,8 +86,8 @@ use std::sync::OnceLock;
 /// initialised values that no other thread accesses during the call. `row` holds `rows` values, `col_sums` and
 /// `bias` (if any) `cols`.
 pub(crate) unsafe fn finish_row_tile(args: &RunArgs, row: &[RowQuant], col_sums: &[f32], bias: Option<&[f32]>) {
+    check_row_tile(args, row, col_sums, bias);
     let (rows, cols) = (args.rows, args.cols);
-    assert!(row.len() >= rows && col_sums.len() >= cols && bias.is_none_or(|b| b.len() >= cols));
     for (r, rq) in row[..rows].iter().enumerate() {
         // SAFETY: row r < rows of the tile, `cols` values from its start (the caller's guarantee).
         let y = unsafe { std::slice::from_raw_parts_mut(args.dst.add(r * args.dst_stride), cols) };
@@ -99,6 +99,21 @@ pub(crate) unsafe fn finish_row_tile(args: &RunArgs, row: &[RowQuant], col_sums:
             Some(b) => y.iter_mut().zip(col_sums).zip(b).for_each(|((y, &w), &b)| *y = rq.scale * (*y - z * w) + b),
         }
     }
+}
+
+/// The sizes every row epilogue relies on: `row` holds the tile's rows, `col_sums` and `bias` its columns.
+///
+/// # Panics
+/// If one is short (the message names the sizes).
+pub(crate) fn check_row_tile(args: &RunArgs, row: &[RowQuant], col_sums: &[f32], bias: Option<&[f32]>) {
+    let (rows, cols) = (args.rows, args.cols);
+    assert!(
+        row.len() >= rows && col_sums.len() >= cols && bias.is_none_or(|b| b.len() >= cols),
+        "row epilogue of a {rows} × {cols} tile: {} row quantizations, {} column sums, bias {:?} values",
+        row.len(),
+        col_sums.len(),
+        bias.map(<[f32]>::len)
+    );
 }
 
 /// A tile's row epilogue: [`finish_row_tile`]'s arguments, safety contract and results.

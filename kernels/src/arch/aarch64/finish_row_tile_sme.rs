@@ -77,9 +77,8 @@ macro_rules! finish_asm {
 /// # Safety
 /// As `crate::arch::finish_row_tile`, and the CPU has SME2.
 pub(crate) unsafe fn finish_row_tile(args: &RunArgs, row: &[RowQuant], col_sums: &[f32], bias: Option<&[f32]>) {
-    let (rows, cols) = (args.rows, args.cols);
-    assert!(row.len() >= rows && col_sums.len() >= cols && bias.is_none_or(|b| b.len() >= cols));
-    if rows == 0 || cols == 0 {
+    crate::arch::check_row_tile(args, row, col_sums, bias);
+    if args.rows == 0 || args.cols == 0 {
         return;
     }
     // SAFETY: SME2 (the caller's guarantee); the asm reads `rows` RowQuant from `row`, `cols` values of
